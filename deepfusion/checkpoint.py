@@ -1,0 +1,177 @@
+"""HDF5 checkpoints: atomic write, checksum, verification on load (never pickle)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint"]
+
+FORMAT = "deepfusion-checkpoint/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, corrupted, truncated or does not match the run."""
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint holds, as plain arrays and values."""
+
+    model: dict[str, np.ndarray]
+    optimizer_state: dict[int, dict[str, np.ndarray]]
+    optimizer_groups: list[dict[str, Any]]
+    epoch: int
+    step: int
+    config: str
+    ranks: int
+    torch_rng: np.ndarray
+    attrs: dict[str, Any]
+
+    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Load the stored tensors into ``model`` (and ``optimizer``), checking every shape."""
+        own = model.state_dict()
+        if set(own) != set(self.model):
+            missing = sorted(set(own) - set(self.model))
+            extra = sorted(set(self.model) - set(own))
+            raise CheckpointError(f"model tensors do not match (missing {missing[:3]}, unexpected {extra[:3]})")
+        for name, tensor in own.items():
+            if tuple(tensor.shape) != self.model[name].shape:
+                raise CheckpointError(
+                    f"model tensor {name} has shape {self.model[name].shape}, expected {tuple(tensor.shape)}"
+                )
+        model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in self.model.items()})
+        if optimizer is not None:
+            state = {
+                i: {k: torch.from_numpy(np.array(v)) for k, v in entries.items()}
+                for i, entries in self.optimizer_state.items()
+            }
+            optimizer.load_state_dict({"state": state, "param_groups": self.optimizer_groups})
+
+
+def _checksum(f: h5py.File) -> str:
+    # SHA-256 over every dataset's name, dtype, shape and bytes, in sorted order, plus the
+    # scalar attributes that define the trajectory.
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        data = np.ascontiguousarray(f[name][()])
+        digest.update(f"{name}|{data.dtype.str}|{data.shape}|".encode())
+        digest.update(data.tobytes())
+    for key in ("epoch", "step", "ranks", "config", "optimizer_groups"):
+        digest.update(f"{key}={f.attrs[key]}".encode())
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    epoch: int,
+    step: int,
+    config: str,
+    ranks: int,
+    attrs: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint atomically: a temporary file beside it, fsync, then rename.
+
+    A crash at any point leaves either the previous file at ``path`` or the new one,
+    never a partial file under that name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    opt_state = optimizer.state_dict() if optimizer is not None else {"state": {}, "param_groups": []}
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["epoch"] = int(epoch)
+            f.attrs["step"] = int(step)
+            f.attrs["ranks"] = int(ranks)
+            f.attrs["config"] = config
+            f.attrs["optimizer_groups"] = json.dumps(opt_state["param_groups"])
+            for key, value in (attrs or {}).items():
+                f.attrs[key] = value
+            g = f.create_group("model")
+            for name, tensor in model.state_dict().items():
+                g.create_dataset(name, data=tensor.detach().cpu().numpy())
+            g = f.create_group("optimizer")
+            for index, entries in opt_state["state"].items():
+                gi = g.create_group(str(index))
+                for key, value in entries.items():
+                    value = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+                    gi.create_dataset(key, data=value)
+            f.create_dataset("rng/torch", data=torch.get_rng_state().numpy())
+            f.attrs["checksum"] = _checksum(f)
+            f.flush()
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read and verify a checkpoint; raise :class:`CheckpointError` on any defect."""
+    path = Path(path)
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                raise CheckpointError(f"{path}: not a deepfusion checkpoint")
+            for key in ("epoch", "step", "ranks", "config", "optimizer_groups", "checksum"):
+                if key not in f.attrs:
+                    raise CheckpointError(f"{path}: attribute {key!r} missing")
+            if f.attrs["checksum"] != _checksum(f):
+                raise CheckpointError(f"{path}: checksum mismatch (file corrupted)")
+            model = {name: f["model"][name][()] for name in f["model"]}
+            opt = {
+                int(i): {k: f["optimizer"][i][k][()] for k in f["optimizer"][i]} for i in f["optimizer"]
+            }
+            return Checkpoint(
+                model=model,
+                optimizer_state=opt,
+                optimizer_groups=json.loads(f.attrs["optimizer_groups"]),
+                epoch=int(f.attrs["epoch"]),
+                step=int(f.attrs["step"]),
+                config=str(f.attrs["config"]),
+                ranks=int(f.attrs["ranks"]),
+                torch_rng=f["rng/torch"][()],
+                attrs={k: f.attrs[k] for k in f.attrs},
+            )
+    except CheckpointError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest ``step-*.h5`` in ``directory`` by step number, or None."""
+    directory = Path(directory)
+    found = []
+    for p in directory.glob("step-*.h5"):
+        try:
+            found.append((int(p.stem.split("-", 1)[1]), p))
+        except ValueError:
+            continue
+    return max(found)[1] if found else None

@@ -1,0 +1,332 @@
+"""``deepfusion`` command line: train, infer and reference; the only module wiring in diffnet."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from deepfusion.checkpoint import CheckpointError
+from deepfusion.config import Config, ConfigError, load_config, to_toml
+from deepfusion.fields import FieldFileError
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+EXIT_DIVERGED = 3
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def build_problem(cfg: Config):
+    """The diffnet problem instance named by ``[problem]``."""
+    from diffnet.problems.burgers import BurgersProblem
+
+    p = cfg.problem
+    return BurgersProblem(
+        resolution=tuple(p.resolution),
+        viscosity=p.viscosity,
+        t_final=p.t_final,
+        stencil=p.residual,
+        boundary=p.boundary,
+        penalty=p.penalty,
+    )
+
+
+def training_parameters(cfg: Config) -> np.ndarray:
+    """Instance parameters of the training set, one row per sample."""
+    from diffnet.problems.burgers import sample_c
+
+    if cfg.data.sampling == "list":
+        return np.asarray(cfg.problem.c_values, dtype=np.float64)
+    return sample_c(tuple(cfg.problem.c_range), cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
+
+
+def test_parameters(cfg: Config) -> np.ndarray:
+    """Held-out instances: ``problem.test_c``, or else n_test random draws from another stream."""
+    from diffnet.problems.burgers import sample_c
+
+    if cfg.problem.test_c:
+        return np.asarray(cfg.problem.test_c, dtype=np.float64)
+    return sample_c(tuple(cfg.problem.c_range), cfg.data.n_test, "random", cfg.data.seed + 7919)
+
+
+def build_model(cfg: Config, problem):
+    import torch
+
+    from diffnet.networks import build_network
+
+    model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels))
+    return model.to(getattr(torch, cfg.train.dtype))
+
+
+def field_attrs(cfg: Config, source: str) -> dict:
+    p = cfg.problem
+    return {
+        "problem": p.name,
+        "source": source,
+        "viscosity": p.viscosity,
+        "t_final": p.t_final,
+        "residual": p.residual,
+    }
+
+
+# --------------------------------------------------------------------------- train
+
+
+def _load_run_config(args: argparse.Namespace) -> Config:
+    overrides = list(args.set or [])
+    if args.out is not None:
+        overrides.append(f"output.dir={json.dumps(str(args.out))}")
+    return load_config(args.config, overrides)
+
+
+def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
+    """Create the run directory; return the checkpoint to resume from, if any."""
+    from deepfusion.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    if resume:
+        if ckpt is None:
+            raise UsageError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+        return ckpt
+    if (run_dir / "metrics.jsonl").exists() or ckpt is not None:
+        raise UsageError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _load_run_config(args)
+    from deepfusion.comm import SerialCommunicator
+    from deepfusion.runtime import apply_threads, resolve_threads
+
+    comm = SerialCommunicator()
+    threads = resolve_threads(cfg.parallel.threads_per_rank, comm.local_size)
+    apply_threads(threads)
+
+    import torch
+
+    from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.trainer import TrainingDiverged, train
+    from diffnet.networks import parameter_count
+
+    run_dir = Path(cfg.output.dir)
+    resume_from = _prepare_run_dir(run_dir, args.resume)
+    start_step = 0
+    torch.manual_seed(cfg.data.seed)
+    problem = build_problem(cfg)
+    model = build_model(cfg, problem)
+    params = training_parameters(cfg)
+    opt_state = None
+    if resume_from is not None:
+        ckpt = load_checkpoint(resume_from)
+        if ckpt.config != to_toml(cfg):
+            raise UsageError(f"--resume: {resume_from} was written with a different config than {run_dir}")
+        opt_state = ckpt
+        start_step = ckpt.step
+        torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
+    (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
+    test = test_parameters(cfg)
+    overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)
+    if overlap.any():
+        print(f"warning: held-out values {test[overlap].tolist()} are also in the training set", file=sys.stderr)
+    print(
+        f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} nu={cfg.problem.viscosity} "
+        f"residual={cfg.problem.residual} | {cfg.model.name} {list(cfg.model.channels)} "
+        f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, batch "
+        f"{cfg.train.batch_size}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
+        + (f" | resuming from {resume_from} (step {start_step})" if resume_from else ""),
+        flush=True,
+    )
+    try:
+        result = train(
+            model,
+            problem,
+            params,
+            cfg.train,
+            seed=cfg.data.seed,
+            comm=comm,
+            run_dir=run_dir,
+            config_text=to_toml(cfg),
+            threads=threads,
+            start_step=start_step,
+            resume=opt_state,
+            log=lambda line: print(line, flush=True),
+        )
+    except TrainingDiverged as exc:
+        print(f"deepfusion: error: {exc}", file=sys.stderr)
+        return EXIT_DIVERGED
+    print(
+        f"trained {result.steps} steps in {result.seconds:.1f} s "
+        f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}",
+        flush=True,
+    )
+    _evaluate_run(cfg, problem, model, run_dir, result.seconds)
+    return 0
+
+
+def _evaluate_run(cfg: Config, problem, model, run_dir: Path, train_seconds: float) -> None:
+    """Accuracy on the held-out instances against the reference solver, table and plots."""
+    from deepfusion.evaluate import predict, relative_l2
+    from deepfusion.fields import write_fields
+
+    test = test_parameters(cfg)
+    print(f"reference: Godunov solutions for {len(test)} held-out c ...", flush=True)
+    t0 = time.perf_counter()
+    ref = problem.reference(test)
+    ref_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pred = predict(model, problem, test)
+    infer_seconds = time.perf_counter() - t0
+    err = relative_l2(pred, ref)
+    coords = problem.coordinates()
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {"c": test}, field_attrs(cfg, "diffnet"))
+    write_fields(run_dir / "test_reference.h5", ref, coords, {"c": test}, field_attrs(cfg, "godunov"))
+    report = {
+        "c": test.tolist(),
+        "rel_l2": err.tolist(),
+        "mean_rel_l2": float(err.mean()),
+        "train_seconds": train_seconds,
+        "reference_seconds": ref_seconds,
+        "inference_seconds": infer_seconds,
+    }
+    (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("\n   c    rel. L2 error vs Godunov")
+    for ck, ek in zip(test, err):
+        print(f"{ck:6.3f}   {ek:.4f}")
+    print(f"  mean   {err.mean():.4f}\n")
+    print(f"inference {infer_seconds:.3f} s for {len(test)} instances; Godunov reference {ref_seconds:.2f} s")
+    if cfg.output.plots:
+        from deepfusion.plots import plot_fields, plot_loss
+
+        plots = run_dir / "plots"
+        plots.mkdir(exist_ok=True)
+        plot_loss(run_dir / "metrics.jsonl", plots / "loss.png")
+        extent = (coords["x"][0], coords["x"][-1], coords["t"][0], coords["t"][-1])
+        labels = [f"c = {ck:g}, rel. L2 {ek:.3f}" for ck, ek in zip(test, err)]
+        plot_fields(pred, ref, extent, labels, ("x", "t"), plots / "fields.png", ref_name="Godunov")
+        print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
+    print(f"run directory: {run_dir}")
+
+
+# --------------------------------------------------------------------------- infer / reference
+
+
+def _positive_finite(name: str, values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    bad = [v for v in arr if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise UsageError(f"{name}: values must be finite and > 0, got {bad[0]}")
+    return arr
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.toml").is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no config.toml)")
+    cfg = load_config(run_dir / "config.toml")
+    if not args.c:
+        raise UsageError("infer: give at least one --c")
+    c = _positive_finite("--c", args.c)
+    path = Path(args.checkpoint) if args.checkpoint else latest_checkpoint(run_dir / "checkpoints")
+    if path is None:
+        raise UsageError(f"{run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    ckpt = load_checkpoint(path)
+    from deepfusion.evaluate import predict
+    from deepfusion.fields import write_fields
+
+    problem = build_problem(cfg)
+    model = build_model(cfg, problem)
+    ckpt.restore(model)
+    t0 = time.perf_counter()
+    u = predict(model, problem, c)
+    seconds = time.perf_counter() - t0
+    attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(path)}
+    out = write_fields(args.out, u, problem.coordinates(), {"c": c}, attrs)
+    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(c)} fields {u.shape[1:]} in {seconds:.3f} s")
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from deepfusion.fields import write_fields
+    from diffnet.problems.burgers import BurgersProblem
+
+    if not args.c:
+        raise UsageError("reference burgers: give at least one --c")
+    c = _positive_finite("--c", args.c)
+    if any(n < 3 or n > 16385 for n in args.resolution):
+        raise UsageError(f"--resolution: each count must be in 3..16385, got {args.resolution}")
+    if not (math.isfinite(args.viscosity) and args.viscosity >= 0):
+        raise UsageError(f"--viscosity: must be finite and >= 0, got {args.viscosity}")
+    if not (math.isfinite(args.t_final) and args.t_final > 0):
+        raise UsageError(f"--t-final: must be finite and > 0, got {args.t_final}")
+    problem = BurgersProblem(tuple(args.resolution), viscosity=args.viscosity, t_final=args.t_final)
+    t0 = time.perf_counter()
+    u = problem.reference(c, progress=lambda k, n: print(f"  solved {k}/{n}", flush=True))
+    seconds = time.perf_counter() - t0
+    attrs = {"problem": "burgers", "source": "godunov", "viscosity": args.viscosity, "t_final": args.t_final}
+    out = write_fields(args.out, u, problem.coordinates(), {"c": c}, attrs)
+    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(c)} Godunov solutions in {seconds:.2f} s")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="deepfusion", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("train", help="train a DiffNet generator from a TOML config")
+    p.add_argument("config", type=Path, help="TOML config (see configs/)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config key")
+    p.add_argument("--out", type=Path, help="run directory (overrides output.dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("infer", help="solve new instances with a trained run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write")
+    p.add_argument("--c", type=float, action="append", help="Burgers IC parameter (repeatable)")
+    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the latest)")
+    p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("reference", help="classical reference solutions")
+    rsub = p.add_subparsers(dest="problem", required=True, parser_class=_Parser)
+    r = rsub.add_parser("burgers", help="converged Godunov finite-volume solutions on the nodal grid")
+    r.add_argument("--c", type=float, action="append", help="IC parameter (repeatable)")
+    r.add_argument("--resolution", type=int, nargs=2, default=[64, 64], metavar=("NT", "NX"))
+    r.add_argument("--viscosity", type=float, default=0.01)
+    r.add_argument("--t-final", type=float, default=1.0 / 3.0)
+    r.add_argument("--out", type=Path, required=True)
+    r.set_defaults(func=cmd_reference)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    try:
+        args = make_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, ConfigError, CheckpointError, FieldFileError) as exc:
+        print(f"deepfusion: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,303 @@
+"""Run configuration: frozen dataclasses loaded from TOML, --set overrides, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "Config",
+    "ProblemConfig",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "ParallelConfig",
+    "OutputConfig",
+    "load_config",
+    "config_from_dict",
+    "parse_override",
+    "to_toml",
+]
+
+
+class ConfigError(ValueError):
+    """A user-supplied configuration value is unknown, mistyped or impossible."""
+
+
+def _choice(*allowed: str):
+    def check(v: str) -> str | None:
+        return None if v in allowed else f"must be one of {list(allowed)}"
+
+    return check
+
+
+def _positive(v: float) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _nonnegative(v: float) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _resolution(v: tuple[int, ...]) -> str | None:
+    if len(v) != 2 or any(n < 3 for n in v):
+        return "must be two node counts, each >= 3, e.g. [64, 64]"
+    if any(n > 16385 for n in v):
+        return "must be at most 16385 nodes per side"
+    return None
+
+
+def _range(v: tuple[float, ...]) -> str | None:
+    if len(v) != 2 or not v[0] < v[1]:
+        return "must be [low, high] with low < high"
+    return None
+
+
+def _positive_all(v: tuple[float, ...]) -> str | None:
+    return None if all(x > 0 for x in v) else "every value must be > 0"
+
+
+def _channels(v: tuple[int, ...]) -> str | None:
+    if not 1 <= len(v) <= 8 or any(c < 1 or c > 4096 for c in v):
+        return "must be 1 to 8 widths, each 1..4096"
+    return None
+
+
+def _key(check=None, **kw):
+    return field(metadata={"check": check}, **kw)
+
+
+@dataclass(frozen=True)
+class ProblemConfig:
+    """``[problem]``: which PDE family, on which grid."""
+
+    name: str = _key(_choice("burgers"), default="burgers")
+    resolution: tuple[int, ...] = _key(_resolution, default=(64, 64))
+    viscosity: float = _key(_nonnegative, default=0.01)
+    residual: str = _key(_choice("sobel", "scharr"), default="sobel")
+    boundary: str = _key(_choice("exact", "penalty"), default="exact")
+    penalty: float = _key(_positive, default=1.0)
+    t_final: float = _key(_positive, default=1.0 / 3.0)
+    c_range: tuple[float, ...] = _key(_range, default=(3.0, 6.0))
+    c_values: tuple[float, ...] = _key(_positive_all, default=())
+    test_c: tuple[float, ...] = _key(_positive_all, default=(3.3, 4.1, 4.77, 5.5, 5.9))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``[data]``: the training and held-out instances."""
+
+    n_train: int = _key(_positive, default=64)
+    n_test: int = _key(_positive, default=5)
+    sampling: str = _key(_choice("uniform", "random", "sobol", "list"), default="uniform")
+    seed: int = _key(_nonnegative, default=0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``[model]``: the generator."""
+
+    name: str = _key(_choice("unet"), default="unet")
+    channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
+
+    optimizer: str = _key(_choice("adam"), default="adam")
+    lr: float = _key(_positive, default=2e-3)
+    lr_schedule: str = _key(_choice("constant", "cosine", "onecycle"), default="onecycle")
+    warmup: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.05)
+    batch_size: int = _key(_positive, default=16)
+    epochs: int = _key(_positive, default=100)
+    checkpoint_every: int = _key(_nonnegative, default=0)
+    log_every: int = _key(_positive, default=10)
+    dtype: str = _key(_choice("float32", "float64"), default="float32")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """``[parallel]``: threads per rank (0 = the node's cores / ranks on it) and device."""
+
+    threads_per_rank: int = _key(_nonnegative, default=0)
+    device: str = _key(_choice("cpu"), default="cpu")
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``[output]``: where the run directory goes and whether to draw plots."""
+
+    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/burgers")
+    plots: bool = _key(default=True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run configuration; every key has a default."""
+
+    problem: ProblemConfig = field(default_factory=ProblemConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def replace(self, **sections: Any) -> "Config":
+        """A copy with whole sections replaced."""
+        return dataclasses.replace(self, **sections)
+
+
+_SECTIONS: dict[str, type] = typing.get_type_hints(Config)
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check ``value`` against the annotation ``hint``; ints are accepted for floats."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {_show(value)}")
+        (elem, _) = typing.get_args(hint)
+        return tuple(_coerce(key, v, elem) for v in value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {_show(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {_show(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {_show(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: must be finite, got {value}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {_show(value)}")
+        return value
+    raise TypeError(f"unsupported config type {hint}")  # a programming error, not user input
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _build_section(section: str, values: dict[str, Any]) -> Any:
+    cls = _SECTIONS[section]
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        name = f"{section}.{key}"
+        if key not in known:
+            raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(known))})")
+        value = _coerce(name, value, hints[key])
+        check = known[key].metadata.get("check")
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(f"{name}: {problem} (got {_show(value)})")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _cross_checks(cfg: Config) -> None:
+    """Constraints that involve more than one key."""
+    if cfg.data.sampling == "list":
+        if not cfg.problem.c_values:
+            raise ConfigError("problem.c_values: must list the training c when data.sampling = 'list'")
+        if len(cfg.problem.c_values) != cfg.data.n_train:
+            raise ConfigError(
+                f"data.n_train: must equal the length of problem.c_values "
+                f"({len(cfg.problem.c_values)}) when data.sampling = 'list' (got {cfg.data.n_train})"
+            )
+    if cfg.train.batch_size > cfg.data.n_train:
+        raise ConfigError(
+            f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"
+        )
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Validate a nested ``{section: {key: value}}`` mapping and build a :class:`Config`."""
+    sections = {}
+    for section, values in data.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"{section}: unknown section (known: {', '.join(_SECTIONS)})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}: must be a table of keys, got {_show(values)}")
+        sections[section] = _build_section(section, values)
+    cfg = Config(**sections)
+    _cross_checks(cfg)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=value``; the value is a TOML literal, or else a bare string."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    lhs, rhs = text.split("=", 1)
+    parts = lhs.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {rhs.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = rhs.strip()
+    return parts[0], parts[1], value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    for text in overrides:
+        section, key, value = parse_override(text)
+        table = data.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section}: must be a table of keys")
+        table[key] = value
+    return config_from_dict(data)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON string escapes are valid TOML basic strings
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def to_toml(cfg: Config) -> str:
+    """The fully resolved config as TOML text that :func:`load_config` reads back unchanged."""
+    lines = []
+    for section in _SECTIONS:
+        lines.append(f"[{section}]")
+        obj = getattr(cfg, section)
+        for f in dataclasses.fields(obj):
+            lines.append(f"{f.name} = {_toml_value(getattr(obj, f.name))}")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,28 @@
+"""Inference over many instances and the relative L2 error against a reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["predict", "relative_l2"]
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16) -> np.ndarray:
+    """Fields for each row of ``params`` by one forward pass per batch, as float64 numpy."""
+    model.eval()
+    dtype = next(model.parameters()).dtype
+    out = []
+    for start in range(0, len(params), batch):
+        p = torch.as_tensor(params[start : start + batch], dtype=dtype)
+        out.append(problem.field(model(problem.inputs(p)), p).double().numpy())
+    return np.concatenate(out, axis=0)
+
+
+def relative_l2(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per-sample ||pred - ref||_2 / ||ref||_2 over all nodes; shape (S,)."""
+    if pred.shape != ref.shape:
+        raise ValueError(f"shapes differ: {pred.shape} vs {ref.shape}")
+    diff = (pred - ref).reshape(len(ref), -1)
+    return np.linalg.norm(diff, axis=1) / np.linalg.norm(ref.reshape(len(ref), -1), axis=1)

@@ -1,0 +1,150 @@
+"""Field files: HDF5 datasets of solution fields with coordinates, parameters and an XDMF view."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = ["FieldFileError", "write_fields", "read_fields"]
+
+
+
+class FieldFileError(ValueError):
+    """A field file is unreadable or does not have the documented layout."""
+
+
+def write_fields(
+    path: str | Path,
+    u: np.ndarray,
+    coords: dict[str, np.ndarray],
+    params: dict[str, np.ndarray],
+    attrs: dict[str, Any],
+) -> Path:
+    """Write ``u`` (S, N_0, N_1) with its coordinates and instance parameters, and an XDMF.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.h5`` file to write; the ``.xdmf`` goes beside it with the same stem.
+    u : numpy.ndarray
+        Fields, samples first.
+    coords : dict
+        The two nodal coordinate arrays, in axis order (e.g. ``{"t": ..., "x": ...}``).
+    params : dict
+        Per-sample instance parameters, each with S rows (e.g. ``{"c": (S,)}``).
+    attrs : dict
+        File attributes; must include ``problem``.
+
+    Both files are written to temporaries and renamed into place, so a reader never sees
+    half a file.
+    """
+    path = Path(path)
+    u = np.asarray(u)
+    if u.ndim != 3:
+        raise ValueError(f"u must be (S, N0, N1), got shape {u.shape}")
+    names = list(coords)
+    if len(names) != 2 or tuple(len(coords[n]) for n in names) != u.shape[1:]:
+        raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.create_dataset("u", data=u)
+            for name in names:
+                f.create_dataset(name, data=np.asarray(coords[name], dtype=np.float64))
+            for name, value in params.items():
+                value = np.asarray(value)
+                if value.shape[:1] != u.shape[:1]:
+                    raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
+                f.create_dataset(name, data=value)
+            f.attrs["axes"] = ",".join(names)
+            f.attrs["resolution"] = np.asarray(u.shape[1:], dtype=np.int64)
+            for key, value in attrs.items():
+                f.attrs[key] = value
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    xdmf = path.with_suffix(".xdmf")
+    tmp_x = xdmf.with_name(f".{xdmf.name}.tmp-{os.getpid()}")
+    tmp_x.write_text(_xdmf(path.name, u.shape, u.dtype, names))
+    os.replace(tmp_x, xdmf)
+    return path
+
+
+def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]) -> str:
+    """XDMF 3 for ParaView: one 2-D rectilinear grid per sample, as a collection over samples.
+
+    ParaView steps through a temporal collection, so the sample index is written as the
+    collection's "time"; the second axis name is the grid's X and the first its Y.
+    """
+    s, n0, n1 = shape
+    precision = dtype.itemsize
+    kind = "Float"
+    grids = []
+    for k in range(s):
+        grids.append(
+            f"""      <Grid Name="sample{k}" GridType="Uniform">
+        <Time Value="{k}"/>
+        <Topology TopologyType="2DRectMesh" Dimensions="{n0} {n1}"/>
+        <Geometry GeometryType="VXVY">
+          <DataItem Dimensions="{n1}" NumberType="Float" Precision="8" Format="HDF">{h5name}:/{names[1]}</DataItem>
+          <DataItem Dimensions="{n0}" NumberType="Float" Precision="8" Format="HDF">{h5name}:/{names[0]}</DataItem>
+        </Geometry>
+        <Attribute Name="u" AttributeType="Scalar" Center="Node">
+          <DataItem ItemType="HyperSlab" Dimensions="{n0} {n1}">
+            <DataItem Dimensions="3 3" Format="XML">{k} 0 0  1 1 1  1 {n0} {n1}</DataItem>
+            <DataItem Dimensions="{s} {n0} {n1}" NumberType="{kind}" Precision="{precision}" Format="HDF">{h5name}:/u</DataItem>
+          </DataItem>
+        </Attribute>
+      </Grid>"""
+        )
+    body = "\n".join(grids)
+    return f"""<?xml version="1.0" ?>
+<Xdmf Version="3.0">
+  <Domain>
+    <Grid Name="samples" GridType="Collection" CollectionType="Temporal">
+{body}
+    </Grid>
+  </Domain>
+</Xdmf>
+"""
+
+
+def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
+    """Read a field file written by :func:`write_fields`, checking its layout first.
+
+    Shapes are checked before any data is read, so a crafted file that claims a huge
+    dataset is refused without allocating it.
+    """
+    path = Path(path)
+    try:
+        with h5py.File(path, "r") as f:
+            if "u" not in f or not isinstance(f["u"], h5py.Dataset):
+                raise FieldFileError(f"{path}: no dataset 'u'")
+            du = f["u"]
+            if du.ndim != 3 or du.size > max_elements or du.dtype.kind != "f":
+                raise FieldFileError(f"{path}: 'u' must be a float array (S, N0, N1), got {du.shape} {du.dtype}")
+            axes = str(f.attrs.get("axes", "")).split(",")
+            if len(axes) != 2 or any(a not in f for a in axes):
+                raise FieldFileError(f"{path}: coordinate datasets missing (axes attribute {axes})")
+            out: dict[str, Any] = {"u": du[()], "attrs": {k: f.attrs[k] for k in f.attrs}}
+            for a, n in zip(axes, du.shape[1:]):
+                if f[a].shape != (n,):
+                    raise FieldFileError(f"{path}: coordinate {a} has shape {f[a].shape}, expected ({n},)")
+                out[a] = f[a][()]
+            for name in f:
+                if name in out or not isinstance(f[name], h5py.Dataset):
+                    continue
+                d = f[name]
+                if d.shape[:1] == du.shape[:1] and d.size <= max_elements:
+                    out[name] = d[()]
+            return out
+    except FieldFileError:
+        raise
+    except (OSError, KeyError, ValueError) as exc:
+        raise FieldFileError(f"{path}: unreadable field file ({exc})") from None

@@ -1,0 +1,77 @@
+"""PNG figures of a run: the loss curve, and predicted vs reference fields with their difference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["plot_loss", "plot_fields"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; cluster nodes have no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_loss(metrics_path: Path, out: Path) -> Path:
+    """Loss terms against optimiser step (log scale) from ``metrics.jsonl``."""
+    plt = _pyplot()
+    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s"}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    steps = [r["step"] for r in records]
+    for key in records[0]:
+        if key not in skip:
+            ax.semilogy(steps, [r[key] for r in records], label=key)
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("loss (global mean)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_fields(
+    pred: np.ndarray,
+    ref: np.ndarray,
+    extent: tuple[float, float, float, float],
+    labels: list[str],
+    axis_names: tuple[str, str],
+    out: Path,
+    ref_name: str = "reference",
+) -> Path:
+    """One row per sample: predicted field, reference field and their difference.
+
+    ``extent`` is (x_min, x_max, y_min, y_max) of the image, ``axis_names`` the names of
+    the horizontal and vertical axes (e.g. ``("x", "t")``).
+    """
+    plt = _pyplot()
+    s = len(pred)
+    fig, axes = plt.subplots(s, 3, figsize=(11, 2.9 * s), squeeze=False)
+    for k in range(s):
+        vmin, vmax = float(ref[k].min()), float(ref[k].max())
+        diff = pred[k] - ref[k]
+        dmax = float(np.abs(diff).max()) or 1.0
+        panels = [
+            (pred[k], f"DiffNet, {labels[k]}", "viridis", vmin, vmax),
+            (ref[k], f"{ref_name}, {labels[k]}", "viridis", vmin, vmax),
+            (diff, "difference", "RdBu_r", -dmax, dmax),
+        ]
+        for ax, (data, title, cmap, lo, hi) in zip(axes[k], panels):
+            im = ax.imshow(data, origin="lower", extent=extent, aspect="auto", cmap=cmap, vmin=lo, vmax=hi)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel(axis_names[0])
+            ax.set_ylabel(axis_names[1])
+            fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,31 @@
+"""Runtime placement: threads per rank, applied before any torch work."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["available_cores", "resolve_threads", "apply_threads"]
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the whole machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_threads(requested: int, ranks_on_node: int, cores: int | None = None) -> int:
+    """Threads for one rank: ``requested``, or cores on the node / ranks on it when 0."""
+    if requested > 0:
+        return requested
+    cores = available_cores() if cores is None else cores
+    return max(1, cores // max(1, ranks_on_node))
+
+
+def apply_threads(threads: int) -> None:
+    """Set torch's intra-op threads and OpenMP's default to ``threads``."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)

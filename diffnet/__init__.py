@@ -1,0 +1,3 @@
+"""DiffNet: data-free convolutional generators whose loss is the discretised PDE."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Parametric PDE families: domain, parameter sampling, boundary conditions, loss."""
+
+__all__: list[str] = []

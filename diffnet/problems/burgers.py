@@ -1,0 +1,177 @@
+"""Space-time Burgers family u_t + u u_x = nu u_xx with initial condition 1/2 (1 - cos 2 pi c x)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from diffnet.stencils import apply_kernels, derivative_kernels
+
+__all__ = [
+    "BurgersProblem",
+    "initial_condition",
+    "first_shock_time",
+    "sample_c",
+    "residual",
+]
+
+
+def initial_condition(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """u0(x) = 1/2 (1 - cos(2 pi c x)) for each c; shape (S, N_x) from x (N_x,), c (S,)."""
+    return 0.5 * (1.0 - torch.cos(2.0 * math.pi * c[:, None] * x[None, :]))
+
+
+def first_shock_time(c: float) -> float:
+    """Time at which the inviscid solution of the family first breaks, 1 / (pi c)."""
+    return 1.0 / (math.pi * c)
+
+
+def sample_c(c_range: tuple[float, float], n: int, sampling: str, seed: int) -> np.ndarray:
+    """Draw n values of c from [lo, hi].
+
+    ``uniform`` is the equispaced grid including both ends, ``random`` i.i.d. uniform
+    draws from ``numpy.random.default_rng(seed)``, ``sobol`` a scrambled Sobol sequence.
+    """
+    lo, hi = c_range
+    if sampling == "uniform":
+        return np.linspace(lo, hi, n) if n > 1 else np.array([(lo + hi) / 2.0])
+    if sampling == "random":
+        return np.random.default_rng(seed).uniform(lo, hi, size=n)
+    if sampling == "sobol":
+        from scipy.stats import qmc
+
+        unit = qmc.Sobol(d=1, scramble=True, seed=seed).random(n)[:, 0]
+        return lo + (hi - lo) * unit
+    raise ValueError(f"unknown sampling {sampling!r}")
+
+
+def residual(
+    u: torch.Tensor, dt: float, dx: float, viscosity: float, kind: str = "sobel"
+) -> torch.Tensor:
+    """Pointwise residual u_t + u u_x - nu u_xx at every unknown node.
+
+    Parameters
+    ----------
+    u : torch.Tensor
+        Space-time fields, shape (S, N_t, N_x), row 0 the initial condition and column 0
+        the inflow boundary.
+    dt, dx : float
+        Node spacings in t and x.
+    viscosity : float
+        nu >= 0.
+    kind : {"sobel", "scharr"}
+        Cross weights of the 3x3 derivative kernels.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape (S, N_t - 1, N_x - 1): the residual at nodes n >= 1, j >= 1. The last time
+        row and the outflow column use one-sided differences, so there is exactly one
+        equation per unknown node.
+    """
+    d = apply_kernels(u, derivative_kernels(kind, dt, dx))[:, :, 1:, 1:]
+    u_in = u[:, 1:, 1:]
+    r = d[:, 0] + u_in * d[:, 1]
+    if viscosity > 0.0:
+        r = r - viscosity * d[:, 2]
+    return r
+
+
+@dataclass(frozen=True)
+class BurgersProblem:
+    """The parametric Burgers family on a nodal (N_t, N_x) space-time grid.
+
+    Parameters
+    ----------
+    resolution : tuple[int, int]
+        (N_t, N_x) nodes including the boundary.
+    viscosity : float
+        nu >= 0.
+    t_final : float
+        T; t_n = n T / (N_t - 1).
+    stencil : {"sobel", "scharr"}
+        Kernel weights of the residual.
+    boundary : {"exact", "penalty"}
+        Impose the IC and BC by construction of the field, or by a penalty term.
+    penalty : float
+        Weight lambda of the boundary term when ``boundary == "penalty"``.
+    """
+
+    resolution: tuple[int, int]
+    viscosity: float = 0.01
+    t_final: float = 1.0 / 3.0
+    stencil: str = "sobel"
+    boundary: str = "exact"
+    penalty: float = 1.0
+
+    name = "burgers"
+    in_channels = 3
+    parameter_names = ("c",)
+
+    @property
+    def dt(self) -> float:
+        return self.t_final / (self.resolution[0] - 1)
+
+    @property
+    def dx(self) -> float:
+        return 1.0 / (self.resolution[1] - 1)
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Nodal coordinates ``t`` (N_t,) and ``x`` (N_x,), float64."""
+        nt, nx = self.resolution
+        return {"t": np.linspace(0.0, self.t_final, nt), "x": np.linspace(0.0, 1.0, nx)}
+
+    def inputs(self, c: torch.Tensor) -> torch.Tensor:
+        """Network input (S, 3, N_t, N_x): the IC broadcast along t, then t/T and x."""
+        nt, nx = self.resolution
+        kw = {"dtype": c.dtype, "device": c.device}
+        x = torch.linspace(0.0, 1.0, nx, **kw)
+        t = torch.linspace(0.0, 1.0, nt, **kw)
+        u0 = initial_condition(x, c)[:, None, :].expand(-1, nt, -1)
+        tt = t[:, None].expand(nt, nx).expand(c.shape[0], nt, nx)
+        xx = x[None, :].expand(nt, nx).expand(c.shape[0], nt, nx)
+        return torch.stack([u0, tt, xx], dim=1)
+
+    def field(self, raw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Turn the network output (S, 1, N_t, N_x) into the field u (S, N_t, N_x).
+
+        With exact boundaries, u = u0(x) + (t/T) x N, so u(x, 0) = u0 and u(0, t) = 0 hold
+        for any network output.
+        """
+        raw = raw[:, 0]
+        if self.boundary == "penalty":
+            return raw
+        nt, nx = self.resolution
+        kw = {"dtype": raw.dtype, "device": raw.device}
+        x = torch.linspace(0.0, 1.0, nx, **kw)
+        t = torch.linspace(0.0, 1.0, nt, **kw)
+        return initial_condition(x, c.to(raw.dtype))[:, None, :] + (t[:, None] * x[None, :]) * raw
+
+    def loss_terms(self, u: torch.Tensor, c: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample loss terms, each shape (S,); the training loss is their sum.
+
+        ``residual`` is the mean squared PDE residual over the unknown nodes; with the
+        penalty option, ``boundary`` is lambda times the mean squared IC and BC mismatch.
+        """
+        r = residual(u, self.dt, self.dx, self.viscosity, self.stencil)
+        terms = {"residual": r.pow(2).mean(dim=(1, 2))}
+        if self.boundary == "penalty":
+            x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)
+            ic = (u[:, 0, :] - initial_condition(x, c.to(u.dtype))).pow(2).mean(dim=1)
+            bc = u[:, :, 0].pow(2).mean(dim=1)
+            terms["boundary"] = self.penalty * (ic + bc)
+        return terms
+
+    def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
+        """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""
+        from diffnet.solvers.burgers import solve_on_grid
+
+        out = np.empty((len(c),) + tuple(self.resolution))
+        for k, ck in enumerate(c):
+            out[k] = solve_on_grid(float(ck), self.resolution, self.viscosity, self.t_final)
+            if progress is not None:
+                progress(k + 1, len(c))
+        return out

@@ -1,0 +1,3 @@
+"""Independent classical reference solvers that DiffNet is measured against."""
+
+__all__: list[str] = []

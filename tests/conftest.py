@@ -1,0 +1,43 @@
+"""Shared helpers: run the CLI in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A training run that takes a few seconds: 16 x 16 nodes, a two-level U-Net.
+TINY = [
+    "--set", "problem.resolution=[16,16]",
+    "--set", "model.channels=[8,16]",
+    "--set", "data.n_train=16",
+    "--set", "train.batch_size=4",
+    "--set", "train.epochs=10",
+    "--set", "train.lr=5e-3",
+    "--set", "train.log_every=4",
+    "--set", "train.checkpoint_every=20",
+    "--set", "parallel.threads_per_rank=1",
+]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m deepfusion ARGS`` in a fresh interpreter; output captured as text."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "deepfusion", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli

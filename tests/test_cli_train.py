@@ -1,0 +1,110 @@
+"""End to end on one rank: train, evaluate, infer, reference, resume, bad input."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY
+from deepfusion.checkpoint import load_checkpoint
+
+CONFIG = str(ROOT / "configs" / "burgers.toml")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from conftest import run_cli
+
+    run_dir = tmp_path_factory.mktemp("run") / "burgers"
+    proc = run_cli("train", CONFIG, "--out", str(run_dir), *TINY)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, proc.stdout
+
+
+def test_tiny_training_lowers_loss_and_writes_run_dir(tiny_run):
+    run_dir, stdout = tiny_run
+    for name in ["config.toml", "metrics.jsonl", "eval.json", "plots/loss.png", "plots/fields.png",
+                 "test_prediction.h5", "test_prediction.xdmf", "test_reference.h5", "test_reference.xdmf",
+                 "checkpoints/step-00000020.h5", "checkpoints/step-00000040.h5"]:
+        assert (run_dir / name).is_file(), name
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(4, 41, 4))
+    for key in ["epoch", "step", "loss", "residual", "samples_per_s", "compute_s", "comm_s", "ranks", "threads"]:
+        assert key in records[0], key
+    assert records[0]["ranks"] == 1 and records[0]["threads"] == 1
+    first, last = records[0]["loss"], np.mean([r["loss"] for r in records[-3:]])
+    assert last < 0.7 * first, (first, last)
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert report["c"] == [3.3, 4.1, 4.77, 5.5, 5.9]
+    assert all(0 < e < 2 for e in report["rel_l2"])
+    assert "rel. L2 error vs Godunov" in stdout and "plots:" in stdout
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        assert f["u"].shape == (5, 16, 16)
+        np.testing.assert_allclose(f["c"][()], report["c"])
+        assert f.attrs["problem"] == "burgers"
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "step-00000040.h5")
+    assert ckpt.step == 40 and ckpt.epoch == 10 and ckpt.ranks == 1
+
+
+def test_infer_writes_field_file(tiny_run, tmp_path, cli):
+    run_dir, _ = tiny_run
+    out = tmp_path / "fields.h5"
+    proc = cli("infer", str(run_dir), "--c", "3.3", "--c", "4.1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        assert f["u"].shape == (2, 16, 16)
+        np.testing.assert_allclose(f["c"][()], [3.3, 4.1])
+        assert f["t"].shape == (16,) and f["x"].shape == (16,)
+        assert f["t"][-1] == pytest.approx(1 / 3)
+        # Same instances, same model: the same fields as the run's own evaluation.
+        with h5py.File(run_dir / "test_prediction.h5") as g:
+            np.testing.assert_allclose(f["u"][()], g["u"][:2], rtol=1e-6, atol=1e-7)
+    assert out.with_suffix(".xdmf").is_file()
+
+
+def test_resume_continues_to_more_epochs(tiny_run, tmp_path, cli):
+    import shutil
+
+    run_dir, _ = tiny_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    # Same config: the run is complete, so resuming trains nothing and re-evaluates.
+    proc = cli("train", CONFIG, "--out", str(copy), *TINY, "--resume")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from" in proc.stdout and "step 40" in proc.stdout
+    # A different config is refused rather than silently mixed.
+    proc = cli("train", CONFIG, "--out", str(copy), *TINY, "--set", "train.lr=1e-2", "--resume")
+    assert proc.returncode == 2
+    assert "different config" in proc.stderr
+
+
+def test_reference_command(tmp_path, cli):
+    out = tmp_path / "ref.h5"
+    proc = cli("reference", "burgers", "--c", "4.0", "--resolution", "9", "17", "--viscosity", "0.01",
+               "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        assert f["u"].shape == (1, 9, 17)
+        assert f.attrs["source"] == "godunov"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["train", "missing.toml"], "cannot read config"),
+        (["train", CONFIG, "--set", "problem.viscosity=-1"], "problem.viscosity"),
+        (["train", CONFIG, "--set", "train.epochs=many"], "train.epochs: expected an integer"),
+        (["train", CONFIG, "--set", "nonsense"], "expected section.key=value"),
+        (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c"),
+        (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
+        (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_one_line_status_2(args, fragment, tmp_path, cli):
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
