@@ -7,13 +7,14 @@ import json
 import math
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from deepfusion.checkpoint import CheckpointError
-from deepfusion.config import Config, ConfigError, load_config, to_toml
+from deepfusion.config import Config, ConfigError, config_from_dict, load_config, to_toml
 from deepfusion.fields import FieldFileError
 
 __all__ = ["main"]
@@ -112,6 +113,14 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
     return None
 
 
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metrics logged after ``step`` (by a run that went on past its last checkpoint)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load_run_config(args)
     from deepfusion.comm import SerialCommunicator
@@ -137,11 +146,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     opt_state = None
     if resume_from is not None:
         ckpt = load_checkpoint(resume_from)
-        if ckpt.config != to_toml(cfg):
-            raise UsageError(f"--resume: {resume_from} was written with a different config than {run_dir}")
+        saved = config_from_dict(tomllib.loads(ckpt.config))
+        if saved.replace(output=cfg.output) != cfg:  # the run may have been moved
+            raise UsageError(f"--resume: {resume_from} was written with a different config than the one given")
         opt_state = ckpt
         start_step = ckpt.step
         torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
+        _truncate_metrics(run_dir / "metrics.jsonl", start_step)
     (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
     test = test_parameters(cfg)
     overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)

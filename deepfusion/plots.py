@@ -26,9 +26,10 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s"}
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = [r["step"] for r in records]
-    for key in records[0]:
-        if key not in skip:
-            ax.semilogy(steps, [r[key] for r in records], label=key)
+    terms = [k for k in records[0] if k not in skip and k != "loss"]
+    # The total is drawn only when it is a sum of several terms.
+    for key in (["loss"] if len(terms) > 1 else []) + terms:
+        ax.semilogy(steps, [r[key] for r in records], label=key)
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss (global mean)")
     ax.grid(True, which="both", alpha=0.3)

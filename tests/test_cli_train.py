@@ -63,20 +63,32 @@ def test_infer_writes_field_file(tiny_run, tmp_path, cli):
     assert out.with_suffix(".xdmf").is_file()
 
 
-def test_resume_continues_to_more_epochs(tiny_run, tmp_path, cli):
+def test_resume_from_intermediate_checkpoint_is_bitwise(tiny_run, tmp_path, cli):
     import shutil
 
     run_dir, _ = tiny_run
-    copy = tmp_path / "copy"
+    copy = tmp_path / "moved"
     shutil.copytree(run_dir, copy)
-    # Same config: the run is complete, so resuming trains nothing and re-evaluates.
+    (copy / "checkpoints" / "step-00000040.h5").unlink()  # as if the job died after step 20
     proc = cli("train", CONFIG, "--out", str(copy), *TINY, "--resume")
     assert proc.returncode == 0, proc.stderr
-    assert "resuming from" in proc.stdout and "step 40" in proc.stdout
+    assert "resuming from" in proc.stdout and "(step 20)" in proc.stdout
+    a = load_checkpoint(run_dir / "checkpoints" / "step-00000040.h5")
+    b = load_checkpoint(copy / "checkpoints" / "step-00000040.h5")
+    for name in a.model:
+        np.testing.assert_array_equal(a.model[name], b.model[name], err_msg=name)
+    steps = [json.loads(line)["step"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(4, 41, 4))  # no duplicated lines after the resume point
     # A different config is refused rather than silently mixed.
     proc = cli("train", CONFIG, "--out", str(copy), *TINY, "--set", "train.lr=1e-2", "--resume")
     assert proc.returncode == 2
     assert "different config" in proc.stderr
+
+
+def test_existing_run_dir_refused_without_resume(tiny_run, cli):
+    run_dir, _ = tiny_run
+    proc = cli("train", CONFIG, "--out", str(run_dir), *TINY)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
 
 
 def test_reference_command(tmp_path, cli):
