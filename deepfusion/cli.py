@@ -59,7 +59,7 @@ def training_parameters(cfg: Config) -> np.ndarray:
     return sample_c(tuple(cfg.problem.c_range), cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
 
 
-def test_parameters(cfg: Config) -> np.ndarray:
+def heldout_parameters(cfg: Config) -> np.ndarray:
     """Held-out instances: ``problem.test_c``, or else n_test random draws from another stream."""
     from diffnet.problems.burgers import sample_c
 
@@ -154,7 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
         _truncate_metrics(run_dir / "metrics.jsonl", start_step)
     (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
-    test = test_parameters(cfg)
+    test = heldout_parameters(cfg)
     overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)
     if overlap.any():
         print(f"warning: held-out values {test[overlap].tolist()} are also in the training set", file=sys.stderr)
@@ -198,7 +198,7 @@ def _evaluate_run(cfg: Config, problem, model, run_dir: Path, train_seconds: flo
     from deepfusion.evaluate import predict, relative_l2
     from deepfusion.fields import write_fields
 
-    test = test_parameters(cfg)
+    test = heldout_parameters(cfg)
     print(f"reference: Godunov solutions for {len(test)} held-out c ...", flush=True)
     t0 = time.perf_counter()
     ref = problem.reference(test)
