@@ -27,6 +27,9 @@ class UsageError(Exception):
     """Bad input from the user: reported as one line with exit status 2."""
 
 
+USER_ERRORS = (UsageError, ConfigError, CheckpointError, FieldFileError)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, status 2, no usage dump
         raise UsageError(f"{self.prog}: {message}")
@@ -98,8 +101,8 @@ def _load_run_config(args: argparse.Namespace) -> Config:
     return load_config(args.config, overrides)
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
-    """Create the run directory; return the checkpoint to resume from, if any."""
+def _find_resume_point(run_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from, if any; refuse to overwrite a run by accident."""
     from deepfusion.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir / "checkpoints")
@@ -109,7 +112,6 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
         return ckpt
     if (run_dir / "metrics.jsonl").exists() or ckpt is not None:
         raise UsageError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
     return None
 
 
@@ -121,51 +123,98 @@ def _truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    cfg = _load_run_config(args)
-    from deepfusion.comm import SerialCommunicator
+def _agree(comm, fn):
+    """Run ``fn`` on every rank; if it fails with a user error on any rank, fail on all.
+
+    Every rank then raises the same :class:`UsageError` (the lowest failing rank's
+    message), so the job ends with status 2 everywhere and no rank is left waiting.
+    """
+    try:
+        result, error = fn(), None
+    except USER_ERRORS as exc:
+        result, error = None, str(exc)
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
+    return result
+
+
+def _rank_report(comm, threads: int) -> str:
+    """One line per rank (host, node-local rank, threads, cores it may use), gathered on all ranks."""
+    import socket
+
+    from deepfusion.runtime import available_cores
+
+    mine = (
+        f"  rank {comm.rank}/{comm.size} on {socket.gethostname()} (local {comm.local_rank}/{comm.local_size}): "
+        f"{threads} threads, {available_cores()} cores available"
+    )
+    return "\n".join(comm.allgather(mine))
+
+
+def cmd_train(args: argparse.Namespace, comm) -> int:
+    cfg = _agree(comm, lambda: _load_run_config(args))
     from deepfusion.runtime import apply_threads, resolve_threads
 
-    comm = SerialCommunicator()
+    # Threads are fixed before torch does any work.
     threads = resolve_threads(cfg.parallel.threads_per_rank, comm.local_size)
     apply_threads(threads)
 
     import torch
 
     from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.gradsync import ParameterDrift
+    from deepfusion.partition import local_batch_size
     from deepfusion.trainer import TrainingDiverged, train
     from diffnet.networks import parameter_count
 
+    leader = comm.rank == 0
+    say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     run_dir = Path(cfg.output.dir)
-    resume_from = _prepare_run_dir(run_dir, args.resume)
-    start_step = 0
+    resume_from = _agree(comm, lambda: _find_resume_point(run_dir, args.resume))
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
     model = build_model(cfg, problem)
     params = training_parameters(cfg)
-    opt_state = None
-    if resume_from is not None:
+
+    def read_checkpoint():
         ckpt = load_checkpoint(resume_from)
         saved = config_from_dict(tomllib.loads(ckpt.config))
         if saved.replace(output=cfg.output) != cfg:  # the run may have been moved
             raise UsageError(f"--resume: {resume_from} was written with a different config than the one given")
-        opt_state = ckpt
-        start_step = ckpt.step
+        return ckpt
+
+    ckpt = _agree(comm, read_checkpoint) if resume_from is not None else None
+    start_step = ckpt.step if ckpt is not None else 0
+    if ckpt is not None:
         torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
-        _truncate_metrics(run_dir / "metrics.jsonl", start_step)
-    (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
+    if leader:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt is not None:
+            _truncate_metrics(run_dir / "metrics.jsonl", start_step)
+        (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
     test = heldout_parameters(cfg)
     overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)
-    if overlap.any():
+    if overlap.any() and leader:
         print(f"warning: held-out values {test[overlap].tolist()} are also in the training set", file=sys.stderr)
-    print(
+    b, b_loc = cfg.train.batch_size, local_batch_size(cfg.train.batch_size, comm.size)
+    if b_loc == 0:
+        raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
+    if b % comm.size and leader:
+        print(
+            f"warning: train.batch_size {b} is not divisible by {comm.size} ranks; each step uses "
+            f"{b_loc * comm.size} samples ({b_loc} per rank)",
+            file=sys.stderr,
+        )
+    report = _rank_report(comm, threads)
+    say(
         f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} nu={cfg.problem.viscosity} "
         f"residual={cfg.problem.residual} | {cfg.model.name} {list(cfg.model.channels)} "
         f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, batch "
-        f"{cfg.train.batch_size}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
-        + (f" | resuming from {resume_from} (step {start_step})" if resume_from else ""),
-        flush=True,
+        f"{b}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
+        + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
     )
+    say(f"MPI: {comm.library}; gradients: {cfg.parallel.gradsync}\n{report}")
     try:
         result = train(
             model,
@@ -174,22 +223,24 @@ def cmd_train(args: argparse.Namespace) -> int:
             cfg.train,
             seed=cfg.data.seed,
             comm=comm,
+            parallel=cfg.parallel,
             run_dir=run_dir,
             config_text=to_toml(cfg),
             threads=threads,
             start_step=start_step,
-            resume=opt_state,
-            log=lambda line: print(line, flush=True),
+            resume=ckpt,
+            log=say,
         )
-    except TrainingDiverged as exc:
-        print(f"deepfusion: error: {exc}", file=sys.stderr)
+    except (TrainingDiverged, ParameterDrift) as exc:
+        if leader:
+            print(f"deepfusion: error: {exc}", file=sys.stderr)
         return EXIT_DIVERGED
-    print(
+    say(
         f"trained {result.steps} steps in {result.seconds:.1f} s "
-        f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}",
-        flush=True,
+        f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
     )
-    _evaluate_run(cfg, problem, model, run_dir, result.seconds)
+    if leader:
+        _evaluate_run(cfg, problem, model, run_dir, result.seconds)
     return 0
 
 
@@ -248,7 +299,7 @@ def _positive_finite(name: str, values: Sequence[float]) -> np.ndarray:
     return arr
 
 
-def cmd_infer(args: argparse.Namespace) -> int:
+def cmd_infer(args: argparse.Namespace, comm) -> int:
     from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
 
     run_dir = Path(args.run_dir)
@@ -277,7 +328,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_reference(args: argparse.Namespace) -> int:
+def cmd_reference(args: argparse.Namespace, comm) -> int:
     from deepfusion.fields import write_fields
     from diffnet.problems.burgers import BurgersProblem
 
@@ -334,10 +385,22 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    try:
-        args = make_parser().parse_args(argv)
-        return args.func(args)
-    except (UsageError, ConfigError, CheckpointError, FieldFileError) as exc:
-        print(f"deepfusion: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    """Run the command line; return the exit status.
+
+    Under mpiexec/srun every rank runs this. ``train`` works on all ranks; the other
+    commands run on rank 0 alone. User errors are agreed on collectively and reported
+    once (status 2); any other exception on one rank aborts the whole job.
+    """
+    from deepfusion.comm import abort_on_error, world
+
+    comm = world()
+    with abort_on_error(comm):
+        try:
+            args = make_parser().parse_args(argv)
+            if args.command != "train" and comm.rank != 0:
+                return 0
+            return args.func(args, comm)
+        except USER_ERRORS as exc:
+            if comm.rank == 0:
+                print(f"deepfusion: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import socket
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["SerialCommunicator"]
+__all__ = ["SerialCommunicator", "MPICommunicator", "launched_under_mpi", "world", "abort_on_error"]
+
+# Environment variables that MPI launchers (MPICH/Hydra, Open MPI, PMIx, Slurm's srun
+# with PMI) set in every rank they start.
+_LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID")
+
+
+def _as_array(buf: Any) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor or array (no copy)."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    else:  # a torch tensor
+        if buf.device.type != "cpu" or not buf.is_contiguous():
+            raise ValueError("collectives need contiguous CPU buffers")
+        arr = buf.detach().numpy()
+    if not arr.flags.c_contiguous:
+        raise ValueError("collectives need contiguous buffers")
+    return arr
 
 
 class SerialCommunicator:
@@ -18,29 +39,135 @@ class SerialCommunicator:
     local_size = 1
 
     def allreduce_(self, buf: Any) -> Any:
-        """Sum ``buf`` across ranks in place and return it."""
+        """Sum ``buf`` (numpy array or CPU tensor) across ranks in place and return it."""
         return buf
 
-    def allreduce_scalar(self, value: float) -> float:
-        """Sum a Python number across ranks."""
-        return value
+    def iallreduce_(self, buf: Any) -> None:
+        """Start a non-blocking in-place sum; returns a request (None: nothing to wait for)."""
+        return None
 
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        """Broadcast a small JSON-like object from ``root``."""
-        return obj
+    def waitall(self, requests: list) -> None:
+        """Complete the requests returned by :meth:`iallreduce_`."""
 
-    def bcast_array_(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
-        """Broadcast a numpy buffer from ``root`` in place."""
+    def testall(self, requests: list) -> None:
+        """Let outstanding requests progress without blocking."""
+
+    def bcast_(self, buf: Any, root: int = 0) -> Any:
+        """Broadcast a buffer from ``root`` in place."""
         return buf
+
+    def allgather(self, obj: Any) -> list:
+        """Every rank's small object, in rank order."""
+        return [obj]
 
     def barrier(self) -> None:
         """Wait for every rank."""
 
     def abort(self, code: int) -> None:
         """End every rank with exit status ``code``."""
-        raise SystemExit(code)
+        sys.exit(code)
 
     @property
     def library(self) -> str:
         """The MPI library in use."""
         return "none (serial)"
+
+
+class MPICommunicator:
+    """Collectives over an mpi4py communicator.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator to use (``MPI.COMM_WORLD`` for a whole job).
+    """
+
+    def __init__(self, comm) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank = node.Get_rank()
+        self.local_size = node.Get_size()
+        node.Free()
+
+    def allreduce_(self, buf: Any) -> Any:
+        self.comm.Allreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
+        return buf
+
+    def iallreduce_(self, buf: Any):
+        return self.comm.Iallreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
+
+    def waitall(self, requests: list) -> None:
+        if requests:
+            self._MPI.Request.Waitall(requests)
+
+    def testall(self, requests: list) -> None:
+        if requests:
+            self._MPI.Request.Testall(requests)
+
+    def bcast_(self, buf: Any, root: int = 0) -> Any:
+        self.comm.Bcast(_as_array(buf), root=root)
+        return buf
+
+    def allgather(self, obj: Any) -> list:
+        return self.comm.allgather(obj)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+    @property
+    def library(self) -> str:
+        return self._MPI.Get_library_version().strip().splitlines()[0]
+
+
+def launched_under_mpi(environ: dict[str, str] | None = None) -> bool:
+    """Whether an MPI launcher started this process with more than one rank possible."""
+    env = os.environ if environ is None else environ
+    if any(var in env for var in _LAUNCHER_VARS[:-1]):
+        return True
+    # srun sets SLURM_PROCID for every task, also without MPI; count only multi-task steps.
+    return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1
+
+
+def world() -> SerialCommunicator | MPICommunicator:
+    """The job's communicator: MPI's world when launched by mpiexec/srun with P > 1.
+
+    MPI is initialised only when a launcher started the process, so a plain
+    ``deepfusion`` on a laptop never touches the MPI library.
+    """
+    if not launched_under_mpi():
+        return SerialCommunicator()
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return SerialCommunicator()
+    return MPICommunicator(MPI.COMM_WORLD)
+
+
+@contextmanager
+def abort_on_error(comm, code: int = 1) -> Iterator[None]:
+    """End every rank when this rank raises, instead of leaving the others in a collective.
+
+    The exception is printed with the rank that raised it, then MPI_Abort takes the
+    whole job down. With one rank the exception propagates as usual.
+    """
+    if comm.size == 1:
+        yield
+        return
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - anything left uncaught would hang the others
+        host = socket.gethostname()
+        print(f"deepfusion: error on rank {comm.rank} ({host}): {type(exc).__name__}: {exc}", file=sys.stderr)
+        comm.abort(code)

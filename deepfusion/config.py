@@ -125,10 +125,15 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """``[parallel]``: threads per rank (0 = the node's cores / ranks on it) and device."""
+    """``[parallel]``: threads per rank (0 = the node's cores / ranks on it), device, and
+    gradient summation (bucketed Iallreduce overlapped with backward, or one flat
+    Allreduce), with a cross-rank parameter check every ``check_every`` steps (0: never)."""
 
     threads_per_rank: int = _key(_nonnegative, default=0)
     device: str = _key(_choice("cpu"), default="cpu")
+    gradsync: str = _key(_choice("bucketed", "flat"), default="bucketed")
+    bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0)
+    check_every: int = _key(_nonnegative, default=100)
 
 
 @dataclass(frozen=True)

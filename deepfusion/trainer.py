@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from deepfusion.checkpoint import Checkpoint, save_checkpoint
-from deepfusion.config import TrainConfig
+from deepfusion.config import ParallelConfig, TrainConfig
+from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 
 __all__ = ["Problem", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
@@ -81,6 +82,7 @@ def train(
     *,
     seed: int,
     comm,
+    parallel: ParallelConfig = ParallelConfig(),
     run_dir: Path | None,
     config_text: str,
     threads: int,
@@ -113,6 +115,10 @@ def train(
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     if resume is not None:
         resume.restore(model, opt)
+    # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
+    # but fresh initialisations could differ with the RNG state).
+    broadcast_parameters(model, comm)
+    sync = GradSync(model, comm, parallel.gradsync, parallel.bucket_mb)
     leader = comm.rank == 0
     metrics = None
     if leader and run_dir is not None:
@@ -135,13 +141,12 @@ def train(
             u = problem.field(model(problem.inputs(p)), p)
             terms = problem.loss_terms(u, p)
             loss = sum(t.sum() for t in terms.values()) / b_eff
-            opt.zero_grad(set_to_none=False)
+            sync.zero_grad()
             loss.backward()
             t1 = time.perf_counter()
             sums = np.array([t.detach().sum().item() for t in terms.values()])
             comm.allreduce_(sums)
-            for prm in model.parameters():
-                comm.allreduce_(prm.grad)
+            sync.finish()
             t2 = time.perf_counter()
             loss_value = float(sums.sum()) / b_eff
             if not math.isfinite(loss_value):
@@ -151,6 +156,8 @@ def train(
                 )
             opt.step()
             step += 1
+            if parallel.check_every and comm.size > 1 and step % parallel.check_every == 0:
+                check_parameters(model, comm, step)
             window["compute"] += (t1 - t0) + (time.perf_counter() - t2)
             window["comm"] += t2 - t1
             window["steps"] += 1
@@ -197,6 +204,7 @@ def train(
                     ranks=comm.size,
                 )
     finally:
+        sync.close()
         if metrics is not None:
             metrics.close()
     seconds = time.perf_counter() - start

@@ -1,0 +1,148 @@
+"""Gradient summation across ranks: one flat Allreduce, or buckets overlapped with backward."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+__all__ = ["GradSync", "ParameterDrift", "broadcast_parameters", "check_parameters"]
+
+
+class ParameterDrift(RuntimeError):
+    """Ranks hold different parameters."""
+
+
+class GradSync:
+    """Sum gradients across ranks, in place, into one flat buffer that the grads view.
+
+    Every parameter's ``.grad`` is made a view into one contiguous buffer (laid out in
+    reverse registration order, roughly the order backward produces them), so autograd
+    accumulates straight into it and no copy is needed before or after communication.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The replica on this rank.
+    comm : communicator
+        See :mod:`deepfusion.comm`.
+    mode : {"bucketed", "flat"}
+        ``flat``: one blocking Allreduce of the whole buffer after backward.
+        ``bucketed``: the buffer is cut into buckets of about ``bucket_mb`` MiB; a
+        non-blocking Allreduce of a bucket starts from a gradient hook as soon as its
+        last gradient is accumulated, so communication overlaps the rest of backward.
+    bucket_mb : float
+        Target bucket size in MiB.
+    """
+
+    def __init__(self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0) -> None:
+        if mode not in ("bucketed", "flat"):
+            raise ValueError(f"unknown gradient sync mode {mode!r}")
+        self.comm = comm
+        self.mode = mode
+        params = [p for p in model.parameters() if p.requires_grad]
+        ordered = list(reversed(params))
+        total = sum(p.numel() for p in ordered)
+        first = ordered[0]
+        self.buffer = torch.zeros(total, dtype=first.dtype, device=first.device)
+        # Buckets: contiguous ranges of the buffer, each closed once it reaches the size.
+        limit = max(1, int(bucket_mb * 2**20 / self.buffer.element_size()))
+        self.buckets: list[tuple[int, int]] = []
+        self._bucket_of: dict[int, int] = {}
+        offset, start = 0, 0
+        for p in ordered:
+            n = p.numel()
+            p.grad = self.buffer[offset : offset + n].view_as(p)
+            self._bucket_of[id(p)] = len(self.buckets)
+            offset += n
+            if offset - start >= limit:
+                self.buckets.append((start, offset))
+                start = offset
+        if start < offset:
+            self.buckets.append((start, offset))
+        self._sizes = [0] * len(self.buckets)
+        for p in ordered:
+            self._sizes[self._bucket_of[id(p)]] += 1
+        self._pending = [0] * len(self.buckets)
+        self._requests: list = []
+        self._hooks = []
+        if mode == "bucketed" and comm.size > 1:
+            for p in ordered:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._ready))
+
+    @property
+    def numel(self) -> int:
+        """Scalars communicated per step."""
+        return self.buffer.numel()
+
+    def zero_grad(self) -> None:
+        """Zero the gradient buffer (keeping the views) and arm the buckets."""
+        self.buffer.zero_()
+        self._pending = list(self._sizes)
+        self._requests = []
+
+    def _ready(self, p: torch.Tensor) -> None:
+        k = self._bucket_of[id(p)]
+        self._pending[k] -= 1
+        if self._pending[k] == 0:
+            start, stop = self.buckets[k]
+            self._requests.append(self.comm.iallreduce_(self.buffer[start:stop]))
+        # MPI progresses non-blocking collectives only inside MPI calls: poke it.
+        self.comm.testall(self._requests)
+
+    def finish(self) -> None:
+        """Complete the sum: wait for the buckets, or run the flat Allreduce."""
+        if self.comm.size == 1:
+            return
+        if self.mode == "flat":
+            self.comm.allreduce_(self.buffer)
+            return
+        if any(self._pending):
+            # A parameter got no gradient this step (unused in the graph): its bucket
+            # never closed, so reduce those buckets now, in the same order on every rank.
+            for k, left in enumerate(self._pending):
+                if left:
+                    start, stop = self.buckets[k]
+                    self._requests.append(self.comm.iallreduce_(self.buffer[start:stop]))
+                    self._pending[k] = 0
+        self.comm.waitall(self._requests)
+        self._requests = []
+
+    def close(self) -> None:
+        """Remove the gradient hooks."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t for t in model.state_dict().values() if t.is_floating_point() or t.dtype == torch.int64]
+
+
+def broadcast_parameters(model: torch.nn.Module, comm, root: int = 0) -> None:
+    """Overwrite every rank's parameters and buffers with those of ``root``."""
+    if comm.size == 1:
+        return
+    with torch.no_grad():
+        for t in _state_tensors(model):
+            tmp = t.detach().contiguous().clone()
+            comm.bcast_(tmp, root=root)
+            t.copy_(tmp)
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """A SHA-1 of every parameter's and buffer's bytes (cheap next to a training step)."""
+    h = hashlib.sha1()
+    for t in _state_tensors(model):
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def check_parameters(model: torch.nn.Module, comm, step: int) -> None:
+    """Raise :class:`ParameterDrift` on every rank if any two ranks' parameters differ."""
+    if comm.size == 1:
+        return
+    digests = comm.allgather(parameter_digest(model))
+    if len(set(digests)) > 1:
+        odd = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise ParameterDrift(f"parameters differ across ranks at step {step} (ranks {odd} differ from rank 0)")

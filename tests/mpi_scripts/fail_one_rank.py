@@ -1,0 +1,34 @@
+"""Run under mpiexec: rank 1 raises in the middle of training while the others wait in
+an Allreduce; the whole job must end with a non-zero status and rank 1's message."""
+
+import numpy as np
+import torch
+
+from deepfusion.comm import abort_on_error, world
+from deepfusion.config import TrainConfig
+from deepfusion.trainer import train
+from diffnet.networks import UNet
+from diffnet.problems.burgers import BurgersProblem
+
+
+class FailingOnRank1(BurgersProblem):
+    def loss_terms(self, u, c):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.rank == 1 and self.calls == 3:
+            raise RuntimeError("injected failure on rank 1")
+        return super().loss_terms(u, c)
+
+
+def main(comm):
+    torch.set_num_threads(1)
+    problem = FailingOnRank1((12, 12))
+    object.__setattr__(problem, "rank", comm.rank)
+    model = UNet(problem.in_channels, 1, (4, 8))
+    cfg = TrainConfig(batch_size=4, epochs=100, log_every=1000)
+    train(model, problem, np.linspace(3, 6, 8), cfg, seed=0, comm=comm, run_dir=None, config_text="", threads=1)
+
+
+if __name__ == "__main__":
+    comm = world()
+    with abort_on_error(comm):
+        main(comm)

@@ -1,0 +1,106 @@
+"""Multi-rank behaviour under a real mpiexec (2 ranks, and 4 oversubscribed on 2 cores)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY
+from deepfusion.checkpoint import load_checkpoint
+
+SCRIPTS = ROOT / "tests" / "mpi_scripts"
+CONFIG = str(ROOT / "configs" / "burgers.toml")
+
+
+def _mpiexec() -> str | None:
+    # The launcher must match the MPI that mpi4py was built for: prefer the one
+    # installed beside this interpreter (the mpich wheel), then PATH.
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)"),
+]
+
+
+def mpirun(n: int, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [MPIEXEC, "-n", str(n), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.timeout(200)
+def test_allreduced_gradient_equals_serial(n):
+    proc = mpirun(n, sys.executable, str(SCRIPTS / "gradients.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK ") == 4, proc.stdout  # printed once, by rank 0
+
+
+@pytest.mark.timeout(60)
+def test_failure_on_one_rank_ends_the_job():
+    t0 = time.perf_counter()
+    proc = mpirun(2, sys.executable, str(SCRIPTS / "fail_one_rank.py"), timeout=45)
+    assert time.perf_counter() - t0 < 30
+    assert proc.returncode != 0
+    assert "error on rank 1" in proc.stderr and "injected failure on rank 1" in proc.stderr
+
+
+def _train(n: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "deepfusion", "train", CONFIG, "--out", str(out), *TINY,
+            "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "train.epochs=10",
+            "--set", "output.plots=false", *extra]
+    return mpirun(n, *args)
+
+
+@pytest.mark.timeout(400)
+def test_same_trajectory_for_any_p(tmp_path):
+    # 20 Adam steps of batch 8 (4 per rank at P = 2, 2 per rank at P = 4).
+    finals, preds = {}, {}
+    for dtype in ("float64", "float32"):
+        for n in (1, 2, 4):
+            out = tmp_path / f"{dtype}-{n}"
+            proc = _train(n, out, "--set", f"train.dtype={dtype}")
+            assert proc.returncode == 0, proc.stderr
+            assert f"ranks {n} x 1 threads" in proc.stdout
+            assert proc.stdout.count("deepfusion: training") == 1  # rank 0 alone prints
+            finals[dtype, n] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
+            with h5py.File(out / "test_prediction.h5") as f:
+                preds[dtype, n] = f["u"][()]
+            records = (out / "metrics.jsonl").read_text().splitlines()
+            assert f'"ranks": {n}' in records[-1]
+    for n in (2, 4):
+        for name, ref in finals["float64", 1].items():
+            got = finals["float64", n][name]
+            rel = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-300)
+            assert rel < 1e-9, (n, name, rel)
+        scale = np.abs(preds["float32", 1]).max()
+        assert np.abs(preds["float32", n] - preds["float32", 1]).max() / scale < 1e-4
+
+
+@pytest.mark.timeout(120)
+def test_bad_config_under_mpi_reported_once_status_2(tmp_path):
+    proc = _train(2, tmp_path / "r", "--set", "problem.viscosity=-1")
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and "problem.viscosity" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(120)
+def test_batch_not_divisible_warns(tmp_path):
+    proc = _train(3, tmp_path / "r", "--set", "train.epochs=1")
+    assert proc.returncode == 0, proc.stderr
+    assert "not divisible by 3 ranks; each step uses 6 samples (2 per rank)" in proc.stderr
