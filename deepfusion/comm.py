@@ -126,7 +126,7 @@ class MPICommunicator:
 
     @property
     def library(self) -> str:
-        return self._MPI.Get_library_version().strip().splitlines()[0]
+        return " ".join(self._MPI.Get_library_version().split("\n", 1)[0].split())
 
 
 def launched_under_mpi(environ: dict[str, str] | None = None) -> bool:

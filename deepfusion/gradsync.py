@@ -16,9 +16,10 @@ class ParameterDrift(RuntimeError):
 class GradSync:
     """Sum gradients across ranks, in place, into one flat buffer that the grads view.
 
-    Every parameter's ``.grad`` is made a view into one contiguous buffer (laid out in
-    reverse registration order, roughly the order backward produces them), so autograd
-    accumulates straight into it and no copy is needed before or after communication.
+    With more than one rank, every parameter's ``.grad`` is made a view into one
+    contiguous buffer (laid out in reverse registration order, roughly the order backward
+    produces them), so autograd accumulates straight into it and no copy is needed before
+    or after communication. With one rank the gradients are left to autograd.
 
     Parameters
     ----------
@@ -41,10 +42,12 @@ class GradSync:
         self.comm = comm
         self.mode = mode
         params = [p for p in model.parameters() if p.requires_grad]
+        self._params = params
         ordered = list(reversed(params))
         total = sum(p.numel() for p in ordered)
         first = ordered[0]
-        self.buffer = torch.zeros(total, dtype=first.dtype, device=first.device)
+        self._numel = total
+        self.buffer = torch.zeros(total if comm.size > 1 else 0, dtype=first.dtype, device=first.device)
         # Buckets: contiguous ranges of the buffer, each closed once it reaches the size.
         limit = max(1, int(bucket_mb * 2**20 / self.buffer.element_size()))
         self.buckets: list[tuple[int, int]] = []
@@ -52,7 +55,8 @@ class GradSync:
         offset, start = 0, 0
         for p in ordered:
             n = p.numel()
-            p.grad = self.buffer[offset : offset + n].view_as(p)
+            if comm.size > 1:
+                p.grad = self.buffer[offset : offset + n].view_as(p)
             self._bucket_of[id(p)] = len(self.buckets)
             offset += n
             if offset - start >= limit:
@@ -73,10 +77,16 @@ class GradSync:
     @property
     def numel(self) -> int:
         """Scalars communicated per step."""
-        return self.buffer.numel()
+        return self._numel
 
     def zero_grad(self) -> None:
         """Zero the gradient buffer (keeping the views) and arm the buckets."""
+        if self.comm.size == 1:
+            # Nothing to communicate: let autograd write fresh gradients rather than
+            # accumulate into a zeroed buffer (one pass less over the gradient memory).
+            for p in self._params:
+                p.grad = None
+            return
         self.buffer.zero_()
         self._pending = list(self._sizes)
         self._requests = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,7 +14,8 @@ __all__ = ["UNet", "build_network", "parameter_count"]
 def _norm(channels: int) -> nn.GroupNorm:
     # Per-sample statistics only (GroupNorm), so a sample's output never depends on the
     # rest of its batch and data-parallel training needs no synchronised statistics.
-    return nn.GroupNorm(min(8, channels), channels)
+    # Up to 8 groups; the count must divide the channels.
+    return nn.GroupNorm(math.gcd(8, channels), channels)
 
 
 class _Block(nn.Sequential):

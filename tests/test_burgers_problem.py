@@ -61,3 +61,12 @@ def test_sampling_modes():
     assert s.min() >= 3 and s.max() <= 6
     with pytest.raises(ValueError):
         sample_c((3, 6), 4, "grid", 0)
+
+
+def test_unet_any_widths_and_odd_sizes():
+    from diffnet.networks import UNet
+
+    for channels in [(12, 20), (7,), (8, 16, 36)]:
+        net = UNet(3, 1, channels)
+        out = net(torch.randn(2, 3, 13, 22))
+        assert out.shape == (2, 1, 13, 22)

@@ -1,0 +1,217 @@
+"""Data-parallel throughput: deepfusion against a bare PyTorch loop and torch DDP (gloo).
+
+For two cases -- compute-heavy (the default U-Net at 128^2) and communication-heavy (a
+9.9 M-parameter U-Net at 32^2 with a local batch of 1) -- runs, each as its own process
+group with the same model, global batch and loss:
+
+    (a) deepfusion, 1 rank x 1 thread        (b) a bare PyTorch loop, 1 thread
+    (c) deepfusion, 2 ranks x 1 thread       (d) torch DistributedDataParallel (gloo), 2 x 1
+    (e) deepfusion, 1 rank x 2 threads
+
+and prints one JSON object with samples/s of each and the ratios ``ratio_vs_bare``
+(a/b), ``ratio_vs_ddp_compute`` and ``ratio_vs_ddp_comm`` (c/d), plus the bandwidth of
+deepfusion's flat gradient Allreduce against one raw mpi4py Allreduce of the same bytes
+(``allreduce_ratio``).
+
+    python benchmarks/data_parallel.py [--steps N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = {
+    "compute": {"resolution": (128, 128), "channels": (16, 32, 64, 128), "batch": 8},
+    "comm": {"resolution": (32, 32), "channels": (36, 72, 144, 288, 576), "batch": 2},
+}
+WARMUP = 3
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def _setup(case: str, threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    from diffnet.networks import UNet
+    from diffnet.problems.burgers import BurgersProblem
+
+    spec = CASES[case]
+    torch.manual_seed(0)
+    problem = BurgersProblem(spec["resolution"], viscosity=0.01)
+    model = UNet(problem.in_channels, 1, spec["channels"])
+    with torch.no_grad():  # a non-trivial head, so every layer gets gradients
+        model.head.weight.normal_(0, 0.01)
+    return problem, model, spec["batch"]
+
+
+def _params(n: int):
+    import numpy as np
+
+    return np.linspace(3.0, 6.0, n)
+
+
+def worker_deepfusion(case: str, threads: int, steps: int) -> dict:
+    from deepfusion.comm import world
+    from deepfusion.config import ParallelConfig, TrainConfig
+    from deepfusion.trainer import train
+
+    comm = world()
+    problem, model, b = _setup(case, threads)
+    cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=b, epochs=WARMUP + steps, log_every=1)
+    result = train(model, problem, _params(b), cfg, seed=0, comm=comm, parallel=ParallelConfig(check_every=0),
+                   run_dir=None, config_text="", threads=threads, log=lambda s: None)
+    h = result.history
+    seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]
+    out = {"samples_per_s": steps * b / seconds, "ranks": comm.size, "threads": threads,
+           "comm_s_per_step": sum(r["comm_s"] for r in h[WARMUP:]) / steps}
+    if comm.size > 1:
+        out.update(_allreduce_bandwidth(model, comm))
+    return out if comm.rank == 0 else {}
+
+
+def _allreduce_bandwidth(model, comm, reps: int = 20) -> dict:
+    """Flat gradient Allreduce through GradSync vs a raw mpi4py Allreduce of the same bytes."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from deepfusion.gradsync import GradSync
+
+    sync = GradSync(model, comm, "flat")
+    raw = np.ones(sync.numel, dtype=np.float32)
+
+    def timed(fn) -> float:
+        best = float("inf")
+        for _ in range(reps):
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    t_sync = timed(sync.finish)
+    t_raw = timed(lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM))
+    sync.close()
+    nbytes = raw.nbytes
+    return {"allreduce_bytes": nbytes, "allreduce_gbps": nbytes / t_sync / 1e9,
+            "raw_allreduce_gbps": nbytes / t_raw / 1e9}
+
+
+def _bare_or_ddp_loop(case: str, threads: int, steps: int, ddp: bool) -> dict:
+    import torch
+
+    problem, model, b = _setup(case, threads)
+    rank, size = 0, 1
+    if ddp:
+        import torch.distributed as dist
+
+        rank, size = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
+        dist.init_process_group("gloo", rank=rank, world_size=size)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    b_loc = b // size
+    c = torch.as_tensor(_params(b)[rank * b_loc : (rank + 1) * b_loc], dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    for i in range(WARMUP + steps):
+        if i == WARMUP:
+            t0 = time.perf_counter()
+        u = problem.field(model(problem.inputs(c)), c)
+        # DDP averages gradients over ranks, so the local mean gives the global mean.
+        loss = sum(t.sum() for t in problem.loss_terms(u, c).values()) / b_loc
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    seconds = time.perf_counter() - t0
+    if ddp:
+        torch.distributed.destroy_process_group()
+    return {"samples_per_s": steps * b / seconds, "ranks": size, "threads": threads} if rank == 0 else {}
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if not found:
+        sys.exit("data_parallel.py: no mpiexec found (install the mpich extra)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(kind: str, case: str, ranks: int, threads: int, steps: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS=str(threads), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    cmd = [sys.executable, __file__, "--worker", kind, "--case", case, "--threads", str(threads),
+           "--steps", str(steps)]
+    if kind in ("deepfusion", "ddp"):
+        cmd = [_mpiexec(), "-n", str(ranks), *cmd]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        sys.exit(f"data_parallel.py: {kind} {case} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12, help="timed steps per run (after warm-up)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each variant; the best is kept")
+    parser.add_argument("--worker", choices=["deepfusion", "bare", "ddp"], help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        if args.worker == "deepfusion":
+            out = worker_deepfusion(args.case, args.threads, args.steps)
+        else:
+            out = _bare_or_ddp_loop(args.case, args.threads, args.steps, ddp=args.worker == "ddp")
+        if out:
+            print(json.dumps(out))
+        return
+    variants = {"a_deepfusion_1x1": ("deepfusion", 1, 1), "b_bare_1x1": ("bare", 1, 1),
+                "c_deepfusion_2x1": ("deepfusion", 2, 1), "d_ddp_gloo_2x1": ("ddp", 2, 1),
+                "e_deepfusion_1x2": ("deepfusion", 1, 2)}
+    results: dict = {"benchmark": "data_parallel", "cores": os.cpu_count(), "cases": {}}
+    for case, spec in CASES.items():
+        figures = {"resolution": list(spec["resolution"]), "global_batch": spec["batch"],
+                   "channels": list(spec["channels"])}
+        # Interleave the variants over the repeats so drifting machine load hits all alike.
+        for _ in range(args.repeats):
+            for name, (kind, ranks, threads) in variants.items():
+                print(f"[{case}] {name} ...", file=sys.stderr, flush=True)
+                r = _launch(kind, case, ranks, threads, args.steps)
+                if name not in figures or r["samples_per_s"] > figures[name]["samples_per_s"]:
+                    figures[name] = r
+        results["cases"][case] = figures
+    cc, cm = results["cases"]["compute"], results["cases"]["comm"]
+    sps = lambda d, k: d[k]["samples_per_s"]  # noqa: E731
+    results["ratio_vs_bare"] = round(sps(cc, "a_deepfusion_1x1") / sps(cc, "b_bare_1x1"), 3)
+    results["ratio_vs_bare_comm_case"] = round(sps(cm, "a_deepfusion_1x1") / sps(cm, "b_bare_1x1"), 3)
+    results["ratio_vs_ddp_compute"] = round(sps(cc, "c_deepfusion_2x1") / sps(cc, "d_ddp_gloo_2x1"), 3)
+    results["ratio_vs_ddp_comm"] = round(sps(cm, "c_deepfusion_2x1") / sps(cm, "d_ddp_gloo_2x1"), 3)
+    results["ratio_2x1_vs_1x2_compute"] = round(sps(cc, "c_deepfusion_2x1") / sps(cc, "e_deepfusion_1x2"), 3)
+    results["strong_scaling_efficiency_1to2_compute"] = round(
+        sps(cc, "c_deepfusion_2x1") / (2 * sps(cc, "a_deepfusion_1x1")), 3)
+    c2 = cm["c_deepfusion_2x1"]
+    results["allreduce_ratio"] = round(c2["allreduce_gbps"] / c2["raw_allreduce_gbps"], 3)
+    results["goals"] = {"ratio_vs_bare": 0.97, "ratio_vs_ddp_compute": 1.0, "ratio_vs_ddp_comm": 1.5,
+                        "allreduce_ratio": 0.9}
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
