@@ -12,9 +12,9 @@ import numpy as np
 
 __all__ = ["SerialCommunicator", "MPICommunicator", "launched_under_mpi", "world", "abort_on_error"]
 
-# Environment variables that MPI launchers (MPICH/Hydra, Open MPI, PMIx, Slurm's srun
-# with PMI) set in every rank they start.
-_LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_PROCID")
+# Environment variables that MPI launchers (MPICH/Hydra, Intel MPI, Open MPI, PMIx) set
+# in every rank they start.
+_LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
 def _as_array(buf: Any) -> np.ndarray:
@@ -132,7 +132,7 @@ class MPICommunicator:
 def launched_under_mpi(environ: dict[str, str] | None = None) -> bool:
     """Whether an MPI launcher started this process with more than one rank possible."""
     env = os.environ if environ is None else environ
-    if any(var in env for var in _LAUNCHER_VARS[:-1]):
+    if any(var in env for var in _LAUNCHER_VARS):
         return True
     # srun sets SLURM_PROCID for every task, also without MPI; count only multi-task steps.
     return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1

@@ -40,3 +40,4 @@ def test_global_batches_independent_of_p_and_vary_by_epoch():
 def test_step_out_of_range():
     with pytest.raises(ValueError):
         global_batch(0, 0, 4, 32, 8)
+

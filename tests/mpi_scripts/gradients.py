@@ -3,7 +3,6 @@
 Exits non-zero (via MPI_Abort) on any mismatch; rank 0 prints one line per check.
 """
 
-import numpy as np
 import torch
 
 from deepfusion.comm import abort_on_error, world
