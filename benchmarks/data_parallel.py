@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -140,8 +139,9 @@ def _bare_or_ddp_loop(case: str, threads: int, steps: int, ddp: bool) -> dict:
 
 
 def _mpiexec() -> str:
-    here = Path(sys.executable).parent / "mpiexec"
-    found = str(here) if here.exists() else shutil.which("mpiexec")
+    from deepfusion.runtime import find_mpiexec
+
+    found = find_mpiexec()
     if not found:
         sys.exit("data_parallel.py: no mpiexec found (install the mpich extra)")
     return found

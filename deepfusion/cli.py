@@ -168,6 +168,9 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     from deepfusion.trainer import TrainingDiverged, train
     from diffnet.networks import parameter_count
 
+    b, b_loc = cfg.train.batch_size, local_batch_size(cfg.train.batch_size, comm.size)
+    if b_loc == 0:  # the same on every rank, and checked before anything is written
+        raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
     leader = comm.rank == 0
     say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     run_dir = Path(cfg.output.dir)
@@ -197,9 +200,6 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)
     if overlap.any() and leader:
         print(f"warning: held-out values {test[overlap].tolist()} are also in the training set", file=sys.stderr)
-    b, b_loc = cfg.train.batch_size, local_batch_size(cfg.train.batch_size, comm.size)
-    if b_loc == 0:
-        raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
     if b % comm.size and leader:
         print(
             f"warning: train.batch_size {b} is not divisible by {comm.size} ranks; each step uses "

@@ -51,22 +51,23 @@ class GradSync:
         # Buckets: contiguous ranges of the buffer, each closed once it reaches the size.
         limit = max(1, int(bucket_mb * 2**20 / self.buffer.element_size()))
         self.buckets: list[tuple[int, int]] = []
+        self._sizes: list[int] = []  # parameters in each bucket
         self._bucket_of: dict[int, int] = {}
-        offset, start = 0, 0
+        offset, start, members = 0, 0, 0
         for p in ordered:
             n = p.numel()
             if comm.size > 1:
                 p.grad = self.buffer[offset : offset + n].view_as(p)
             self._bucket_of[id(p)] = len(self.buckets)
             offset += n
+            members += 1
             if offset - start >= limit:
                 self.buckets.append((start, offset))
-                start = offset
+                self._sizes.append(members)
+                start, members = offset, 0
         if start < offset:
             self.buckets.append((start, offset))
-        self._sizes = [0] * len(self.buckets)
-        for p in ordered:
-            self._sizes[self._bucket_of[id(p)]] += 1
+            self._sizes.append(members)
         self._pending = [0] * len(self.buckets)
         self._requests: list = []
         self._hooks = []

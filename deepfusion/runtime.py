@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from pathlib import Path
 
 import torch
 
-__all__ = ["available_cores", "resolve_threads", "apply_threads"]
+__all__ = ["available_cores", "resolve_threads", "apply_threads", "find_mpiexec"]
 
 
 def available_cores() -> int:
@@ -29,3 +32,13 @@ def apply_threads(threads: int) -> None:
     """Set torch's intra-op threads and OpenMP's default to ``threads``."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` matching this interpreter's mpi4py, or None.
+
+    The launcher must belong to the MPI that mpi4py uses: prefer the one installed beside
+    this interpreter (the ``mpich`` wheel puts it there), then the first on PATH.
+    """
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")

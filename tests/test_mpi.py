@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,19 +14,13 @@ import pytest
 
 from conftest import ROOT, TINY
 from deepfusion.checkpoint import load_checkpoint
+from deepfusion.runtime import find_mpiexec
 
 SCRIPTS = ROOT / "tests" / "mpi_scripts"
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 
 
-def _mpiexec() -> str | None:
-    # The launcher must match the MPI that mpi4py was built for: prefer the one
-    # installed beside this interpreter (the mpich wheel), then PATH.
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
-MPIEXEC = _mpiexec()
+MPIEXEC = find_mpiexec()
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)"),
@@ -96,6 +89,15 @@ def test_bad_config_under_mpi_reported_once_status_2(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and "problem.viscosity" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(120)
+def test_batch_smaller_than_ranks_refused_before_writing(tmp_path):
+    proc = _train(4, tmp_path / "r", "--set", "train.batch_size=2")
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "smaller than the 4 ranks" in lines[0], proc.stderr
     assert not (tmp_path / "r").exists()
 
 
