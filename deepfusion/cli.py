@@ -40,35 +40,66 @@ class _Parser(argparse.ArgumentParser):
 
 def build_problem(cfg: Config):
     """The diffnet problem instance named by ``[problem]``."""
-    from diffnet.problems.burgers import BurgersProblem
-
     p = cfg.problem
-    return BurgersProblem(
-        resolution=tuple(p.resolution),
-        viscosity=p.viscosity,
-        t_final=p.t_final,
-        stencil=p.residual,
-        boundary=p.boundary,
-        penalty=p.penalty,
-    )
+    if p.name == "burgers":
+        from diffnet.problems.burgers import BurgersProblem
+
+        return BurgersProblem(
+            resolution=tuple(p.resolution),
+            viscosity=p.viscosity,
+            t_final=p.t_final,
+            stencil=p.residual,
+            boundary=p.boundary,
+            penalty=p.penalty,
+        )
+    family = {
+        "resolution": tuple(p.resolution),
+        "kl_terms": p.kl_terms,
+        "eta": p.kl_eta,
+        "coeff_range": tuple(p.coeff_range),
+        "constant": p.viscosity if p.diffusivity == "constant" else 0.0,
+    }
+    if p.name == "poisson":
+        from diffnet.problems.poisson import PoissonProblem
+
+        return PoissonProblem(**family)
+    from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+
+    return ReactionDiffusionProblem(**family, kappa=p.kappa, source=p.source)
+
+
+def _sample(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
+    p = cfg.problem
+    if p.name == "burgers":
+        from diffnet.problems.burgers import sample_c
+
+        return sample_c(tuple(p.c_range), n, sampling, seed)
+    from diffnet.problems.poisson import sample_coefficients
+
+    return sample_coefficients(tuple(p.coeff_range), p.kl_terms, n, sampling, seed)
 
 
 def training_parameters(cfg: Config) -> np.ndarray:
     """Instance parameters of the training set, one row per sample."""
-    from diffnet.problems.burgers import sample_c
-
     if cfg.data.sampling == "list":
         return np.asarray(cfg.problem.c_values, dtype=np.float64)
-    return sample_c(tuple(cfg.problem.c_range), cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
+    return _sample(cfg, cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
 
 
 def heldout_parameters(cfg: Config) -> np.ndarray:
-    """Held-out instances: ``problem.test_c``, or else n_test random draws from another stream."""
-    from diffnet.problems.burgers import sample_c
-
-    if cfg.problem.test_c:
+    """Held-out instances: Burgers' ``problem.test_c``, or else n_test random draws from another stream."""
+    if cfg.problem.name == "burgers" and cfg.problem.test_c:
         return np.asarray(cfg.problem.test_c, dtype=np.float64)
-    return sample_c(tuple(cfg.problem.c_range), cfg.data.n_test, "random", cfg.data.seed + 7919)
+    return _sample(cfg, cfg.data.n_test, "random", cfg.data.seed + 7919)
+
+
+def parameter_name(cfg: Config) -> str:
+    """The field-file dataset holding the instance parameters: ``c`` or ``a``."""
+    return "c" if cfg.problem.name == "burgers" else "a"
+
+
+def reference_name(cfg: Config) -> str:
+    return "Godunov" if cfg.problem.name == "burgers" else "FEM"
 
 
 def build_model(cfg: Config, problem):
@@ -82,13 +113,20 @@ def build_model(cfg: Config, problem):
 
 def field_attrs(cfg: Config, source: str) -> dict:
     p = cfg.problem
-    return {
-        "problem": p.name,
-        "source": source,
-        "viscosity": p.viscosity,
-        "t_final": p.t_final,
-        "residual": p.residual,
-    }
+    if p.name == "burgers":
+        return {
+            "problem": p.name,
+            "source": source,
+            "viscosity": p.viscosity,
+            "t_final": p.t_final,
+            "residual": p.residual,
+        }
+    attrs = {"problem": p.name, "source": source, "diffusivity": p.diffusivity, "kl_terms": p.kl_terms, "kl_eta": p.kl_eta}
+    if p.diffusivity == "constant":
+        attrs["nu"] = p.viscosity
+    if p.name == "reaction_diffusion":
+        attrs |= {"kappa": p.kappa, "f": p.source}
+    return attrs
 
 
 # --------------------------------------------------------------------------- train
@@ -137,6 +175,14 @@ def _agree(comm, fn):
     if errors:
         raise UsageError(errors[0])
     return result
+
+
+def _problem_summary(cfg: Config) -> str:
+    p = cfg.problem
+    if p.name == "burgers":
+        return f"nu={p.viscosity} residual={p.residual}"
+    nu = f"nu={p.viscosity}" if p.diffusivity == "constant" else f"nu=KL(m={p.kl_terms}, eta={p.kl_eta}, a in {list(p.coeff_range)})"
+    return nu + (f" kappa={p.kappa} f={p.source}" if p.name == "reaction_diffusion" else "")
 
 
 def _rank_report(comm, threads: int) -> str:
@@ -197,9 +243,10 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
             _truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
     test = heldout_parameters(cfg)
-    overlap = np.isclose(test[:, None], params[None, :], rtol=0, atol=1e-9).any(axis=1)
+    rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
+    overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
     if overlap.any() and leader:
-        print(f"warning: held-out values {test[overlap].tolist()} are also in the training set", file=sys.stderr)
+        print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
     if b % comm.size and leader:
         print(
             f"warning: train.batch_size {b} is not divisible by {comm.size} ranks; each step uses "
@@ -208,8 +255,8 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
         )
     report = _rank_report(comm, threads)
     say(
-        f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} nu={cfg.problem.viscosity} "
-        f"residual={cfg.problem.residual} | {cfg.model.name} {list(cfg.model.channels)} "
+        f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} {_problem_summary(cfg)} "
+        f"| {cfg.model.name} {list(cfg.model.channels)} "
         f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, batch "
         f"{b}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
         + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
@@ -250,7 +297,8 @@ def _evaluate_run(cfg: Config, problem, model, run_dir: Path, train_seconds: flo
     from deepfusion.fields import write_fields
 
     test = heldout_parameters(cfg)
-    print(f"reference: Godunov solutions for {len(test)} held-out c ...", flush=True)
+    ref_name, pname = reference_name(cfg), parameter_name(cfg)
+    print(f"reference: {ref_name} solutions for {len(test)} held-out instances ...", flush=True)
     t0 = time.perf_counter()
     ref = problem.reference(test)
     ref_seconds = time.perf_counter() - t0
@@ -259,31 +307,37 @@ def _evaluate_run(cfg: Config, problem, model, run_dir: Path, train_seconds: flo
     infer_seconds = time.perf_counter() - t0
     err = relative_l2(pred, ref)
     coords = problem.coordinates()
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {"c": test}, field_attrs(cfg, "diffnet"))
-    write_fields(run_dir / "test_reference.h5", ref, coords, {"c": test}, field_attrs(cfg, "godunov"))
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
+    write_fields(run_dir / "test_reference.h5", ref, coords, {pname: test}, field_attrs(cfg, ref_name.lower()))
     report = {
-        "c": test.tolist(),
+        pname: test.tolist(),
         "rel_l2": err.tolist(),
         "mean_rel_l2": float(err.mean()),
+        "max_rel_l2": float(err.max()),
         "train_seconds": train_seconds,
         "reference_seconds": ref_seconds,
         "inference_seconds": infer_seconds,
     }
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    print("\n   c    rel. L2 error vs Godunov")
-    for ck, ek in zip(test, err):
-        print(f"{ck:6.3f}   {ek:.4f}")
-    print(f"  mean   {err.mean():.4f}\n")
-    print(f"inference {infer_seconds:.3f} s for {len(test)} instances; Godunov reference {ref_seconds:.2f} s")
+    label = "   c  " if pname == "c" else "  instance"
+    print(f"\n{label}  rel. L2 error vs {ref_name}")
+    names = [f"{ck:6.3f}" for ck in test] if pname == "c" else [f"{k:10d}" for k in range(len(test))]
+    for name, ek in zip(names, err):
+        print(f"{name}   {ek:.4f}")
+    print(f"  mean   {err.mean():.4f}   max {err.max():.4f}\n")
+    print(f"inference {infer_seconds:.3f} s for {len(test)} instances; {ref_name} reference {ref_seconds:.2f} s")
     if cfg.output.plots:
         from deepfusion.plots import plot_fields, plot_loss
 
         plots = run_dir / "plots"
         plots.mkdir(exist_ok=True)
         plot_loss(run_dir / "metrics.jsonl", plots / "loss.png")
-        extent = (coords["x"][0], coords["x"][-1], coords["t"][0], coords["t"][-1])
-        labels = [f"c = {ck:g}, rel. L2 {ek:.3f}" for ck, ek in zip(test, err)]
-        plot_fields(pred, ref, extent, labels, ("x", "t"), plots / "fields.png", ref_name="Godunov")
+        axes = list(coords)
+        extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
+        shown = min(len(test), 6)
+        labels = [f"{pname} #{k}, rel. L2 {err[k]:.3f}" if pname == "a" else f"c = {test[k]:g}, rel. L2 {err[k]:.3f}"
+                  for k in range(shown)]
+        plot_fields(pred[:shown], ref[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png", ref_name=ref_name)
         print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
     print(f"run directory: {run_dir}")
 
@@ -299,6 +353,61 @@ def _positive_finite(name: str, values: Sequence[float]) -> np.ndarray:
     return arr
 
 
+def _load_array(path: Path, what: str, ndim: tuple[int, ...], max_elements: int = 2**28) -> np.ndarray:
+    """A float64 array from a ``.npy`` file (never unpickled), with finite values and an allowed rank."""
+    try:
+        with open(path, "rb") as fh:
+            fmt = np.lib.format
+            version = fmt.read_magic(fh)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(fh)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a .npy file ({exc})") from None
+    if dtype.hasobject or dtype.kind not in "fiu":
+        raise UsageError(f"{path}: {what} must be a numeric array, got dtype {dtype}")
+    if len(shape) not in ndim:
+        raise UsageError(f"{path}: {what} must have {' or '.join(map(str, ndim))} dimensions, got shape {shape}")
+    if int(np.prod(shape)) > max_elements or 0 in shape:
+        raise UsageError(f"{path}: {what} has shape {shape}; expected a non-empty array of at most {max_elements} values")
+    arr = np.load(path, allow_pickle=False).astype(np.float64)
+    if not np.isfinite(arr).all():
+        raise UsageError(f"{path}: {what} contains NaN or Inf")
+    return arr
+
+
+def instance_parameters(cfg: Config, args: argparse.Namespace) -> np.ndarray:
+    """The instances to solve, from ``--c`` (Burgers) or ``--coeffs`` / ``--nu`` (Poisson, reaction-diffusion)."""
+    p = cfg.problem
+    if p.name == "burgers":
+        if args.coeffs or args.nu:
+            raise UsageError("--coeffs/--nu: this run is Burgers; give --c")
+        if not args.c:
+            raise UsageError("give at least one --c")
+        return _positive_finite("--c", args.c)
+    if args.c:
+        raise UsageError(f"--c: this run is {p.name}; give --coeffs A.npy or --nu NU.npy")
+    if bool(args.coeffs) == bool(args.nu):
+        raise UsageError("give exactly one of --coeffs A.npy (rows of KL coefficients) or --nu NU.npy (fields)")
+    if args.coeffs:
+        a = _load_array(args.coeffs, "coefficients", (1, 2))
+        a = a.reshape(-1, a.shape[-1]) if a.ndim == 2 else a[None]
+        if a.shape[1] != p.kl_terms:
+            raise UsageError(f"{args.coeffs}: coefficient rows must have {p.kl_terms} entries (problem.kl_terms), got {a.shape[1]}")
+        lo, hi = p.coeff_range
+        if ((a < lo) | (a > hi)).any():
+            print(f"warning: {args.coeffs}: coefficients outside the training range [{lo}, {hi}]", file=sys.stderr)
+        return a
+    nu = _load_array(args.nu, "diffusivity", (2, 3))
+    nu = nu if nu.ndim == 3 else nu[None]
+    if nu.shape[1:] != tuple(p.resolution):
+        raise UsageError(f"{args.nu}: fields must be {tuple(p.resolution)} (the run's resolution), got {nu.shape[1:]}")
+    if not (nu > 0).all():
+        raise UsageError(f"{args.nu}: diffusivity must be > 0 everywhere (min {nu.min():g})")
+    return nu
+
+
 def cmd_infer(args: argparse.Namespace, comm) -> int:
     from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -306,9 +415,7 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir}: not a run directory (no config.toml)")
     cfg = load_config(run_dir / "config.toml")
-    if not args.c:
-        raise UsageError("infer: give at least one --c")
-    c = _positive_finite("--c", args.c)
+    params = instance_parameters(cfg, args)
     path = Path(args.checkpoint) if args.checkpoint else latest_checkpoint(run_dir / "checkpoints")
     if path is None:
         raise UsageError(f"{run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
@@ -320,12 +427,18 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
     model = build_model(cfg, problem)
     ckpt.restore(model)
     t0 = time.perf_counter()
-    u = predict(model, problem, c)
+    u = predict(model, problem, params)
     seconds = time.perf_counter() - t0
     attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(path)}
-    out = write_fields(args.out, u, problem.coordinates(), {"c": c}, attrs)
-    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(c)} fields {u.shape[1:]} in {seconds:.3f} s")
+    name = "nu" if params.ndim == 3 else parameter_name(cfg)
+    out = write_fields(args.out, u, problem.coordinates(), {name: params}, attrs)
+    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(params)} fields {u.shape[1:]} in {seconds:.3f} s")
     return 0
+
+
+def _check_resolution(resolution: Sequence[int]) -> None:
+    if any(n < 3 or n > 16385 for n in resolution):
+        raise UsageError(f"--resolution: each count must be in 3..16385, got {list(resolution)}")
 
 
 def cmd_reference(args: argparse.Namespace, comm) -> int:
@@ -335,8 +448,7 @@ def cmd_reference(args: argparse.Namespace, comm) -> int:
     if not args.c:
         raise UsageError("reference burgers: give at least one --c")
     c = _positive_finite("--c", args.c)
-    if any(n < 3 or n > 16385 for n in args.resolution):
-        raise UsageError(f"--resolution: each count must be in 3..16385, got {args.resolution}")
+    _check_resolution(args.resolution)
     if not (math.isfinite(args.viscosity) and args.viscosity >= 0):
         raise UsageError(f"--viscosity: must be finite and >= 0, got {args.viscosity}")
     if not (math.isfinite(args.t_final) and args.t_final > 0):
@@ -348,6 +460,31 @@ def cmd_reference(args: argparse.Namespace, comm) -> int:
     attrs = {"problem": "burgers", "source": "godunov", "viscosity": args.viscosity, "t_final": args.t_final}
     out = write_fields(args.out, u, problem.coordinates(), {"c": c}, attrs)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(c)} Godunov solutions in {seconds:.2f} s")
+    return 0
+
+
+def cmd_reference_elliptic(args: argparse.Namespace, comm) -> int:
+    """``reference poisson`` / ``reference reaction_diffusion``: Q1 FEM solves of given instances."""
+    from deepfusion.fields import write_fields
+
+    resolution = args.resolution * 2 if len(args.resolution) == 1 else args.resolution
+    if len(resolution) != 2:
+        raise UsageError(f"--resolution: give N or NY NX, got {args.resolution}")
+    _check_resolution(resolution)
+    sets = [f"problem.name={args.problem}", f"problem.resolution={list(resolution)}",
+            f"problem.kl_terms={args.kl_terms}", f"problem.kl_eta={args.kl_eta}"]
+    if args.problem == "reaction_diffusion":
+        sets += [f"problem.kappa={args.kappa}", f"problem.source={args.source}"]
+    cfg = load_config(None, sets + ["data.sampling=random", "data.n_train=1", "train.batch_size=1"])
+    params = instance_parameters(cfg, argparse.Namespace(c=None, coeffs=args.coeffs, nu=args.nu))
+    problem = build_problem(cfg)
+    t0 = time.perf_counter()
+    u = problem.reference(params, progress=lambda k, n: print(f"  solved {k}/{n}", flush=True), method=args.method)
+    seconds = time.perf_counter() - t0
+    name = "nu" if params.ndim == 3 else "a"
+    attrs = field_attrs(cfg, "fem") | {"solver": args.method}
+    out = write_fields(args.out, u, problem.coordinates(), {name: params}, attrs)
+    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {len(params)} Q1 FEM solutions ({args.method}) in {seconds:.2f} s")
     return 0
 
 
@@ -369,6 +506,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write")
     p.add_argument("--c", type=float, action="append", help="Burgers IC parameter (repeatable)")
+    p.add_argument("--coeffs", type=Path, help="Poisson/reaction-diffusion: .npy of KL coefficient rows (S, m)")
+    p.add_argument("--nu", type=Path, help="Poisson/reaction-diffusion: .npy of diffusivity fields (S, N_y, N_x)")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the latest)")
     p.set_defaults(func=cmd_infer)
 
@@ -381,6 +520,19 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--t-final", type=float, default=1.0 / 3.0)
     r.add_argument("--out", type=Path, required=True)
     r.set_defaults(func=cmd_reference)
+    for name, title in (("poisson", "-div(nu grad u) = 0"), ("reaction_diffusion", "-div(nu grad u) + kappa^2 u = f")):
+        r = rsub.add_parser(name, help=f"Q1 finite-element solutions of {title} on the nodal grid")
+        r.add_argument("--coeffs", type=Path, help=".npy of KL coefficient rows (S, m)")
+        r.add_argument("--nu", type=Path, help=".npy of nodal diffusivity fields (S, N_y, N_x)")
+        r.add_argument("--resolution", type=int, nargs="+", default=[64], metavar="N", help="N, or N_Y N_X")
+        r.add_argument("--kl-terms", type=int, default=6)
+        r.add_argument("--kl-eta", type=float, default=0.5)
+        if name == "reaction_diffusion":
+            r.add_argument("--kappa", type=float, default=1.0)
+            r.add_argument("--source", type=float, default=1.0)
+        r.add_argument("--method", choices=["amg", "direct"], default="amg", help="AMG-preconditioned CG or sparse LU")
+        r.add_argument("--out", type=Path, required=True)
+        r.set_defaults(func=cmd_reference_elliptic)
     return parser
 
 

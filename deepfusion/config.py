@@ -78,9 +78,9 @@ def _key(check=None, **kw):
 class ProblemConfig:
     """``[problem]``: which PDE family, on which grid."""
 
-    name: str = _key(_choice("burgers"), default="burgers")
+    name: str = _key(_choice("burgers", "poisson", "reaction_diffusion"), default="burgers")
     resolution: tuple[int, ...] = _key(_resolution, default=(64, 64))
-    viscosity: float = _key(_nonnegative, default=0.01)
+    viscosity: float = _key(_nonnegative, default=0.01)  # Burgers nu; the constant nu of diffusivity = "constant"
     residual: str = _key(_choice("sobel", "scharr"), default="sobel")
     boundary: str = _key(_choice("exact", "penalty"), default="exact")
     penalty: float = _key(_positive, default=1.0)
@@ -88,6 +88,13 @@ class ProblemConfig:
     c_range: tuple[float, ...] = _key(_range, default=(3.0, 6.0))
     c_values: tuple[float, ...] = _key(_positive_all, default=())
     test_c: tuple[float, ...] = _key(_positive_all, default=(3.3, 4.1, 4.77, 5.5, 5.9))
+    # Poisson and reaction-diffusion: the Karhunen-Loeve diffusivity family.
+    diffusivity: str = _key(_choice("kl", "constant"), default="kl")
+    kl_terms: int = _key(lambda v: None if 1 <= v <= 64 else "must be in 1..64", default=6)
+    kl_eta: float = _key(_positive, default=0.5)
+    coeff_range: tuple[float, ...] = _key(_range, default=(-3.0, 3.0))
+    kappa: float = _key(_nonnegative, default=1.0)
+    source: float = _key(lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)", default=1.0)
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,19 @@ def _build_section(section: str, values: dict[str, Any]) -> Any:
 
 def _cross_checks(cfg: Config) -> None:
     """Constraints that involve more than one key."""
+    if cfg.problem.name != "burgers":
+        if cfg.data.sampling == "list":
+            raise ConfigError("data.sampling: 'list' is for Burgers (problem.c_values); use uniform, random or sobol")
+        m, n = cfg.problem.kl_terms, cfg.data.n_train
+        if cfg.data.sampling == "uniform" and round(n ** (1.0 / m)) ** m != n:
+            raise ConfigError(
+                f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
+                f"n_train = k^{m} (got {n}); use sampling = 'sobol' or 'random'"
+            )
+        if cfg.problem.name == "poisson" and cfg.problem.diffusivity == "constant":
+            raise ConfigError("problem.diffusivity: 'constant' leaves Poisson with a single solution u = 1 - x; use 'kl'")
+        if cfg.problem.diffusivity == "constant" and cfg.problem.viscosity <= 0:
+            raise ConfigError("problem.viscosity: the constant diffusivity must be > 0 (got 0)")
     if cfg.data.sampling == "list":
         if not cfg.problem.c_values:
             raise ConfigError("problem.c_values: must list the training c when data.sampling = 'list'")

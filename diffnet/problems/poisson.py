@@ -1,0 +1,176 @@
+"""Poisson family -div(nu grad u) = 0 with a Karhunen-Loeve log-diffusivity, and that KL family."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import brentq
+
+from diffnet.energy import dirichlet_energy
+
+__all__ = [
+    "kl_roots",
+    "kl_modes",
+    "sample_coefficients",
+    "KLFamily",
+    "PoissonProblem",
+]
+
+
+def kl_roots(eta: float, m: int) -> np.ndarray:
+    """The first m positive roots of tan(w) = 2 eta w / (eta^2 w^2 - 1).
+
+    Written without poles as g(w) = (eta^2 w^2 - 1) sin w - 2 eta w cos w, which changes
+    sign once in (0, pi) and once in every (k pi, (k+1) pi); each root is bracketed
+    there and found by Brent's method.
+    """
+    if not (eta > 0 and m >= 1):
+        raise ValueError(f"need eta > 0 and m >= 1, got eta={eta}, m={m}")
+
+    def g(w: float) -> float:
+        return (eta * eta * w * w - 1.0) * np.sin(w) - 2.0 * eta * w * np.cos(w)
+
+    roots = []
+    for k in range(m):
+        lo, hi = (k * np.pi, (k + 1) * np.pi)
+        lo = max(lo, 1e-9)  # g(0) = 0 is not a root of the eigenproblem
+        roots.append(brentq(g, lo + 1e-12 * hi, hi, xtol=1e-14, rtol=1e-15))
+    return np.asarray(roots)
+
+
+def kl_modes(eta: float, m: int, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues lambda_i = 2 eta / (1 + (eta w_i)^2) and modes phi_i(s) = eta w_i cos(w_i s) + sin(w_i s).
+
+    Returns ``lam`` (m,) and ``phi`` (m, len(s)).
+    """
+    w = kl_roots(eta, m)
+    s = np.asarray(s, dtype=np.float64)
+    lam = 2.0 * eta / (1.0 + (eta * w) ** 2)
+    phi = eta * w[:, None] * np.cos(w[:, None] * s[None, :]) + np.sin(w[:, None] * s[None, :])
+    return lam, phi
+
+
+def sample_coefficients(
+    coeff_range: tuple[float, float], m: int, n: int, sampling: str, seed: int
+) -> np.ndarray:
+    """n coefficient vectors a in [lo, hi]^m, shape (n, m).
+
+    ``random``: i.i.d. uniform draws from ``numpy.random.default_rng(seed)``; ``sobol``:
+    a scrambled Sobol sequence; ``uniform``: the tensor grid with k equispaced values per
+    coefficient, which needs n = k^m.
+    """
+    lo, hi = coeff_range
+    if sampling == "random":
+        return np.random.default_rng(seed).uniform(lo, hi, size=(n, m))
+    if sampling == "sobol":
+        from scipy.stats import qmc
+
+        return lo + (hi - lo) * qmc.Sobol(d=m, scramble=True, seed=seed).random(n)
+    if sampling == "uniform":
+        k = round(n ** (1.0 / m))
+        if k**m != n:
+            raise ValueError(f"uniform sampling of {m} coefficients needs n = k^{m} samples, got {n}")
+        axis = np.linspace(lo, hi, k) if k > 1 else np.array([(lo + hi) / 2.0])
+        return np.stack(np.meshgrid(*([axis] * m), indexing="ij"), -1).reshape(n, m)
+    raise ValueError(f"unknown sampling {sampling!r}")
+
+
+@dataclass(frozen=True)
+class KLFamily:
+    """Diffusivities nu(x, y) = exp(sum_i a_i lambda_i phi_i(x) phi_i(y)) on an (N_y, N_x) nodal grid of [0,1]^2.
+
+    Instance parameters are coefficient rows a, shape (S, m); a batch of nodal
+    diffusivity fields, shape (S, N_y, N_x), may be given in their place (inference on
+    arbitrary positive fields). ``constant`` > 0 replaces the family by nu = constant.
+    """
+
+    resolution: tuple[int, int]
+    kl_terms: int = 6
+    eta: float = 0.5
+    coeff_range: tuple[float, float] = (-3.0, 3.0)
+    constant: float = 0.0
+
+    in_channels = 3
+    parameter_names = ("a",)
+
+    @property
+    def hx(self) -> float:
+        return 1.0 / (self.resolution[1] - 1)
+
+    @property
+    def hy(self) -> float:
+        return 1.0 / (self.resolution[0] - 1)
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Nodal coordinates ``y`` (N_y,) and ``x`` (N_x,), float64."""
+        ny, nx = self.resolution
+        return {"y": np.linspace(0.0, 1.0, ny), "x": np.linspace(0.0, 1.0, nx)}
+
+    def log_modes(self) -> np.ndarray:
+        """lambda_i phi_i(x) phi_i(y) on the grid, shape (m, N_y, N_x)."""
+        c = self.coordinates()
+        lam, phi_x = kl_modes(self.eta, self.kl_terms, c["x"])
+        _, phi_y = kl_modes(self.eta, self.kl_terms, c["y"])
+        return lam[:, None, None] * phi_y[:, :, None] * phi_x[:, None, :]
+
+    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+        """Nodal nu, shape (S, N_y, N_x), for coefficient rows (S, m) or nu fields (S, N_y, N_x)."""
+        if params.ndim == 3:
+            return params
+        if self.constant > 0:
+            return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype)
+        modes = torch.as_tensor(self.log_modes(), dtype=params.dtype, device=params.device)
+        return torch.exp(torch.einsum("sm,myx->syx", params, modes))
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """Network input (S, 3, N_y, N_x): log nu, then y and x."""
+        nu = self.diffusivity(params)
+        s = nu.shape[0]
+        c = {k: torch.as_tensor(v, dtype=nu.dtype, device=nu.device) for k, v in self.coordinates().items()}
+        yy = c["y"][:, None].expand(*self.resolution).expand(s, -1, -1)
+        xx = c["x"][None, :].expand(*self.resolution).expand(s, -1, -1)
+        return torch.stack([torch.log(nu), yy, xx], dim=1)
+
+    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
+        """:meth:`diffusivity` in float64 numpy, for the reference solver."""
+        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
+
+
+@dataclass(frozen=True)
+class PoissonProblem(KLFamily):
+    """-div(nu grad u) = 0 on [0,1]^2; u = 1 at x = 0, u = 0 at x = 1, zero flux at y = 0, 1.
+
+    The loss is the Q1 energy J(u) = integral 1/2 nu |grad u|^2 of the network's field,
+    divided per sample by the energy of the lift u = 1 - x (that is 1/2 integral nu):
+    over a in [-3, 3]^6 nu spans about seven decades, and without the division the
+    samples with large nu would own the gradient.
+    """
+
+    name = "poisson"
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = (1 - x) + M * N, with the mask M zero on the Dirichlet columns x = 0, 1."""
+        raw = raw[:, 0]
+        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=raw.dtype, device=raw.device)
+        return (1.0 - x) + F.pad(raw[:, :, 1:-1], (1, 1))
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample normalised energy ``energy``, shape (S,)."""
+        nu = self.diffusivity(params.to(u.dtype))
+        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)).expand_as(u)
+        return {"energy": dirichlet_energy(u, nu, self.hx, self.hy) / dirichlet_energy(lift, nu, self.hx, self.hy)}
+
+    def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
+        """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
+        from diffnet.solvers.poisson import poisson_fem
+
+        nu = self.diffusivity_numpy(params)
+        out = np.empty_like(nu)
+        for k in range(len(nu)):
+            out[k] = poisson_fem(nu[k], method=method)
+            if progress is not None:
+                progress(k + 1, len(nu))
+        return out

@@ -1,0 +1,62 @@
+"""Reaction-diffusion family -div(nu grad u) + kappa^2 u = f, u = 0 on the boundary of [0,1]^2."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from diffnet.energy import reaction_diffusion_energy
+from diffnet.problems.poisson import KLFamily
+
+__all__ = ["ReactionDiffusionProblem", "energy_scale"]
+
+
+def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
+    """|J| of the best single-mode field A sin(pi x) sin(pi y) for constant nu = nu_mean.
+
+    Minimising J over A gives J = -(4 f / pi^2)^2 / (2 (nu pi^2 / 2 + kappa^2 / 4)); its
+    magnitude is the per-sample scale the energy is divided by, since the solution, and
+    with it J, scales like f / nu across the diffusivity family.
+    """
+    load = 4.0 * f / math.pi**2
+    return load * load / (2.0 * (nu_mean * math.pi**2 / 2.0 + kappa * kappa / 4.0))
+
+
+@dataclass(frozen=True)
+class ReactionDiffusionProblem(KLFamily):
+    """-div(nu grad u) + kappa^2 u = f with u = 0 on every side; nu from the KL family (or constant).
+
+    The loss is the Q1 energy integral [1/2 nu |grad u|^2 + 1/2 kappa^2 u^2 - f u],
+    divided per sample by :func:`energy_scale`; it is negative at the solution.
+    """
+
+    kappa: float = 1.0
+    source: float = 1.0
+
+    name = "reaction_diffusion"
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = M * N with the mask M zero on all four sides."""
+        return F.pad(raw[:, 0, 1:-1, 1:-1], (1, 1, 1, 1))
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample normalised energy ``energy``, shape (S,)."""
+        nu = self.diffusivity(params.to(u.dtype))
+        j = reaction_diffusion_energy(u, nu, self.kappa, self.source, self.hx, self.hy)
+        return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
+
+    def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
+        """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
+        from diffnet.solvers.poisson import reaction_diffusion_fem
+
+        nu = self.diffusivity_numpy(params)
+        out = np.empty_like(nu)
+        for k in range(len(nu)):
+            out[k] = reaction_diffusion_fem(nu[k], self.kappa, self.source, method=method)
+            if progress is not None:
+                progress(k + 1, len(nu))
+        return out

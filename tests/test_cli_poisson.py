@@ -1,0 +1,181 @@
+"""Poisson and reaction-diffusion end to end: train, evaluate against FEM, infer from coefficients or fields, reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY, run_cli
+from deepfusion.runtime import find_mpiexec
+
+POISSON = str(ROOT / "configs" / "poisson.toml")
+REACTION = str(ROOT / "configs" / "reaction_diffusion.toml")
+SMALL = [*TINY, "--set", "data.sampling=sobol", "--set", "data.n_test=3"]
+
+
+@pytest.fixture(scope="module")
+def poisson_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run") / "poisson"
+    proc = run_cli("train", POISSON, "--out", str(run_dir), *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, proc.stdout
+
+
+def test_poisson_training_evaluates_against_fem(poisson_run):
+    run_dir, stdout = poisson_run
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert "energy" in records[0]
+    # The normalised energy starts at 1 (the lift 1 - x) and falls below it.
+    assert records[-1]["loss"] < records[0]["loss"] <= 1.0
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert np.asarray(report["a"]).shape == (3, 6)
+    assert all(0 < e < 1 for e in report["rel_l2"])
+    assert "rel. L2 error vs FEM" in stdout and "nu=KL(m=6" in stdout
+    with h5py.File(run_dir / "test_reference.h5") as f:
+        u, a = f["u"][()], f["a"][()]
+        assert f.attrs["problem"] == "poisson" and f.attrs["source"] == "fem"
+        assert f["y"].shape == (16,) and f["x"].shape == (16,)
+    np.testing.assert_array_equal(u[:, :, 0], 1.0)
+    np.testing.assert_array_equal(u[:, :, -1], 0.0)
+    assert (run_dir / "plots" / "fields.png").is_file()
+    # The held-out coefficients are not training ones.
+    from deepfusion.config import load_config
+    from deepfusion.cli import training_parameters
+
+    train = training_parameters(load_config(run_dir / "config.toml"))
+    assert not np.isclose(a[:, None], train[None], atol=1e-9).all(axis=2).any()
+
+
+def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
+    run_dir, _ = poisson_run
+    from deepfusion.cli import build_problem
+    from deepfusion.config import load_config
+
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        a, expected = f["a"][()], f["u"][()]
+    np.save(tmp_path / "a.npy", a[:2])
+    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "fa.h5"))
+    assert proc.returncode == 0, proc.stderr
+    problem = build_problem(load_config(run_dir / "config.toml"))
+    np.save(tmp_path / "nu.npy", problem.diffusivity_numpy(a[:2]))
+    proc = run_cli("infer", str(run_dir), "--nu", str(tmp_path / "nu.npy"), "--out", str(tmp_path / "fn.h5"))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "fa.h5") as fa, h5py.File(tmp_path / "fn.h5") as fn:
+        np.testing.assert_allclose(fa["u"][()], expected[:2], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(fn["u"][()], expected[:2], rtol=1e-4, atol=1e-5)
+        assert fn["nu"].shape == (2, 16, 16)
+
+
+def _bad(tmp_path, name: str, value) -> str:
+    path = tmp_path / name
+    np.save(path, value, allow_pickle=True)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--coeffs", np.zeros((2, 5)), "must have 6 entries"),
+        ("--coeffs", np.array([[np.nan] * 6]), "NaN or Inf"),
+        ("--coeffs", np.array([{"a": 1}], dtype=object), "numeric array"),
+        ("--nu", np.ones((1, 8, 8)), "must be (16, 16)"),
+        ("--nu", -np.ones((1, 16, 16)), "must be > 0"),
+        ("--nu", np.ones((1, 1, 16, 16)), "must have 2 or 3 dimensions"),
+    ],
+)
+def test_infer_refuses_bad_instance_files(poisson_run, tmp_path, flag, value, message):
+    run_dir, _ = poisson_run
+    path = _bad(tmp_path, "bad.npy", value)
+    proc = run_cli("infer", str(run_dir), flag, path, "--out", str(tmp_path / "o.h5"))
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_infer_refuses_burgers_flags_and_non_npy(poisson_run, tmp_path):
+    run_dir, _ = poisson_run
+    proc = run_cli("infer", str(run_dir), "--c", "4", "--out", str(tmp_path / "o.h5"))
+    assert proc.returncode == 2 and "--coeffs" in proc.stderr
+    junk = tmp_path / "junk.npy"
+    junk.write_bytes(b"not numpy at all")
+    proc = run_cli("infer", str(run_dir), "--coeffs", str(junk), "--out", str(tmp_path / "o.h5"))
+    assert proc.returncode == 2 and "not a .npy file" in proc.stderr
+
+
+def test_reference_poisson_amg_equals_direct(tmp_path):
+    a = np.random.default_rng(3).uniform(-3, 3, size=(2, 6))
+    np.save(tmp_path / "a.npy", a)
+    fields = {}
+    for method in ("amg", "direct"):
+        out = tmp_path / f"{method}.h5"
+        proc = run_cli("reference", "poisson", "--coeffs", str(tmp_path / "a.npy"), "--resolution", "33",
+                       "--method", method, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        with h5py.File(out) as f:
+            fields[method] = f["u"][()]
+            np.testing.assert_allclose(f["a"][()], a)
+            assert f.attrs["solver"] == method
+    assert fields["amg"].shape == (2, 33, 33)
+    assert np.abs(fields["amg"] - fields["direct"]).max() < 1e-7
+
+
+def test_reaction_diffusion_trains_and_evaluates(tmp_path):
+    run_dir = tmp_path / "rd"
+    proc = run_cli("train", REACTION, "--out", str(run_dir), *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["loss"] < 0 < records[0]["loss"] + 1  # the energy goes negative
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert all(0 < e < 1 for e in report["rel_l2"])
+    with h5py.File(run_dir / "test_reference.h5") as f:
+        u = f["u"][()]
+        assert f.attrs["problem"] == "reaction_diffusion"
+    assert np.all(u[:, 0] == 0) and np.all(u[:, :, -1] == 0) and u.max() > 0
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("problem.source=0", "problem.source"),
+        ("data.sampling=uniform", "n_train = k^6"),
+        ("data.sampling=list", "data.sampling"),
+        ("problem.kl_terms=0", "problem.kl_terms"),
+        ("problem.coeff_range=[1,-1]", "problem.coeff_range"),
+        ("problem.diffusivity=spline", "problem.diffusivity"),
+    ],
+)
+def test_bad_elliptic_config_values(tmp_path, override, message):
+    proc = run_cli("train", REACTION, "--out", str(tmp_path / "r"), "--set", override)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+MPIEXEC = find_mpiexec()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.timeout(240)
+def test_poisson_same_parameters_on_one_and_two_ranks(tmp_path):
+    """The energy loss is a global mean like the residual: P = 2 follows the P = 1 trajectory."""
+    from deepfusion.checkpoint import load_checkpoint
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    finals = {}
+    for n in (1, 2):
+        out = tmp_path / f"p{n}"
+        cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "deepfusion", "train", POISSON, "--out", str(out),
+               *SMALL, "--set", "train.dtype=float64", "--set", "train.epochs=5", "--set", "output.plots=false"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
+        assert proc.returncode == 0, proc.stderr
+        finals[n] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
+    for name, ref in finals[1].items():
+        rel = np.abs(finals[2][name] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-9, (name, rel)

@@ -1,0 +1,102 @@
+"""The KL diffusivity family and the Poisson / reaction-diffusion problems (boundaries, losses, sampling)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from diffnet.problems.poisson import PoissonProblem, kl_modes, kl_roots, sample_coefficients
+from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+
+
+def test_kl_roots_match_the_tabulated_values():
+    w = kl_roots(0.5, 6)
+    np.testing.assert_allclose(w, [1.7207, 4.0575, 6.8512, 9.8264, 12.8746, 15.9573], atol=1e-4)
+
+
+@pytest.mark.parametrize("eta", [0.1, 0.5, 1.0, 3.0])
+def test_kl_roots_solve_the_equation_for_any_eta(eta):
+    w = kl_roots(eta, 10)
+    assert np.all(np.diff(w) > 0) and w[0] > 0
+    # One root in each interval (k pi, (k + 1) pi).
+    np.testing.assert_array_equal(np.floor(w / np.pi), np.arange(10))
+    lhs = (eta**2 * w**2 - 1) * np.sin(w)
+    rhs = 2 * eta * w * np.cos(w)
+    np.testing.assert_allclose(lhs, rhs, atol=1e-9 * (1 + np.abs(rhs).max()))
+
+
+def test_kl_modes_are_orthogonal_eigenfunctions():
+    """phi_i are orthogonal on [0,1] (they are eigenfunctions of the exponential kernel)."""
+    s = np.linspace(0, 1, 20001)
+    lam, phi = kl_modes(0.5, 5, s)
+    gram = np.trapezoid(phi[:, None, :] * phi[None, :, :], s, axis=-1)
+    off = gram - np.diag(np.diag(gram))
+    assert np.abs(off).max() < 1e-6 * np.abs(np.diag(gram)).max()
+    assert np.all(lam > 0) and np.all(np.diff(lam) < 0)
+
+
+def test_sampling_shapes_ranges_and_errors():
+    for sampling in ("random", "sobol"):
+        a = sample_coefficients((-3, 3), 6, 64, sampling, seed=1)
+        assert a.shape == (64, 6) and a.min() >= -3 and a.max() <= 3
+        np.testing.assert_array_equal(a, sample_coefficients((-3, 3), 6, 64, sampling, seed=1))
+    grid = sample_coefficients((-1, 1), 2, 9, "uniform", seed=0)
+    assert sorted(set(grid[:, 0])) == [-1.0, 0.0, 1.0] and len({tuple(r) for r in grid}) == 9
+    with pytest.raises(ValueError, match="k\\^6"):
+        sample_coefficients((-3, 3), 6, 100, "uniform", seed=0)
+
+
+def test_diffusivity_spans_the_expected_decades():
+    problem = PoissonProblem((64, 64))
+    a = torch.as_tensor(sample_coefficients((-3, 3), 6, 256, "sobol", 0))
+    log10 = torch.log10(problem.diffusivity(a))
+    assert float(log10.max() - log10.min()) > 5  # "about seven decades" over the family
+    # Fields passed instead of coefficients are used as they are.
+    nu = torch.rand(2, 64, 64, dtype=torch.float64) + 0.1
+    assert problem.diffusivity(nu) is nu
+
+
+def test_poisson_field_imposes_dirichlet_values_for_any_output():
+    problem = PoissonProblem((12, 10))
+    raw = torch.randn(3, 1, 12, 10)
+    u = problem.field(raw, None)
+    np.testing.assert_array_equal(u[:, :, 0].numpy(), 1.0)
+    np.testing.assert_array_equal(u[:, :, -1].numpy(), 0.0)
+    inputs = problem.inputs(torch.zeros(3, 6))
+    assert inputs.shape == (3, 3, 12, 10)
+    np.testing.assert_allclose(inputs[:, 0].numpy(), 0.0, atol=1e-7)  # log nu of a = 0
+
+
+def test_poisson_loss_is_minimal_at_the_fem_solution():
+    problem = PoissonProblem((17, 17))
+    a = np.random.default_rng(0).uniform(-3, 3, size=(2, 6))
+    u_fem = torch.as_tensor(problem.reference(a))
+    at = torch.as_tensor(a)
+    best = problem.loss_terms(u_fem, at)["energy"]
+    lift = problem.loss_terms((1 - torch.linspace(0, 1, 17, dtype=torch.float64)).expand(2, 17, 17), at)["energy"]
+    np.testing.assert_allclose(lift.numpy(), 1.0)  # normalised by the lift's own energy
+    assert torch.all(best < lift)
+    bump = torch.zeros_like(u_fem)
+    bump[:, 5:12, 5:12] = 0.01
+    assert torch.all(problem.loss_terms(u_fem + bump, at)["energy"] > best)
+
+
+def test_reaction_diffusion_zero_boundary_and_negative_minimum():
+    problem = ReactionDiffusionProblem((17, 17), coeff_range=(-1.0, 1.0), kappa=2.0, source=3.0)
+    raw = torch.randn(2, 1, 17, 17, dtype=torch.float64)
+    u = problem.field(raw, None)
+    for edge in (u[:, 0], u[:, -1], u[:, :, 0], u[:, :, -1]):
+        assert torch.all(edge == 0)
+    a = np.random.default_rng(1).uniform(-1, 1, size=(2, 6))
+    u_fem = torch.as_tensor(problem.reference(a))
+    e = problem.loss_terms(u_fem, torch.as_tensor(a))["energy"]
+    # J at the minimiser is -1/2 b.u < 0, and the scale makes it of order one.
+    assert torch.all(e < 0) and torch.all(e > -10)
+    assert torch.all(problem.loss_terms(1.01 * u_fem, torch.as_tensor(a))["energy"] > e)
+
+
+def test_constant_diffusivity_option():
+    problem = ReactionDiffusionProblem((9, 9), constant=0.5)
+    nu = problem.diffusivity(torch.zeros(3, 6, dtype=torch.float64))
+    assert nu.shape == (3, 9, 9) and torch.all(nu == 0.5)
