@@ -50,11 +50,48 @@ class Checkpoint:
                 )
         model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in self.model.items()})
         if optimizer is not None:
-            state = {
-                i: {k: torch.from_numpy(np.array(v)) for k, v in entries.items()}
-                for i, entries in self.optimizer_state.items()
-            }
+            state = {i: {k: _to_torch(v) for k, v in entries.items()} for i, entries in self.optimizer_state.items()}
             optimizer.load_state_dict({"state": state, "param_groups": self.optimizer_groups})
+
+
+# Optimizer state values are tensors (Adam's moments), lists of tensors (L-BFGS history)
+# or plain numbers; each is stored as one dataset whose ``kind`` attribute says which.
+
+
+def _write_value(group: h5py.Group, key: str, value: Any) -> None:
+    if value is None:
+        d, kind = group.create_dataset(key, data=np.zeros(0)), "none"
+    elif isinstance(value, list):
+        arrays = [v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v) for v in value]
+        d, kind = group.create_dataset(key, data=np.stack(arrays) if arrays else np.zeros(0)), "list"
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        data = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+        d, kind = group.create_dataset(key, data=data), "tensor"
+    else:
+        d, kind = group.create_dataset(key, data=value), "int" if isinstance(value, int) else "float"
+    d.attrs["kind"] = kind
+
+
+def _read_value(d: h5py.Dataset) -> Any:
+    kind = d.attrs.get("kind", "tensor")
+    data = d[()]
+    if kind == "none":
+        return None
+    if kind == "list":
+        return [np.array(row) for row in data] if data.size else []
+    if kind in ("int", "float"):
+        return int(data) if kind == "int" else float(data)
+    if kind != "tensor":
+        raise CheckpointError(f"optimizer value {d.name} has unknown kind {kind!r}")
+    return data
+
+
+def _to_torch(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value))
+    if isinstance(value, list):
+        return [torch.from_numpy(np.array(v)) for v in value]
+    return value
 
 
 def _checksum(f: h5py.File) -> str:
@@ -66,6 +103,8 @@ def _checksum(f: h5py.File) -> str:
     for name in sorted(names):
         data = np.ascontiguousarray(f[name][()])
         digest.update(f"{name}|{data.dtype.str}|{data.shape}|".encode())
+        if "kind" in f[name].attrs:
+            digest.update(f"kind={f[name].attrs['kind']}|".encode())
         digest.update(data.tobytes())
     for key in ("epoch", "step", "ranks", "config", "optimizer_groups"):
         digest.update(f"{key}={f.attrs[key]}".encode())
@@ -117,8 +156,9 @@ def save_checkpoint(
             for index, entries in opt_state["state"].items():
                 gi = g.create_group(str(index))
                 for key, value in entries.items():
-                    value = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
-                    gi.create_dataset(key, data=value)
+                    if isinstance(value, list) and any(v is None for v in value):
+                        continue  # scratch space (torch L-BFGS's "al"), rebuilt by the optimizer
+                    _write_value(gi, key, value)
             f.create_dataset("rng/torch", data=torch.get_rng_state().numpy())
             f.attrs["checksum"] = _checksum(f)
             f.flush()
@@ -146,7 +186,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                 raise CheckpointError(f"{path}: checksum mismatch (file corrupted)")
             model = {name: f["model"][name][()] for name in f["model"]}
             opt = {
-                int(i): {k: f["optimizer"][i][k][()] for k in f["optimizer"][i]} for i in f["optimizer"]
+                int(i): {k: _read_value(f["optimizer"][i][k]) for k in f["optimizer"][i]} for i in f["optimizer"]
             }
             return Checkpoint(
                 model=model,

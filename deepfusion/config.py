@@ -119,7 +119,7 @@ class ModelConfig:
 class TrainConfig:
     """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
 
-    optimizer: str = _key(_choice("adam"), default="adam")
+    optimizer: str = _key(_choice("adam", "lbfgs", "adam+lbfgs"), default="adam")
     lr: float = _key(_positive, default=2e-3)
     lr_schedule: str = _key(_choice("constant", "cosine", "onecycle"), default="onecycle")
     warmup: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.05)
@@ -128,6 +128,17 @@ class TrainConfig:
     checkpoint_every: int = _key(_nonnegative, default=0)
     log_every: int = _key(_positive, default=10)
     dtype: str = _key(_choice("float32", "float64"), default="float32")
+    # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
+    lbfgs_mode: str = _key(_choice("full", "multibatch"), default="full")
+    lbfgs_iterations: int = _key(_positive, default=50)
+    lbfgs_history: int = _key(lambda v: None if 1 <= v <= 1000 else "must be in 1..1000", default=20)
+    lbfgs_lr: float = _key(_positive, default=1.0)
+    lbfgs_batch: int = _key(_nonnegative, default=0)  # 0: full = all n_train, multibatch = batch_size
+    lbfgs_overlap: int = _key(_positive, default=8)
+    lbfgs_max_eval: int = _key(_positive, default=20)
+    lbfgs_tolerance_grad: float = _key(_nonnegative, default=1e-9)
+    lbfgs_tolerance_change: float = _key(_nonnegative, default=1e-12)
+    lbfgs_chunk: int = _key(_nonnegative, default=0)  # samples per forward pass on a rank; 0: batch_size
 
 
 @dataclass(frozen=True)
@@ -244,6 +255,16 @@ def _cross_checks(cfg: Config) -> None:
             raise ConfigError(
                 f"data.n_train: must equal the length of problem.c_values "
                 f"({len(cfg.problem.c_values)}) when data.sampling = 'list' (got {cfg.data.n_train})"
+            )
+    t = cfg.train
+    if t.lbfgs_batch > cfg.data.n_train:
+        raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
+    if "lbfgs" in t.optimizer and t.lbfgs_mode == "multibatch":
+        mb = t.lbfgs_batch or t.batch_size
+        if mb <= 2 * t.lbfgs_overlap:
+            raise ConfigError(
+                f"train.lbfgs_overlap: multi-batch L-BFGS needs a batch ({mb}) larger than twice the overlap "
+                f"(got {t.lbfgs_overlap})"
             )
     if cfg.train.batch_size > cfg.data.n_train:
         raise ConfigError(

@@ -23,13 +23,20 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     """Loss terms against optimiser step (log scale) from ``metrics.jsonl``."""
     plt = _pyplot()
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
-    skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s"}
+    skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
+            "optimizer", "grad_norm", "evaluations", "samples_evaluated"}
     fig, ax = plt.subplots(figsize=(6, 4))
-    steps = [r["step"] for r in records]
     terms = [k for k in records[0] if k not in skip and k != "loss"]
-    # The total is drawn only when it is a sum of several terms.
-    for key in (["loss"] if len(terms) > 1 else []) + terms:
-        ax.semilogy(steps, [r[key] for r in records], label=key)
+    # The terms are drawn only when the loss is a sum of several.
+    keys = ["loss"] + (terms if len(terms) > 1 else [])
+    positive = all(r.get(k, 1.0) > 0 for r in records for k in keys)
+    for key in keys:
+        # Energies (reaction-diffusion) are negative near the solution: linear axis then.
+        plot = ax.semilogy if positive else ax.plot
+        plot([r["step"] for r in records if key in r], [r[key] for r in records if key in r], label=key)
+    switch = next((r["step"] for r in records if r.get("optimizer") == "lbfgs"), None)
+    if switch is not None and records[0].get("optimizer") == "adam":
+        ax.axvline(switch, color="grey", linestyle=":", label="Adam → L-BFGS")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss (global mean)")
     ax.grid(True, which="both", alpha=0.3)

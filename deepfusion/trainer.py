@@ -15,9 +15,10 @@ import torch
 from deepfusion.checkpoint import Checkpoint, save_checkpoint
 from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
+from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 
-__all__ = ["Problem", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
+__all__ = ["Problem", "TrainingDiverged", "TrainResult", "build_lbfgs", "learning_rate", "train"]
 
 
 class Problem(Protocol):
@@ -74,6 +75,47 @@ def _format_eta(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+class _Recorder:
+    """Rank 0's side effects: metrics lines, progress output and checkpoints."""
+
+    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, epochs: int):
+        self.run_dir = run_dir
+        self.leader = leader
+        self.log = log
+        self.total = total
+        self.epochs = epochs
+        self.history: list[dict[str, Any]] = []
+        self.checkpoint: Path | None = None
+        self.metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if leader and run_dir else None
+        self.start = time.perf_counter()
+
+    def record(self, record: dict[str, Any], line: str) -> None:
+        record["elapsed_s"] = time.perf_counter() - self.start
+        self.history.append(record)
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+        if self.leader:
+            self.log(line)
+
+    def save(self, model, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str) -> None:
+        if self.leader and self.run_dir is not None:
+            self.checkpoint = save_checkpoint(
+                self.run_dir / "checkpoints" / f"step-{step:08d}.h5",
+                model,
+                optimizer,
+                epoch=epoch,
+                step=step,
+                config=config,
+                ranks=ranks,
+                attrs={"optimizer": kind},
+            )
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
+
 def train(
     model: torch.nn.Module,
     problem: Problem,
@@ -92,12 +134,16 @@ def train(
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
 
-    Every step, rank r of P computes its contiguous slice of the global batch; the loss
+    Adam (``train.optimizer`` "adam", and the first ``train.epochs`` of "adam+lbfgs"):
+    every step, rank r of P computes its contiguous slice of the global batch; the loss
     is the global mean (the local sum of per-sample losses divided by the effective
     global batch), so summing gradients across ranks gives the gradient of the global
-    mean. Rank 0 alone writes ``metrics.jsonl`` and checkpoints and prints progress.
-    Training continues from optimiser step ``start_step`` with the optimiser state of
-    ``resume`` when given; the model must already hold that checkpoint's parameters.
+    mean. L-BFGS ("lbfgs", and the rest of "adam+lbfgs"): ``train.lbfgs_iterations``
+    iterations on a global objective that every rank evaluates identically (see
+    :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one.
+    Rank 0 alone writes ``metrics.jsonl`` and checkpoints and prints progress. Training
+    continues from step ``start_step`` with the optimiser state of ``resume`` when given;
+    the model must already hold that checkpoint's parameters.
 
     Raises
     ------
@@ -109,33 +155,71 @@ def train(
     b_loc = local_batch_size(b, comm.size)
     b_eff = b_loc * comm.size
     per_epoch = steps_per_epoch(n, b)
-    total = per_epoch * cfg.epochs
+    adam_steps = per_epoch * cfg.epochs if cfg.optimizer in ("adam", "adam+lbfgs") else 0
+    total = adam_steps + (cfg.lbfgs_iterations if "lbfgs" in cfg.optimizer else 0)
     dtype = getattr(torch, cfg.dtype)
     all_params = torch.as_tensor(params, dtype=dtype)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
     if resume is not None:
-        resume.restore(model, opt)
+        # L-BFGS state goes into its optimiser when that phase starts.
+        resume.restore(model, None if resume_lbfgs else opt)
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, comm)
-    sync = GradSync(model, comm, parallel.gradsync, parallel.bucket_mb)
-    leader = comm.rank == 0
-    metrics = None
-    if leader and run_dir is not None:
-        metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
-    history: list[dict[str, Any]] = []
-    checkpoint: Path | None = None
-    window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
-    start = time.perf_counter()
+    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.epochs)
     step = start_step
     loss_value = float("nan")
     model.train()
+    start = time.perf_counter()
     try:
-        while step < total:
+        if step < adam_steps:
+            step, loss_value = _adam_phase(
+                model, problem, all_params, cfg, opt, rec, seed=seed, comm=comm, parallel=parallel,
+                step=step, adam_steps=adam_steps, threads=threads, config_text=config_text,
+            )
+        if step < total:
+            step, loss_value = _lbfgs_phase(
+                model, problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam_steps,
+                total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
+            )
+    finally:
+        rec.close()
+    seconds = time.perf_counter() - start
+    return TrainResult(
+        steps=step - start_step,
+        epochs=cfg.epochs,
+        seconds=seconds,
+        samples_per_s=(step - start_step) * b_eff / seconds if seconds > 0 else float("nan"),
+        final_loss=loss_value,
+        checkpoint=rec.checkpoint,
+        history=rec.history,
+    )
+
+
+def _check_finite(loss_value: float, epoch: int, step: int, rec: _Recorder) -> None:
+    if not math.isfinite(loss_value):
+        raise TrainingDiverged(
+            f"loss is {loss_value} at epoch {epoch} step {step}; stopping "
+            f"(last checkpoint: {rec.checkpoint or 'none'})"
+        )
+
+
+def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorder, *, seed, comm, parallel,
+                step, adam_steps, threads, config_text) -> tuple[int, float]:
+    """Adam steps ``step`` .. ``adam_steps`` - 1 with data-parallel gradient sums."""
+    n, b = all_params.shape[0], cfg.batch_size
+    b_eff = local_batch_size(b, comm.size) * comm.size
+    per_epoch = steps_per_epoch(n, b)
+    sync = GradSync(model, comm, parallel.gradsync, parallel.bucket_mb)
+    window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
+    loss_value = float("nan")
+    try:
+        while step < adam_steps:
             epoch, k = divmod(step, per_epoch)
             t0 = time.perf_counter()
             for group in opt.param_groups:
-                group["lr"] = learning_rate(step, total, cfg)
+                group["lr"] = learning_rate(step, adam_steps, cfg)
             idx = local_indices(seed, epoch, k, comm.rank, comm.size, n, b)
             p = all_params[idx]
             u = problem.field(model(problem.inputs(p)), p)
@@ -149,11 +233,7 @@ def train(
             sync.finish()
             t2 = time.perf_counter()
             loss_value = float(sums.sum()) / b_eff
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(
-                    f"loss is {loss_value} at epoch {epoch} step {step}; stopping "
-                    f"(last checkpoint: {checkpoint or 'none'})"
-                )
+            _check_finite(loss_value, epoch, step, rec)
             opt.step()
             step += 1
             if parallel.check_every and comm.size > 1 and step % parallel.check_every == 0:
@@ -161,13 +241,14 @@ def train(
             window["compute"] += (t1 - t0) + (time.perf_counter() - t2)
             window["comm"] += t2 - t1
             window["steps"] += 1
-            last = step == total
+            last = step == adam_steps
             if step % cfg.log_every == 0 or last:
                 now = time.perf_counter()
                 rate = window["steps"] * b_eff / (now - window["start"])
                 record = {
                     "epoch": epoch,
                     "step": step,
+                    "optimizer": "adam",
                     "loss": loss_value,
                     **{name: float(s) / b_eff for name, s in zip(terms, sums)},
                     "lr": opt.param_groups[0]["lr"],
@@ -176,44 +257,123 @@ def train(
                     "comm_s": window["comm"] / window["steps"],
                     "ranks": comm.size,
                     "threads": threads,
-                    "elapsed_s": now - start,
                 }
-                history.append(record)
-                if metrics is not None:
-                    metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
-                if leader:
-                    eta = (total - step) * b_eff / rate
-                    extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
-                    log(
-                        f"epoch {epoch + 1}/{cfg.epochs} step {step}/{total} loss {loss_value:.4e} "
-                        f"{extra}{' ' if extra else ''}lr {record['lr']:.2e} "
-                        f"{rate:.1f} samples/s ETA {_format_eta(eta)}"
-                    )
-                window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
-            if leader and run_dir is not None and (
-                last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):
-                checkpoint = save_checkpoint(
-                    run_dir / "checkpoints" / f"step-{step:08d}.h5",
-                    model,
-                    opt,
-                    epoch=step // per_epoch,
-                    step=step,
-                    config=config_text,
-                    ranks=comm.size,
+                eta = (adam_steps - step) * b_eff / rate
+                extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
+                rec.record(
+                    record,
+                    f"epoch {epoch + 1}/{cfg.epochs} step {step}/{rec.total} loss {loss_value:.4e} "
+                    f"{extra}{' ' if extra else ''}lr {record['lr']:.2e} "
+                    f"{rate:.1f} samples/s ETA {_format_eta(eta)}"
+                    + (" (Adam phase)" if rec.total > adam_steps else ""),
                 )
+                window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
+            if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                rec.save(model, opt, epoch=step // per_epoch, step=step, config=config_text, ranks=comm.size,
+                         kind="adam")
     finally:
         sync.close()
-        if metrics is not None:
-            metrics.close()
-    seconds = time.perf_counter() - start
-    return TrainResult(
-        steps=step - start_step,
-        epochs=cfg.epochs,
-        seconds=seconds,
-        samples_per_s=(step - start_step) * b_eff / seconds if seconds > 0 else float("nan"),
-        final_loss=loss_value,
-        checkpoint=checkpoint,
-        history=history,
-    )
+    return step, loss_value
+
+
+def build_lbfgs(model: torch.nn.Module, cfg: TrainConfig, objective: GlobalObjective):
+    """The L-BFGS optimiser of ``train.lbfgs_mode``: torch's (full batch) or :class:`MultiBatchLBFGS`."""
+    if cfg.lbfgs_mode == "full":
+        return torch.optim.LBFGS(
+            list(model.parameters()),
+            lr=cfg.lbfgs_lr,
+            max_iter=1,  # one iteration per training step; the state carries over
+            max_eval=cfg.lbfgs_max_eval,
+            tolerance_grad=cfg.lbfgs_tolerance_grad,
+            tolerance_change=cfg.lbfgs_tolerance_change,
+            history_size=cfg.lbfgs_history,
+            line_search_fn="strong_wolfe",
+        )
+    return MultiBatchLBFGS(objective, history=cfg.lbfgs_history, lr=cfg.lbfgs_lr, overlap=cfg.lbfgs_overlap)
+
+
+def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *, seed, comm, step, adam_steps,
+                 total, threads, config_text, resume) -> tuple[int, float]:
+    """L-BFGS iterations ``step`` .. ``total`` - 1 on the global objective."""
+    n = all_params.shape[0]
+
+    def local_sum(idx: np.ndarray) -> torch.Tensor:
+        p = all_params[idx]
+        u = problem.field(model(problem.inputs(p)), p)
+        return sum(t.sum() for t in problem.loss_terms(u, p).values())
+
+    chunk = cfg.lbfgs_chunk or cfg.batch_size
+    objective = GlobalObjective(list(model.parameters()), local_sum, comm, chunk)
+    opt = build_lbfgs(model, cfg, objective)
+    if resume is not None:
+        resume.restore(model, opt)
+    # One fixed order for the whole phase (seeded apart from Adam's epochs): the full
+    # batch is its first lbfgs_batch samples, multi-batch sweeps it with overlaps.
+    order = np.random.default_rng([seed, 104729]).permutation(n)
+    full = cfg.lbfgs_mode == "full"
+    batch_size = cfg.lbfgs_batch or (n if full else cfg.batch_size)
+    fixed = np.sort(order[:batch_size])
+    epoch_of = cfg.epochs if adam_steps else 0
+    loss_value = float("nan")
+    last_loss = None
+    while step < total:
+        t0 = time.perf_counter()
+        samples0 = objective.samples
+        k = step - adam_steps
+        if full:
+
+            def closure() -> torch.Tensor:
+                loss, _ = objective(fixed)
+                return torch.tensor(loss, dtype=all_params.dtype)
+
+            loss_value = float(opt.step(closure))
+            state = opt.state[next(iter(model.parameters()))]
+            grad = state.get("prev_flat_grad")
+            grad_norm = float(grad.abs().max()) if grad is not None else float("nan")
+            length = float(state.get("t", 0.0))
+        else:
+            stats = opt.step(multibatch_indices(order, k, batch_size, cfg.lbfgs_overlap))
+            loss_value, grad_norm, length = stats["loss"], stats["grad_norm"], stats["step_length"]
+        _check_finite(loss_value, epoch_of, step, rec)
+        step += 1
+        if comm.size > 1:
+            check_parameters(model, comm, step)
+        seconds = time.perf_counter() - t0
+        # Converged when the gradient or the loss no longer moves (full batch only: a
+        # multi-batch loss changes with the batch).
+        converged = full and (
+            grad_norm <= cfg.lbfgs_tolerance_grad
+            or (last_loss is not None and abs(loss_value - last_loss) < cfg.lbfgs_tolerance_change)
+        )
+        last_loss = loss_value
+        last = step == total or converged
+        if (step - adam_steps) % cfg.log_every == 0 or last or k == 0:
+            rate = (objective.samples - samples0) / seconds
+            record = {
+                "epoch": epoch_of,
+                "step": step,
+                "optimizer": "lbfgs",
+                "loss": loss_value,
+                "lr": length,
+                "grad_norm": grad_norm,
+                "evaluations": objective.evaluations,
+                "samples_evaluated": objective.samples,
+                "samples_per_s": rate,
+                "compute_s": seconds,
+                "comm_s": 0.0,
+                "ranks": comm.size,
+                "threads": threads,
+            }
+            rec.record(
+                record,
+                f"L-BFGS ({cfg.lbfgs_mode}) iteration {step - adam_steps}/{total - adam_steps} step {step}/{total} "
+                f"loss {loss_value:.4e} |g| {grad_norm:.2e} step length {length:.2e} "
+                f"({objective.evaluations} evaluations)",
+            )
+        if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            rec.save(model, opt, epoch=epoch_of, step=step, config=config_text, ranks=comm.size, kind="lbfgs")
+        if converged:
+            if rec.leader:
+                rec.log(f"L-BFGS converged at step {step} (gradient or loss change below tolerance)")
+            break
+    return step, loss_value

@@ -1,0 +1,83 @@
+"""Train configs and measure accuracy on held-out instances against the independent reference solver.
+
+Prints one JSON object: for each config, the mean, max and per-instance relative L2
+error on the held-out instances (vs converged Godunov for Burgers, vs the Q1 FEM solve
+for Poisson and reaction-diffusion), training time and samples/s, and -- the baseline
+measured in the same run -- the reference solve time for the same instances against
+DiffNet's inference time (``speedup_inference_vs_reference``).
+
+    python benchmarks/accuracy.py [--ranks P] [--set KEY=VALUE ...] CONFIG [CONFIG ...]
+
+    python benchmarks/accuracy.py configs/burgers.toml configs/burgers_inviscid.toml
+    python benchmarks/accuracy.py --ranks 2 configs/poisson.toml configs/reaction_diffusion.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from deepfusion.runtime import find_mpiexec  # noqa: E402
+
+# Mean relative L2 error each shipped config must reach (the issues' goals).
+GOAL = {"burgers": 0.10, "poisson": 0.03}
+
+
+def run(config: str, ranks: int, overrides: list[str], workdir: Path) -> dict:
+    run_dir = workdir / Path(config).stem
+    cmd = [sys.executable, "-m", "deepfusion", "train", str(ROOT / config), "--out", str(run_dir)]
+    if ranks > 1:
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            sys.exit("accuracy.py: --ranks > 1 needs mpiexec (pip install mpich)")
+        cmd = [mpiexec, "-n", str(ranks), *cmd]
+    for item in overrides:
+        cmd += ["--set", item]
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+    report = json.loads((run_dir / "eval.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steady = [m["samples_per_s"] for m in metrics[len(metrics) // 5 :]]  # after warm-up
+    params = "c" if "c" in report else "a"
+    out = {
+        "config": config,
+        "overrides": overrides,
+        params: report[params],
+        "rel_l2": [round(e, 4) for e in report["rel_l2"]],
+        "mean_rel_l2": round(report["mean_rel_l2"], 4),
+        "max_rel_l2": round(max(report["rel_l2"]), 4),
+        "train_seconds": round(report["train_seconds"], 1),
+        "samples_per_s": round(sum(steady) / len(steady), 1),
+        "ranks": metrics[-1]["ranks"],
+        "threads": metrics[-1]["threads"],
+        "reference_seconds": round(report["reference_seconds"], 3),
+        "inference_seconds": round(report["inference_seconds"], 4),
+        "speedup_inference_vs_reference": round(report["reference_seconds"] / report["inference_seconds"], 1),
+    }
+    name = Path(config).stem
+    if name in GOAL and not overrides:
+        out["goal_mean_rel_l2"] = GOAL[name]
+        out["meets_goal"] = report["mean_rel_l2"] <= GOAL[name]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", help="config(s) relative to the repository root")
+    parser.add_argument("--ranks", type=int, default=1, help="MPI ranks per training run (mpiexec -n)")
+    parser.add_argument("--set", action="append", default=[], help="override passed to every run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [run(c, args.ranks, args.set, Path(tmp)) for c in args.configs]
+    print(json.dumps({"benchmark": "accuracy", "runs": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
