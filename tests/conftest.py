@@ -38,6 +38,14 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
     )
 
 
+def train_once(tmp_path_factory, config: str, name: str, *args: str) -> tuple[Path, str]:
+    """Train ``config`` into a fresh temporary run directory; (run directory, stdout)."""
+    run_dir = tmp_path_factory.mktemp("run") / name
+    proc = run_cli("train", config, "--out", str(run_dir), *args)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, proc.stdout
+
+
 @pytest.fixture
 def cli():
     return run_cli

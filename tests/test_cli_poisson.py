@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli
+from conftest import ROOT, TINY, run_cli, train_once
 from deepfusion.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
@@ -21,10 +21,7 @@ SMALL = [*TINY, "--set", "data.sampling=sobol", "--set", "data.n_test=3"]
 
 @pytest.fixture(scope="module")
 def poisson_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("run") / "poisson"
-    proc = run_cli("train", POISSON, "--out", str(run_dir), *SMALL)
-    assert proc.returncode == 0, proc.stderr
-    return run_dir, proc.stdout
+    return train_once(tmp_path_factory, POISSON, "poisson", *SMALL)
 
 
 def test_poisson_training_evaluates_against_fem(poisson_run):

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, train_once
 from deepfusion.checkpoint import load_checkpoint
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
@@ -14,12 +14,7 @@ CONFIG = str(ROOT / "configs" / "burgers.toml")
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from conftest import run_cli
-
-    run_dir = tmp_path_factory.mktemp("run") / "burgers"
-    proc = run_cli("train", CONFIG, "--out", str(run_dir), *TINY)
-    assert proc.returncode == 0, proc.stderr
-    return run_dir, proc.stdout
+    return train_once(tmp_path_factory, CONFIG, "burgers", *TINY)
 
 
 def test_tiny_training_lowers_loss_and_writes_run_dir(tiny_run):
