@@ -7,13 +7,27 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import h5py
 import numpy as np
-import torch
 
-__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint"]
+# torch is imported inside the functions that write or restore tensors: reading and
+# verifying a checkpoint (and so the command line's input checks) need only h5py and
+# numpy, and skip torch's seconds of start-up.
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "CheckpointError",
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "checkpoint_files",
+    "latest_checkpoint",
+    "latest_valid_checkpoint",
+    "prune_checkpoints",
+]
 
 FORMAT = "deepfusion-checkpoint/1"
 
@@ -38,6 +52,8 @@ class Checkpoint:
 
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Load the stored tensors into ``model`` (and ``optimizer``), checking every shape."""
+        import torch
+
         own = model.state_dict()
         if set(own) != set(self.model):
             missing = sorted(set(own) - set(self.model))
@@ -59,6 +75,8 @@ class Checkpoint:
 
 
 def _write_value(group: h5py.Group, key: str, value: Any) -> None:
+    import torch
+
     if value is None:
         d, kind = group.create_dataset(key, data=np.zeros(0)), "none"
     elif isinstance(value, list):
@@ -87,6 +105,8 @@ def _read_value(d: h5py.Dataset) -> Any:
 
 
 def _to_torch(value: Any) -> Any:
+    import torch
+
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.array(value))
     if isinstance(value, list):
@@ -135,6 +155,8 @@ def save_checkpoint(
     A crash at any point leaves either the previous file at ``path`` or the new one,
     never a partial file under that name.
     """
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -172,8 +194,55 @@ def save_checkpoint(
     return path
 
 
+def _check_layout(f: h5py.File, path: Path) -> None:
+    """Refuse anything but the layout :func:`save_checkpoint` writes, before reading any data.
+
+    Every object must sit where a checkpoint puts it (``model/NAME``, ``optimizer/I/KEY``,
+    ``rng/torch``), be a hard link, hold numbers, and store all the bytes its shape
+    claims, uncompressed; the claimed bytes together may not exceed the file's size. So a
+    crafted file cannot make the reader allocate more than the file holds.
+    """
+    claimed = 0
+
+    def visit(group: h5py.Group, depth: int) -> None:
+        nonlocal claimed
+        for key in group:
+            name = f"{group.name.rstrip('/')}/{key}"
+            if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+                raise CheckpointError(f"{path}: {name} is a link, not stored data")
+            obj = group[key]
+            top = name.split("/")[1]
+            if isinstance(obj, h5py.Group):
+                ok = (depth == 0 and top in ("model", "optimizer", "rng")) or (
+                    depth == 1 and top == "optimizer" and key.isdigit()
+                )
+                if not ok:
+                    raise CheckpointError(f"{path}: unexpected group {name}")
+                visit(obj, depth + 1)
+                continue
+            expected_depth = {"model": 1, "optimizer": 2, "rng": 1}.get(top)
+            if not isinstance(obj, h5py.Dataset) or depth != expected_depth or (top == "rng" and key != "torch"):
+                raise CheckpointError(f"{path}: unexpected object {name}")
+            if obj.dtype.kind not in "biuf" or obj.compression is not None or obj.external:
+                raise CheckpointError(f"{path}: dataset {name} is not plain numeric data")
+            nbytes = obj.size * obj.dtype.itemsize
+            if obj.id.get_storage_size() < nbytes:
+                raise CheckpointError(f"{path}: dataset {name} claims shape {obj.shape} but stores fewer bytes")
+            claimed += nbytes
+
+    visit(f, 0)
+    if "model" not in f or "rng" not in f or "torch" not in f["rng"]:
+        raise CheckpointError(f"{path}: model parameters or RNG state missing")
+    if claimed > path.stat().st_size:
+        raise CheckpointError(f"{path}: datasets claim {claimed} bytes, more than the file holds")
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read and verify a checkpoint; raise :class:`CheckpointError` on any defect."""
+    """Read and verify a checkpoint; raise :class:`CheckpointError` on any defect.
+
+    Checked in order: the format tag and attributes, the layout and sizes (before any
+    array is read), the checksum over every array, and finite model parameters.
+    """
     path = Path(path)
     try:
         with h5py.File(path, "r") as f:
@@ -182,9 +251,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             for key in ("epoch", "step", "ranks", "config", "optimizer_groups", "checksum"):
                 if key not in f.attrs:
                     raise CheckpointError(f"{path}: attribute {key!r} missing")
+            _check_layout(f, path)
             if f.attrs["checksum"] != _checksum(f):
                 raise CheckpointError(f"{path}: checksum mismatch (file corrupted)")
             model = {name: f["model"][name][()] for name in f["model"]}
+            if not all(np.isfinite(v).all() for v in model.values()):
+                raise CheckpointError(f"{path}: model parameters contain NaN or Inf")
             opt = {
                 int(i): {k: _read_value(f["optimizer"][i][k]) for k in f["optimizer"][i]} for i in f["optimizer"]
             }
@@ -205,13 +277,43 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
 
 
+def checkpoint_files(directory: str | Path) -> list[Path]:
+    """The ``step-N.h5`` files in ``directory``, newest (largest N) first."""
+    found = []
+    for p in Path(directory).glob("step-*.h5"):
+        number = p.stem.split("-", 1)[1]
+        if number.isdigit():
+            found.append((int(number), p))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
 def latest_checkpoint(directory: str | Path) -> Path | None:
     """The newest ``step-*.h5`` in ``directory`` by step number, or None."""
-    directory = Path(directory)
-    found = []
-    for p in directory.glob("step-*.h5"):
+    files = checkpoint_files(directory)
+    return files[0] if files else None
+
+
+def latest_valid_checkpoint(
+    directory: str | Path, refused: Callable[[str], None] = lambda line: None
+) -> tuple[Path, Checkpoint] | None:
+    """The newest checkpoint in ``directory`` that loads and verifies, or None.
+
+    Each newer file that fails verification is reported through ``refused`` (one line
+    naming the file and the defect) and skipped, so a file damaged by a crash costs
+    only the steps since the checkpoint before it.
+    """
+    for path in checkpoint_files(directory):
         try:
-            found.append((int(p.stem.split("-", 1)[1]), p))
-        except ValueError:
-            continue
-    return max(found)[1] if found else None
+            return path, load_checkpoint(path)
+        except CheckpointError as exc:
+            refused(f"refusing checkpoint {exc}; trying the previous one")
+    return None
+
+
+def prune_checkpoints(directory: str | Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints, and temporaries left by a killed writer."""
+    directory = Path(directory)
+    for p in checkpoint_files(directory)[keep:]:
+        p.unlink(missing_ok=True)
+    for p in directory.glob(".step-*.h5.tmp-*"):
+        p.unlink(missing_ok=True)

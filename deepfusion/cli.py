@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 import tomllib
@@ -139,18 +140,39 @@ def _load_run_config(args: argparse.Namespace) -> Config:
     return load_config(args.config, overrides)
 
 
-def _find_resume_point(run_dir: Path, resume: bool) -> Path | None:
-    """The checkpoint to resume from, if any; refuse to overwrite a run by accident."""
-    from deepfusion.checkpoint import latest_checkpoint
+def _saved_config(ckpt, path: Path) -> Config:
+    """The resolved config a checkpoint was written with."""
+    try:
+        return config_from_dict(tomllib.loads(ckpt.config))
+    except (tomllib.TOMLDecodeError, ConfigError) as exc:
+        raise UsageError(f"{path}: the checkpoint's stored config is unusable ({exc})") from None
 
-    ckpt = latest_checkpoint(run_dir / "checkpoints")
-    if resume:
-        if ckpt is None:
-            raise UsageError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
-        return ckpt
-    if (run_dir / "metrics.jsonl").exists() or ckpt is not None:
-        raise UsageError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --out")
-    return None
+
+def _find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn) -> tuple[Path, object] | None:
+    """The newest valid checkpoint of the run in ``run_dir`` to continue from, or None for a fresh run.
+
+    A run directory holding checkpoints is resumed whether or not ``--resume`` is given
+    (a requeued job simply runs the same command again); damaged checkpoints are
+    skipped with one line each (``warn``); it must have been written with the same
+    config, so a run is never mixed with another.
+    """
+    from deepfusion.checkpoint import checkpoint_files, latest_valid_checkpoint
+
+    directory = run_dir / "checkpoints"
+    if not checkpoint_files(directory):
+        if resume:
+            raise UsageError(f"--resume: no checkpoint in {directory}")
+        return None
+    found = latest_valid_checkpoint(directory, warn)
+    if found is None:
+        raise UsageError(f"{directory}: no valid checkpoint left to resume from (all refused above)")
+    path, ckpt = found
+    if _saved_config(ckpt, path).replace(output=cfg.output) != cfg:  # the run may have been moved
+        raise UsageError(
+            f"{run_dir}: holds a run with a different config ({path}); give the same config to continue it, "
+            "or choose another --out"
+        )
+    return path, ckpt
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -208,7 +230,6 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
 
     import torch
 
-    from deepfusion.checkpoint import load_checkpoint
     from deepfusion.gradsync import ParameterDrift
     from deepfusion.partition import local_batch_size
     from deepfusion.trainer import TrainingDiverged, train
@@ -219,28 +240,24 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
         raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
     leader = comm.rank == 0
     say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
+    warn = (lambda line: print(f"deepfusion: warning: {line}", file=sys.stderr, flush=True)) if leader else say
     run_dir = Path(cfg.output.dir)
-    resume_from = _agree(comm, lambda: _find_resume_point(run_dir, args.resume))
+    # Every rank reads the same files and so reaches the same choice; _agree makes a
+    # refusal on any rank a refusal on all.
+    found = _agree(comm, lambda: _find_resume_point(run_dir, args.resume, cfg, warn))
+    resume_from, ckpt = found if found is not None else (None, None)
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
     model = build_model(cfg, problem)
     params = training_parameters(cfg)
-
-    def read_checkpoint():
-        ckpt = load_checkpoint(resume_from)
-        saved = config_from_dict(tomllib.loads(ckpt.config))
-        if saved.replace(output=cfg.output) != cfg:  # the run may have been moved
-            raise UsageError(f"--resume: {resume_from} was written with a different config than the one given")
-        return ckpt
-
-    ckpt = _agree(comm, read_checkpoint) if resume_from is not None else None
     start_step = ckpt.step if ckpt is not None else 0
     if ckpt is not None:
         torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
     if leader:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if ckpt is not None:
-            _truncate_metrics(run_dir / "metrics.jsonl", start_step)
+        # A fresh run in a directory whose earlier run died before its first checkpoint
+        # starts the metrics over; a resumed one drops lines past its checkpoint.
+        _truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
     test = heldout_parameters(cfg)
     rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
@@ -261,27 +278,34 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
         f"{b}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
         + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
     )
-    say(f"MPI: {comm.library}; gradients: {cfg.parallel.gradsync}\n{report}")
-    try:
-        result = train(
-            model,
-            problem,
-            params,
-            cfg.train,
-            seed=cfg.data.seed,
-            comm=comm,
-            parallel=cfg.parallel,
-            run_dir=run_dir,
-            config_text=to_toml(cfg),
-            threads=threads,
-            start_step=start_step,
-            resume=ckpt,
-            log=say,
+    if ckpt is not None:
+        how = "--resume" if args.resume else "found in the run directory, resuming automatically"
+        ranks = "" if ckpt.ranks == comm.size else (
+            f"; written by {ckpt.ranks} ranks, continuing on {comm.size} (the global batches do not depend on the ranks)"
         )
+        say(f"checkpoint {resume_from} ({how}){ranks}")
+    say(f"MPI: {comm.library}; gradients: {cfg.parallel.gradsync}\n{report}")
+    from deepfusion.signals import stop_on_signals
+
+    try:
+        with stop_on_signals() as stop:
+            result = train(
+                model, problem, params, cfg.train, seed=cfg.data.seed, comm=comm, parallel=cfg.parallel,
+                run_dir=run_dir, config_text=to_toml(cfg), threads=threads, start_step=start_step, resume=ckpt,
+                stop=stop, log=say,
+            )
     except (TrainingDiverged, ParameterDrift) as exc:
         if leader:
             print(f"deepfusion: error: {exc}", file=sys.stderr)
         return EXIT_DIVERGED
+    if result.stopped:
+        command = ["deepfusion", "train", str(args.config), *(a for s in args.set or [] for a in ("--set", s)),
+                   "--out", str(run_dir), "--resume"]
+        say(
+            f"stopped by {stop.signal or 'a signal to another rank'} at step {start_step + result.steps}; "
+            f"checkpoint {result.checkpoint}\nresume with (under the same launcher): {shlex.join(command)}"
+        )
+        return 0
     say(
         f"trained {result.steps} steps in {result.seconds:.1f} s "
         f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
@@ -409,17 +433,30 @@ def instance_parameters(cfg: Config, args: argparse.Namespace) -> np.ndarray:
 
 
 def cmd_infer(args: argparse.Namespace, comm) -> int:
-    from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
+    from deepfusion.checkpoint import latest_valid_checkpoint, load_checkpoint
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir}: not a run directory (no config.toml)")
+    _check_output_file(args.out)
     cfg = load_config(run_dir / "config.toml")
     params = instance_parameters(cfg, args)
-    path = Path(args.checkpoint) if args.checkpoint else latest_checkpoint(run_dir / "checkpoints")
-    if path is None:
-        raise UsageError(f"{run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
-    ckpt = load_checkpoint(path)
+    if args.checkpoint:
+        path = Path(args.checkpoint)
+        ckpt = load_checkpoint(path)
+    else:
+        warn = lambda line: print(f"deepfusion: warning: {line}", file=sys.stderr)  # noqa: E731
+        found = latest_valid_checkpoint(run_dir / "checkpoints", warn)
+        if found is None:
+            raise UsageError(f"{run_dir}: no valid checkpoint in {run_dir / 'checkpoints'}")
+        path, ckpt = found
+    saved = _saved_config(ckpt, path)
+    if (saved.problem, saved.model) != (cfg.problem, cfg.model):
+        raise UsageError(
+            f"{path}: checkpoint of {saved.problem.name} {list(saved.problem.resolution)} {saved.model.name} "
+            f"{list(saved.model.channels)} does not belong to this run ({cfg.problem.name} "
+            f"{list(cfg.problem.resolution)} {cfg.model.name} {list(cfg.model.channels)}, or other problem settings)"
+        )
     from deepfusion.evaluate import predict
     from deepfusion.fields import write_fields
 
@@ -436,6 +473,16 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
     return 0
 
 
+def _check_output_file(path: Path) -> None:
+    """``--out`` of infer/reference: an HDF5 file name in a place that is not a directory."""
+    if path.suffix not in (".h5", ".hdf5"):
+        raise UsageError(f"--out: {path}: field files are HDF5; give a name ending in .h5")
+    if path.is_dir():
+        raise UsageError(f"--out: {path} is a directory")
+    if any(parent.exists() and not parent.is_dir() for parent in path.parents):
+        raise UsageError(f"--out: {path}: a parent is not a directory")
+
+
 def _check_resolution(resolution: Sequence[int]) -> None:
     if any(n < 3 or n > 16385 for n in resolution):
         raise UsageError(f"--resolution: each count must be in 3..16385, got {list(resolution)}")
@@ -445,6 +492,7 @@ def cmd_reference(args: argparse.Namespace, comm) -> int:
     from deepfusion.fields import write_fields
     from diffnet.problems.burgers import BurgersProblem
 
+    _check_output_file(args.out)
     if not args.c:
         raise UsageError("reference burgers: give at least one --c")
     c = _positive_finite("--c", args.c)
@@ -467,6 +515,7 @@ def cmd_reference_elliptic(args: argparse.Namespace, comm) -> int:
     """``reference poisson`` / ``reference reaction_diffusion``: Q1 FEM solves of given instances."""
     from deepfusion.fields import write_fields
 
+    _check_output_file(args.out)
     resolution = args.resolution * 2 if len(args.resolution) == 1 else args.resolution
     if len(resolution) != 2:
         raise UsageError(f"--resolution: give N or NY NX, got {args.resolution}")

@@ -126,6 +126,7 @@ class TrainConfig:
     batch_size: int = _key(_positive, default=16)
     epochs: int = _key(_positive, default=100)
     checkpoint_every: int = _key(_nonnegative, default=0)
+    keep_checkpoints: int = _key(_nonnegative, default=3)  # the newest K checkpoint files stay; 0: all
     log_every: int = _key(_positive, default=10)
     dtype: str = _key(_choice("float32", "float64"), default="float32")
     # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).

@@ -1,4 +1,4 @@
-"""The training loop: epochs, steps, global-mean loss, logging, checkpoints, NaN guard."""
+"""The training loop: epochs, steps, global-mean loss, logging, checkpoints, NaN guard, graceful stop."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from deepfusion.checkpoint import Checkpoint, save_checkpoint
+from deepfusion.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
 from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
+from deepfusion.signals import StopRequest
 
 __all__ = ["Problem", "TrainingDiverged", "TrainResult", "build_lbfgs", "learning_rate", "train"]
 
@@ -49,6 +50,7 @@ class TrainResult:
     final_loss: float
     checkpoint: Path | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False  # ended early by a stop request (SIGTERM/SIGINT), with a checkpoint
 
 
 def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
@@ -78,14 +80,17 @@ def _format_eta(seconds: float) -> str:
 class _Recorder:
     """Rank 0's side effects: metrics lines, progress output and checkpoints."""
 
-    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, epochs: int):
+    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, epochs: int,
+                 keep: int = 0):
         self.run_dir = run_dir
+        self.keep = keep
         self.leader = leader
         self.log = log
         self.total = total
         self.epochs = epochs
         self.history: list[dict[str, Any]] = []
         self.checkpoint: Path | None = None
+        self.saved_step: int | None = None
         self.metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if leader and run_dir else None
         self.start = time.perf_counter()
 
@@ -99,7 +104,15 @@ class _Recorder:
             self.log(line)
 
     def save(self, model, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str) -> None:
-        if self.leader and self.run_dir is not None:
+        """Write the step's checkpoint (rank 0), unless it is already written; keep the last ``keep``."""
+        # Parameters are identical on all ranks, so every rank takes the same decision here.
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            raise TrainingDiverged(
+                f"parameters became NaN or Inf by step {step}; not checkpointing them "
+                f"(last good checkpoint: {self.checkpoint or 'none'})"
+            )
+        if self.leader and self.run_dir is not None and self.saved_step != step:
+            self.saved_step = step
             self.checkpoint = save_checkpoint(
                 self.run_dir / "checkpoints" / f"step-{step:08d}.h5",
                 model,
@@ -110,6 +123,8 @@ class _Recorder:
                 ranks=ranks,
                 attrs={"optimizer": kind},
             )
+            if self.keep:
+                prune_checkpoints(self.checkpoint.parent, self.keep)
 
     def close(self) -> None:
         if self.metrics is not None:
@@ -130,6 +145,7 @@ def train(
     threads: int,
     start_step: int = 0,
     resume: Checkpoint | None = None,
+    stop: StopRequest | None = None,
     log: Callable[[str], None] = print,
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
@@ -143,7 +159,9 @@ def train(
     :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one.
     Rank 0 alone writes ``metrics.jsonl`` and checkpoints and prints progress. Training
     continues from step ``start_step`` with the optimiser state of ``resume`` when given;
-    the model must already hold that checkpoint's parameters.
+    the model must already hold that checkpoint's parameters. When ``stop`` is requested
+    on any rank (a signal), all ranks agree at the next step boundary (the flag rides on
+    the loss Allreduce), a checkpoint is written and the result says ``stopped``.
 
     Raises
     ------
@@ -167,21 +185,24 @@ def train(
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, comm)
-    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.epochs)
+    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.epochs, cfg.keep_checkpoints)
+    stop = stop or StopRequest()
     step = start_step
     loss_value = float("nan")
+    stopped = False
     model.train()
     start = time.perf_counter()
     try:
         if step < adam_steps:
-            step, loss_value = _adam_phase(
+            step, loss_value, stopped = _adam_phase(
                 model, problem, all_params, cfg, opt, rec, seed=seed, comm=comm, parallel=parallel,
-                step=step, adam_steps=adam_steps, threads=threads, config_text=config_text,
+                step=step, adam_steps=adam_steps, threads=threads, config_text=config_text, stop=stop,
             )
-        if step < total:
-            step, loss_value = _lbfgs_phase(
+        if step < total and not stopped:
+            step, loss_value, stopped = _lbfgs_phase(
                 model, problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam_steps,
                 total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
+                stop=stop,
             )
     finally:
         rec.close()
@@ -194,6 +215,7 @@ def train(
         final_loss=loss_value,
         checkpoint=rec.checkpoint,
         history=rec.history,
+        stopped=stopped,
     )
 
 
@@ -205,8 +227,15 @@ def _check_finite(loss_value: float, epoch: int, step: int, rec: _Recorder) -> N
         )
 
 
+def _stop_agreed(stop: StopRequest, comm) -> bool:
+    """Whether any rank was asked to stop (one tiny Allreduce)."""
+    flag = np.array([1.0 if stop.requested else 0.0])
+    comm.allreduce_(flag)
+    return bool(flag[0] > 0)
+
+
 def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorder, *, seed, comm, parallel,
-                step, adam_steps, threads, config_text) -> tuple[int, float]:
+                step, adam_steps, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
     """Adam steps ``step`` .. ``adam_steps`` - 1 with data-parallel gradient sums."""
     n, b = all_params.shape[0], cfg.batch_size
     b_eff = local_batch_size(b, comm.size) * comm.size
@@ -214,8 +243,9 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
     sync = GradSync(model, comm, parallel.gradsync, parallel.bucket_mb)
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
+    stopping = False
     try:
-        while step < adam_steps:
+        while step < adam_steps and not stopping:
             epoch, k = divmod(step, per_epoch)
             t0 = time.perf_counter()
             for group in opt.param_groups:
@@ -228,10 +258,13 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
             sync.zero_grad()
             loss.backward()
             t1 = time.perf_counter()
-            sums = np.array([t.detach().sum().item() for t in terms.values()])
+            # The loss terms' sums and this rank's stop flag, in one Allreduce.
+            sums = np.array([t.detach().sum().item() for t in terms.values()] + [float(stop.requested)])
             comm.allreduce_(sums)
             sync.finish()
             t2 = time.perf_counter()
+            stopping = bool(sums[-1] > 0)
+            sums = sums[:-1]
             loss_value = float(sums.sum()) / b_eff
             _check_finite(loss_value, epoch, step, rec)
             opt.step()
@@ -268,12 +301,12 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
                     + (" (Adam phase)" if rec.total > adam_steps else ""),
                 )
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
-            if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 rec.save(model, opt, epoch=step // per_epoch, step=step, config=config_text, ranks=comm.size,
                          kind="adam")
     finally:
         sync.close()
-    return step, loss_value
+    return step, loss_value, stopping and step < rec.total
 
 
 def build_lbfgs(model: torch.nn.Module, cfg: TrainConfig, objective: GlobalObjective):
@@ -293,7 +326,7 @@ def build_lbfgs(model: torch.nn.Module, cfg: TrainConfig, objective: GlobalObjec
 
 
 def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *, seed, comm, step, adam_steps,
-                 total, threads, config_text, resume) -> tuple[int, float]:
+                 total, threads, config_text, resume, stop: StopRequest) -> tuple[int, float, bool]:
     """L-BFGS iterations ``step`` .. ``total`` - 1 on the global objective."""
     n = all_params.shape[0]
 
@@ -346,6 +379,7 @@ def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *
             or (last_loss is not None and abs(loss_value - last_loss) < cfg.lbfgs_tolerance_change)
         )
         last_loss = loss_value
+        stopping = _stop_agreed(stop, comm)
         last = step == total or converged
         if (step - adam_steps) % cfg.log_every == 0 or last or k == 0:
             rate = (objective.samples - samples0) / seconds
@@ -370,10 +404,12 @@ def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *
                 f"loss {loss_value:.4e} |g| {grad_norm:.2e} step length {length:.2e} "
                 f"({objective.evaluations} evaluations)",
             )
-        if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+        if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             rec.save(model, opt, epoch=epoch_of, step=step, config=config_text, ranks=comm.size, kind="lbfgs")
         if converged:
             if rec.leader:
                 rec.log(f"L-BFGS converged at step {step} (gradient or loss change below tolerance)")
             break
-    return step, loss_value
+        if stopping and not last:
+            return step, loss_value, True
+    return step, loss_value, False

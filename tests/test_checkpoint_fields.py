@@ -92,3 +92,44 @@ def test_field_file_layout_checked_before_reading(tmp_path):
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")
     with pytest.raises(FieldFileError, match="unreadable"):
         read_fields(tmp_path / "junk.h5")
+
+
+def _crafted(tmp_path, name, edit):
+    model, opt = _model_and_opt()
+    path = save_checkpoint(tmp_path / f"{name}.h5", model, opt, epoch=0, step=1, config="", ranks=1)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        ("extra", lambda f: f.create_dataset("model/extra/evil", data=np.zeros(3)), "unexpected group /model/extra"),
+        ("toplevel", lambda f: f.create_dataset("payload", data=np.zeros(3)), "unexpected object /payload"),
+        ("softlink", lambda f: f.__setitem__("optimizer/0/alias", h5py.SoftLink("/model/head.weight")), "is a link"),
+        ("string", lambda f: f.create_dataset("optimizer/0/note", data="hello"), "not plain numeric data"),
+        ("gzip", lambda f: f.create_dataset("optimizer/0/packed", data=np.zeros(1000), compression="gzip"),
+         "not plain numeric data"),
+        # 2**40 float64 values (8 TiB) declared, chunked, never written: a few bytes on disk.
+        ("huge", lambda f: f.create_dataset("optimizer/0/huge", shape=(2**40,), dtype="f8", chunks=(2**20,)),
+         "claims shape"),
+    ],
+)
+def test_crafted_checkpoint_refused_without_reading_it(tmp_path, name, edit, message):
+    import resource
+
+    path = _crafted(tmp_path, name, edit)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # nothing near 8 TiB
+
+
+def test_non_finite_parameters_refused(tmp_path):
+    model, opt = _model_and_opt()
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    path = save_checkpoint(tmp_path / "nan.h5", model, opt, epoch=0, step=1, config="", ranks=1)
+    with pytest.raises(CheckpointError, match="NaN or Inf"):
+        load_checkpoint(path)

@@ -69,42 +69,6 @@ def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
         assert fn["nu"].shape == (2, 16, 16)
 
 
-def _bad(tmp_path, name: str, value) -> str:
-    path = tmp_path / name
-    np.save(path, value, allow_pickle=True)
-    return str(path)
-
-
-@pytest.mark.parametrize(
-    "flag, value, message",
-    [
-        ("--coeffs", np.zeros((2, 5)), "must have 6 entries"),
-        ("--coeffs", np.array([[np.nan] * 6]), "NaN or Inf"),
-        ("--coeffs", np.array([{"a": 1}], dtype=object), "numeric array"),
-        ("--nu", np.ones((1, 8, 8)), "must be (16, 16)"),
-        ("--nu", -np.ones((1, 16, 16)), "must be > 0"),
-        ("--nu", np.ones((1, 1, 16, 16)), "must have 2 or 3 dimensions"),
-    ],
-)
-def test_infer_refuses_bad_instance_files(poisson_run, tmp_path, flag, value, message):
-    run_dir, _ = poisson_run
-    path = _bad(tmp_path, "bad.npy", value)
-    proc = run_cli("infer", str(run_dir), flag, path, "--out", str(tmp_path / "o.h5"))
-    assert proc.returncode == 2
-    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert not (tmp_path / "o.h5").exists()
-
-
-def test_infer_refuses_burgers_flags_and_non_npy(poisson_run, tmp_path):
-    run_dir, _ = poisson_run
-    proc = run_cli("infer", str(run_dir), "--c", "4", "--out", str(tmp_path / "o.h5"))
-    assert proc.returncode == 2 and "--coeffs" in proc.stderr
-    junk = tmp_path / "junk.npy"
-    junk.write_bytes(b"not numpy at all")
-    proc = run_cli("infer", str(run_dir), "--coeffs", str(junk), "--out", str(tmp_path / "o.h5"))
-    assert proc.returncode == 2 and "not a .npy file" in proc.stderr
-
-
 def test_reference_poisson_amg_equals_direct(tmp_path):
     a = np.random.default_rng(3).uniform(-3, 3, size=(2, 6))
     np.save(tmp_path / "a.npy", a)

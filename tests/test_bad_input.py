@@ -1,0 +1,109 @@
+"""Bad input of every kind (config, command line, instance files, checkpoints): one line, status 2, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY, run_cli, train_once
+from deepfusion.checkpoint import latest_checkpoint
+
+BURGERS = str(ROOT / "configs" / "burgers.toml")
+POISSON = str(ROOT / "configs" / "poisson.toml")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Two tiny trained runs (Burgers, Poisson at 16^2) and the hostile files the cases use."""
+    burgers, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "train.epochs=2",
+                            "--set", "output.plots=false")
+    poisson, _ = train_once(tmp_path_factory, POISSON, "poisson", *TINY, "--set", "train.epochs=2",
+                            "--set", "data.n_test=2", "--set", "output.plots=false")
+    d = tmp_path_factory.mktemp("inputs")
+    (d / "bad.toml").write_text("[train\nlr =\n")
+    np.save(d / "a5.npy", np.zeros((2, 5)))
+    np.save(d / "anan.npy", np.array([[0, 0, 0, np.nan, 0, 0]]))
+    np.save(d / "nuneg.npy", -np.ones((1, 16, 16)))
+    np.save(d / "nu8.npy", np.ones((1, 8, 8)))
+    np.save(d / "nu4d.npy", np.ones((1, 1, 16, 16)))
+    (d / "text.npy").write_text("1 2 3 4 5 6\n")
+    # A pickled object array: np.load(allow_pickle=True) on it would run arbitrary code.
+    with open(d / "obj.npy", "wb") as fh:
+        np.lib.format.write_array(fh, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    ckpt = latest_checkpoint(burgers / "checkpoints")
+    shutil.copy(ckpt, d / "extra.h5")
+    with h5py.File(d / "extra.h5", "r+") as f:
+        f.create_dataset("payload", data=np.zeros(4))
+    data = ckpt.read_bytes()
+    (d / "truncated.h5").write_bytes(data[: len(data) // 3])
+    return {"burgers": burgers, "poisson": poisson, "in": d,
+            "poisson_ckpt": latest_checkpoint(poisson / "checkpoints")}
+
+
+CASES = [
+    # configuration files and --set values
+    (["train", "missing.toml"], "cannot read config"),
+    (["train", "{in}/bad.toml"], "invalid TOML"),
+    (["train", BURGERS, "--set", "problem.viscosity=-1"], "problem.viscosity: must be >= 0"),
+    (["train", BURGERS, "--set", "train.epochs=many"], "train.epochs: expected an integer"),
+    (["train", BURGERS, "--set", "nonsense"], "expected section.key=value"),
+    (["train", BURGERS, "--set", "train.nosuchkey=1"], "train.nosuchkey: unknown key"),
+    (["train", BURGERS, "--set", "problem.resolution=[2,64]"], "problem.resolution"),
+    (["train", BURGERS, "--set", "train.optimizer=sgd"], "train.optimizer: must be one of"),
+    (["train", BURGERS, "--set", "problem.name=heat"], "problem.name: must be one of"),
+    (["train", BURGERS, "--set", "train.batch_size=0"], "train.batch_size: must be > 0"),
+    (["train", BURGERS, "--set", "train.keep_checkpoints=-1"], "train.keep_checkpoints"),
+    (["train", BURGERS, "--set", "problem.c_range=[6,3]"], "problem.c_range"),
+    # command-line arguments
+    (["frobnicate"], "invalid choice"),
+    (["train", BURGERS, "--out", "fresh", "--resume"], "--resume: no checkpoint"),
+    (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: values must be finite and > 0"),
+    (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
+    (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--out", "x.txt"], "--out"),
+    (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
+    (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "this run is Burgers"),
+    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "this run is poisson"),
+    # instance files
+    (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "must have 6 entries"),
+    (["infer", "{poisson}", "--coeffs", "{in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),
+    (["infer", "{poisson}", "--coeffs", "{in}/obj.npy", "--out", "x.h5"], "must be a numeric array"),
+    (["infer", "{poisson}", "--coeffs", "{in}/text.npy", "--out", "x.h5"], "not a .npy file"),
+    (["infer", "{poisson}", "--nu", "{in}/nuneg.npy", "--out", "x.h5"], "diffusivity must be > 0"),
+    (["infer", "{poisson}", "--nu", "{in}/nu8.npy", "--out", "x.h5"], "the run's resolution"),
+    (["infer", "{poisson}", "--nu", "{in}/nu4d.npy", "--out", "x.h5"], "must have 2 or 3 dimensions"),
+    (["reference", "poisson", "--coeffs", "{in}/missing.npy", "--out", "x.h5"], "cannot read coefficients"),
+    # checkpoints from elsewhere, damaged or crafted
+    (["infer", "{burgers}", "--checkpoint", "{poisson_ckpt}", "--c", "4", "--out", "x.h5"], "does not belong to this run"),
+    (["infer", "{burgers}", "--checkpoint", "{in}/extra.h5", "--c", "4", "--out", "x.h5"], "unexpected object /payload"),
+    (["infer", "{burgers}", "--checkpoint", "{in}/truncated.h5", "--c", "4", "--out", "x.h5"], "unreadable checkpoint"),
+    (["train", BURGERS, "--out", "{burgers}", *TINY, "--set", "train.epochs=2", "--set", "output.plots=false",
+      "--set", "problem.resolution=[16,24]"], "holds a run with a different config"),
+]
+
+
+def _snapshot(directory: Path) -> dict[str, int]:
+    return {str(p.relative_to(directory)): p.stat().st_mtime_ns for p in directory.rglob("*")}
+
+
+def test_table_has_at_least_twenty_cases():
+    assert len(CASES) >= 20
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args, fragment", CASES, ids=[f"{i:02d}-{c[1][:28]}" for i, c in enumerate(CASES)])
+def test_bad_input_one_line_status_2_nothing_written(inputs, tmp_path, args, fragment):
+    paths = {k: str(v) for k, v in inputs.items()}
+    args = [a.format(**paths) for a in args]
+    before = {k: _snapshot(inputs[k]) for k in ("burgers", "poisson", "in")}
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert lines[0].startswith("deepfusion: error: ")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written where the user ran it
+    assert {k: _snapshot(inputs[k]) for k in before} == before  # nor in the runs and files it read
+
