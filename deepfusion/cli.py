@@ -50,6 +50,8 @@ def build_problem(cfg: Config):
             viscosity=p.viscosity,
             t_final=p.t_final,
             stencil=p.residual,
+            scheme_order=p.scheme_order,
+            flux=p.flux,
             boundary=p.boundary,
             penalty=p.penalty,
         )
@@ -121,6 +123,7 @@ def field_attrs(cfg: Config, source: str) -> dict:
             "viscosity": p.viscosity,
             "t_final": p.t_final,
             "residual": p.residual,
+            **({"scheme_order": p.scheme_order, "flux": p.flux} if p.residual == "conservative" else {}),
         }
     attrs = {"problem": p.name, "source": source, "diffusivity": p.diffusivity, "kl_terms": p.kl_terms, "kl_eta": p.kl_eta}
     if p.diffusivity == "constant":
@@ -202,7 +205,8 @@ def _agree(comm, fn):
 def _problem_summary(cfg: Config) -> str:
     p = cfg.problem
     if p.name == "burgers":
-        return f"nu={p.viscosity} residual={p.residual}"
+        scheme = f" (order {p.scheme_order}, {p.flux} flux)" if p.residual == "conservative" else ""
+        return f"nu={p.viscosity} residual={p.residual}{scheme}"
     nu = f"nu={p.viscosity}" if p.diffusivity == "constant" else f"nu=KL(m={p.kl_terms}, eta={p.kl_eta}, a in {list(p.coeff_range)})"
     return nu + (f" kappa={p.kappa} f={p.source}" if p.name == "reaction_diffusion" else "")
 

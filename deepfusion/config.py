@@ -81,7 +81,9 @@ class ProblemConfig:
     name: str = _key(_choice("burgers", "poisson", "reaction_diffusion"), default="burgers")
     resolution: tuple[int, ...] = _key(_resolution, default=(64, 64))
     viscosity: float = _key(_nonnegative, default=0.01)  # Burgers nu; the constant nu of diffusivity = "constant"
-    residual: str = _key(_choice("sobel", "scharr"), default="sobel")
+    residual: str = _key(_choice("sobel", "scharr", "conservative"), default="sobel")
+    scheme_order: int = _key(lambda v: None if v in (1, 2) else "must be 1 or 2", default=2)  # conservative only
+    flux: str = _key(_choice("godunov", "engquist_osher"), default="godunov")  # conservative only
     boundary: str = _key(_choice("exact", "penalty"), default="exact")
     penalty: float = _key(_positive, default=1.0)
     t_final: float = _key(_positive, default=1.0 / 3.0)

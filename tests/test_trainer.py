@@ -13,9 +13,9 @@ from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 
 
-def _run(tmp_path, boundary, lr=5e-3, epochs=12):
+def _run(tmp_path, boundary, lr=5e-3, epochs=12, stencil="sobel", viscosity=0.01):
     torch.manual_seed(0)
-    problem = BurgersProblem((12, 12), viscosity=0.01, boundary=boundary, penalty=10.0)
+    problem = BurgersProblem((12, 12), viscosity=viscosity, boundary=boundary, penalty=10.0, stencil=stencil)
     model = UNet(problem.in_channels, 1, (8, 16))
     cfg = TrainConfig(lr=lr, batch_size=4, epochs=epochs, log_every=3)
     params = np.linspace(3, 6, 8)
@@ -24,9 +24,16 @@ def _run(tmp_path, boundary, lr=5e-3, epochs=12):
     return result, [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("boundary, terms", [("exact", {"residual"}), ("penalty", {"residual", "boundary"})])
-def test_training_lowers_loss(tmp_path, boundary, terms):
-    result, records = _run(tmp_path, boundary)
+@pytest.mark.parametrize(
+    "boundary, terms, stencil, viscosity",
+    [
+        ("exact", {"residual"}, "sobel", 0.01),
+        ("penalty", {"residual", "boundary"}, "sobel", 0.01),
+        ("exact", {"residual"}, "conservative", 0.0),
+    ],
+)
+def test_training_lowers_loss(tmp_path, boundary, terms, stencil, viscosity):
+    result, records = _run(tmp_path, boundary, stencil=stencil, viscosity=viscosity)
     assert result.steps == 24 and result.checkpoint.is_file()
     assert terms <= set(records[0])
     for r in records:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.conservative import conservative_residual
 from diffnet.stencils import apply_kernels, derivative_kernels
 
 __all__ = [
@@ -93,8 +94,15 @@ class BurgersProblem:
         nu >= 0.
     t_final : float
         T; t_n = n T / (N_t - 1).
-    stencil : {"sobel", "scharr"}
-        Kernel weights of the residual.
+    stencil : {"sobel", "scharr", "conservative"}
+        The residual: central 3x3 kernels with Sobel or Scharr weights (pointwise PDE
+        residual), or the implicit conservative finite-volume scheme of
+        :mod:`diffnet.conservative`, whose zero-residual field is the entropy-consistent
+        discrete solution (the right choice when nu = 0).
+    scheme_order : {1, 2}
+        Order of the conservative scheme.
+    flux : {"godunov", "engquist_osher"}
+        Numerical flux of the conservative scheme.
     boundary : {"exact", "penalty"}
         Impose the IC and BC by construction of the field, or by a penalty term.
     penalty : float
@@ -107,6 +115,8 @@ class BurgersProblem:
     stencil: str = "sobel"
     boundary: str = "exact"
     penalty: float = 1.0
+    scheme_order: int = 2
+    flux: str = "godunov"
 
     name = "burgers"
     in_channels = 3
@@ -158,7 +168,10 @@ class BurgersProblem:
         ``residual`` is the mean squared PDE residual over the unknown nodes; with the
         penalty option, ``boundary`` is lambda times the mean squared IC and BC mismatch.
         """
-        r = residual(u, self.dt, self.dx, self.viscosity, self.stencil)
+        if self.stencil == "conservative":
+            r = conservative_residual(u, self.dt, self.dx, self.viscosity, self.scheme_order, self.flux)
+        else:
+            r = residual(u, self.dt, self.dx, self.viscosity, self.stencil)
         terms = {"residual": r.pow(2).mean(dim=(1, 2))}
         if self.boundary == "penalty":
             x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)
@@ -166,6 +179,19 @@ class BurgersProblem:
             bc = u[:, :, 0].pow(2).mean(dim=1)
             terms["boundary"] = self.penalty * (ic + bc)
         return terms
+
+    def scheme_solution(self, c: np.ndarray) -> np.ndarray:
+        """The exact solutions of the conservative scheme on this grid (zero residual), (S, N_t, N_x).
+
+        Their error against :meth:`reference` is the floor a network trained on the
+        conservative residual can reach.
+        """
+        from diffnet.solvers.conservative import solve_scheme
+
+        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=torch.float64)
+        u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
+        return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order, self.flux)
+                         for row in u0])
 
     def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
         """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""

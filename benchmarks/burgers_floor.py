@@ -1,0 +1,56 @@
+"""Discretisation floor of the conservative Burgers schemes against the converged Godunov reference.
+
+For each viscosity, resolution and scheme order, the exact zero-residual field of the
+implicit conservative scheme (``diffnet.solvers.conservative.solve_scheme``, Godunov
+flux) is compared with the converged Godunov reference on the same nodes, on the
+held-out c of the configs. A network trained on that residual cannot do better than
+this. Prints one JSON object.
+
+    python benchmarks/burgers_floor.py [--resolutions 32 64 128] [--viscosities 0 0.01]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+HELD_OUT = (3.3, 4.1, 4.77, 5.5, 5.9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--viscosities", type=float, nargs="+", default=[0.0, 0.01])
+    parser.add_argument("--orders", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    from diffnet.problems.burgers import BurgersProblem
+
+    c = np.array(HELD_OUT)
+    rows = []
+    for nu in args.viscosities:
+        for n in args.resolutions:
+            ref = BurgersProblem((n, n), viscosity=nu).reference(c)
+            for order in args.orders:
+                problem = BurgersProblem((n, n), viscosity=nu, stencil="conservative", scheme_order=order)
+                t0 = time.perf_counter()
+                u = problem.scheme_solution(c)
+                seconds = time.perf_counter() - t0
+                err = np.linalg.norm(u - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
+                row = {"viscosity": nu, "resolution": n, "order": order, "mean_rel_l2": round(float(err.mean()), 4),
+                       "rel_l2": [round(float(e), 4) for e in err], "solve_seconds": round(seconds, 1)}
+                rows.append(row)
+                print(f"nu={nu} {n}^2 order {order}: mean {row['mean_rel_l2']}", file=sys.stderr, flush=True)
+    print(json.dumps({"benchmark": "burgers_floor", "flux": "godunov", "t_final": 1 / 3, "c": list(HELD_OUT),
+                      "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
