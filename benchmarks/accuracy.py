@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from deepfusion.runtime import find_mpiexec  # noqa: E402
 
 # Mean relative L2 error each shipped config must reach (the issues' goals).
-GOAL = {"burgers": 0.10, "poisson": 0.03}
+GOAL = {"burgers": 0.10, "burgers_inviscid": 0.15, "poisson": 0.03}
 
 
 def run(config: str, ranks: int, overrides: list[str], workdir: Path) -> dict:

@@ -69,3 +69,14 @@ def test_file_errors(tmp_path):
     bad.write_text("[problem\nname=1")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(bad)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
+    assert len(configs) >= 4
+    for path in configs:
+        load_config(path)  # raises ConfigError on an unknown key or an invalid value
+    inviscid = load_config(configs[0].parent / "burgers_inviscid.toml")
+    assert (inviscid.problem.viscosity, inviscid.problem.residual, inviscid.problem.scheme_order) == (0.0, "conservative", 2)
