@@ -186,6 +186,11 @@ def _truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
+def _warn(line: str) -> None:
+    """A warning on standard error, one line."""
+    print(f"deepfusion: warning: {line}", file=sys.stderr, flush=True)
+
+
 def _agree(comm, fn):
     """Run ``fn`` on every rank; if it fails with a user error on any rank, fail on all.
 
@@ -244,7 +249,7 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
         raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
     leader = comm.rank == 0
     say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
-    warn = (lambda line: print(f"deepfusion: warning: {line}", file=sys.stderr, flush=True)) if leader else say
+    warn = _warn if leader else say
     run_dir = Path(cfg.output.dir)
     # Every rank reads the same files and so reaches the same choice; _agree makes a
     # refusal on any rank a refusal on all.
@@ -449,8 +454,7 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
         path = Path(args.checkpoint)
         ckpt = load_checkpoint(path)
     else:
-        warn = lambda line: print(f"deepfusion: warning: {line}", file=sys.stderr)  # noqa: E731
-        found = latest_valid_checkpoint(run_dir / "checkpoints", warn)
+        found = latest_valid_checkpoint(run_dir / "checkpoints", _warn)
         if found is None:
             raise UsageError(f"{run_dir}: no valid checkpoint in {run_dir / 'checkpoints'}")
         path, ckpt = found

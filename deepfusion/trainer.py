@@ -80,14 +80,12 @@ def _format_eta(seconds: float) -> str:
 class _Recorder:
     """Rank 0's side effects: metrics lines, progress output and checkpoints."""
 
-    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, epochs: int,
-                 keep: int = 0):
+    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, keep: int = 0):
         self.run_dir = run_dir
         self.keep = keep
         self.leader = leader
         self.log = log
         self.total = total
-        self.epochs = epochs
         self.history: list[dict[str, Any]] = []
         self.checkpoint: Path | None = None
         self.saved_step: int | None = None
@@ -185,7 +183,7 @@ def train(
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, comm)
-    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.epochs, cfg.keep_checkpoints)
+    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints)
     stop = stop or StopRequest()
     step = start_step
     loss_value = float("nan")
