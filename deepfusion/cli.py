@@ -1,4 +1,4 @@
-"""``deepfusion`` command line: train, infer and reference; the only module wiring in diffnet."""
+"""``deepfusion`` command line: train, infer, compare and reference; the only module wiring in diffnet."""
 
 from __future__ import annotations
 
@@ -441,17 +441,18 @@ def instance_parameters(cfg: Config, args: argparse.Namespace) -> np.ndarray:
     return nu
 
 
-def cmd_infer(args: argparse.Namespace, comm) -> int:
-    from deepfusion.checkpoint import latest_valid_checkpoint, load_checkpoint
-
-    run_dir = Path(args.run_dir)
+def _run_config(run_dir: Path) -> Config:
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir}: not a run directory (no config.toml)")
-    _check_output_file(args.out)
-    cfg = load_config(run_dir / "config.toml")
-    params = instance_parameters(cfg, args)
-    if args.checkpoint:
-        path = Path(args.checkpoint)
+    return load_config(run_dir / "config.toml")
+
+
+def _trained_model(run_dir: Path, cfg: Config, checkpoint: str | None):
+    """The run's generator with the weights of ``checkpoint`` (default: the newest valid one), and that path."""
+    from deepfusion.checkpoint import latest_valid_checkpoint, load_checkpoint
+
+    if checkpoint:
+        path = Path(checkpoint)
         ckpt = load_checkpoint(path)
     else:
         found = latest_valid_checkpoint(run_dir / "checkpoints", _warn)
@@ -465,12 +466,21 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
             f"{list(saved.model.channels)} does not belong to this run ({cfg.problem.name} "
             f"{list(cfg.problem.resolution)} {cfg.model.name} {list(cfg.model.channels)}, or other problem settings)"
         )
+    model = build_model(cfg, build_problem(cfg))
+    ckpt.restore(model)
+    return model, path
+
+
+def cmd_infer(args: argparse.Namespace, comm) -> int:
+    run_dir = Path(args.run_dir)
+    cfg = _run_config(run_dir)
+    _check_output_file(args.out)
+    params = instance_parameters(cfg, args)
+    model, path = _trained_model(run_dir, cfg, args.checkpoint)
     from deepfusion.evaluate import predict
     from deepfusion.fields import write_fields
 
     problem = build_problem(cfg)
-    model = build_model(cfg, problem)
-    ckpt.restore(model)
     t0 = time.perf_counter()
     u = predict(model, problem, params)
     seconds = time.perf_counter() - t0
@@ -481,10 +491,10 @@ def cmd_infer(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _check_output_file(path: Path) -> None:
-    """``--out`` of infer/reference: an HDF5 file name in a place that is not a directory."""
-    if path.suffix not in (".h5", ".hdf5"):
-        raise UsageError(f"--out: {path}: field files are HDF5; give a name ending in .h5")
+def _check_output_file(path: Path, suffixes: tuple[str, ...] = (".h5", ".hdf5"), what: str = "field files are HDF5") -> None:
+    """``--out`` of infer/reference/compare: a file name with one of ``suffixes``, in a place that is not a directory."""
+    if path.suffix not in suffixes:
+        raise UsageError(f"--out: {path}: {what}; give a name ending in {suffixes[0]}")
     if path.is_dir():
         raise UsageError(f"--out: {path} is a directory")
     if any(parent.exists() and not parent.is_dir() for parent in path.parents):
@@ -545,6 +555,87 @@ def cmd_reference_elliptic(args: argparse.Namespace, comm) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- compare
+
+
+def _compare_instances(cfg: Config, samples: int) -> np.ndarray:
+    """The first ``samples`` held-out instances of the run (never training ones)."""
+    if cfg.problem.name == "burgers" and cfg.problem.test_c:
+        if samples > len(cfg.problem.test_c):
+            raise UsageError(f"--samples: this run holds out {len(cfg.problem.test_c)} values of c (problem.test_c); "
+                             f"got {samples}")
+        return np.asarray(cfg.problem.test_c[:samples], dtype=np.float64)
+    return _sample(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters
+
+
+def cmd_compare(args: argparse.Namespace, comm) -> int:
+    """Classical solve (Q1 FEM + AMG, or Godunov) against DiffNet inference, per resolution."""
+    import dataclasses
+
+    run_dir = Path(args.run_dir)
+    cfg = _run_config(run_dir)
+    _check_output_file(args.out, (".json",), "the report is JSON")
+    if not 1 <= args.samples <= 1000:
+        raise UsageError(f"--samples: must be in 1..1000, got {args.samples}")
+    if not 1 <= args.threads <= 4096:
+        raise UsageError(f"--threads: must be in 1..4096, got {args.threads}")
+    if not 1 <= args.batch <= 1024:
+        raise UsageError(f"--batch: must be in 1..1024, got {args.batch}")
+    if not (math.isfinite(args.tol) and 0 < args.tol <= 1e-2):
+        raise UsageError(f"--tol: must be in (0, 1e-2], got {args.tol}")
+    trained = tuple(cfg.problem.resolution)
+    grids = [(n, n) for n in args.resolution] if args.resolution else [trained]
+    for grid in grids:
+        _check_resolution(grid)
+    params = _compare_instances(cfg, args.samples)
+    from deepfusion.runtime import apply_threads
+
+    apply_threads(args.threads)  # before torch starts its thread pool
+    from deepfusion.compare import compare_row, markdown_table, time_inference, time_reference
+    from deepfusion.evaluate import predict, relative_l2
+
+    t0 = time.perf_counter()
+    model, path = _trained_model(run_dir, cfg, args.checkpoint)
+    load_s = time.perf_counter() - t0
+    print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, trained at {list(trained)}), checkpoint {path} "
+          f"loaded in {load_s:.3f} s; {len(params)} held-out instances; {args.threads} threads for both solvers",
+          flush=True)
+    rows = []
+    for grid in grids:
+        problem = build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
+        print(f"  {grid[0]}x{grid[1]}:", flush=True)
+        ref, reference = time_reference(problem, params, args.tol, direct=not args.no_direct)
+        pred, inference = time_inference(lambda p, b: predict(model, problem, p, b), params, args.batch)
+        # The error needs a model trained at this grid; elsewhere only the timings mean something.
+        err = relative_l2(pred, ref) if grid == trained else None
+        rows.append(compare_row(grid, args.threads, reference, inference, err))
+        row = rows[-1]
+        print(f"    speed-up {row['speedup_single']:.1f}x (one instance), {row['speedup_batched']:.1f}x (batched)"
+              + (f"; rel. L2 vs {reference_name(cfg)} mean {row['rel_l2']:.4f}, max {row['rel_l2_max']:.4f}" if err is not None
+                 else "; no model trained at this grid, error not measured"), flush=True)
+    report = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(path),
+        "problem": cfg.problem.name,
+        "trained_resolution": list(trained),
+        "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
+        "samples": len(params),
+        "threads": args.threads,
+        "amg_tol": args.tol,
+        "model_load_s": load_s,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    table = args.out.with_suffix(".md")
+    table.write_text(markdown_table(rows))
+    from deepfusion.plots import plot_compare
+
+    figure = plot_compare(rows, args.out.with_suffix(".png"))
+    print(f"\n{markdown_table(rows)}\nwrote {args.out}, {table}, {figure}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -567,6 +658,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--nu", type=Path, help="Poisson/reaction-diffusion: .npy of diffusivity fields (S, N_y, N_x)")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the latest)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("compare", help="time a classical solve (FEM + AMG, or Godunov) against DiffNet inference")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="JSON report (a .md table and .png plot are written beside it)")
+    p.add_argument("--resolution", type=int, nargs="+", metavar="N", help="N x N grids (default: the run's)")
+    p.add_argument("--samples", type=int, default=4, help="held-out instances per grid (default 4)")
+    p.add_argument("--threads", type=int, default=1, help="threads for both solvers (default 1)")
+    p.add_argument("--batch", type=int, default=8, help="instances per forward pass in the batched timing")
+    p.add_argument("--tol", type=float, default=1e-8, help="relative residual of the AMG-CG solve (default 1e-8)")
+    p.add_argument("--no-direct", action="store_true", help="skip the sparse direct (LU) solve")
+    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the latest)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reference", help="classical reference solutions")
     rsub = p.add_subparsers(dest="problem", required=True, parser_class=_Parser)

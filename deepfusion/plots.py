@@ -1,4 +1,4 @@
-"""PNG figures of a run: the loss curve, and predicted vs reference fields with their difference."""
+"""PNG figures: a run's loss curve, predicted vs reference fields, and the solve-time comparison."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_loss", "plot_fields"]
+__all__ = ["plot_loss", "plot_fields", "plot_compare"]
 
 
 def _pyplot():
@@ -81,5 +81,32 @@ def plot_fields(
             fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_compare(rows: list[dict], out: Path) -> Path:
+    """Seconds per instance against grid size (log-log): classical assembly and solves, DiffNet inference."""
+    plt = _pyplot()
+    nodes = [int(np.prod(r["resolution"])) for r in rows]
+    fem = rows[0]["reference"] == "fem"
+    series = ([("fem_assembly_s", "FEM assembly", "o-"), ("fem_solve_s", "AMG-CG solve (incl. setup)", "s-"),
+               ("fem_direct_solve_s", "direct LU solve", "x--")] if fem else [("fem_solve_s", "Godunov solve", "s-")])
+    series += [("inference_single_s", "DiffNet, one instance", "^-"),
+               ("inference_batched_per_instance_s", "DiffNet, per instance in a batch", "v-")]
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for key, label, style in series:
+        points = [(n, r[key]) for n, r in zip(nodes, rows) if r[key] is not None]
+        if points:
+            ax.loglog(*zip(*points), style, label=label)
+    ax.set_xticks(nodes, ["×".join(map(str, r["resolution"])) for r in rows])
+    ax.minorticks_off()
+    ax.set_xlabel("grid (nodes)")
+    ax.set_ylabel("seconds per instance")
+    ax.set_title(f"{'FEM' if fem else 'Godunov'} vs DiffNet inference, {rows[0]['threads']} thread(s)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
     plt.close(fig)
     return out

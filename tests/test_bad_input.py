@@ -67,6 +67,12 @@ CASES = [
     (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
     (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "this run is Burgers"),
     (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "this run is poisson"),
+    (["compare", "{poisson}", "--out", "r.txt"], "the report is JSON"),
+    (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
+    (["compare", "{poisson}", "--out", "r.json", "--resolution", "2"], "--resolution"),
+    (["compare", "{poisson}", "--out", "r.json", "--tol", "nan"], "--tol"),
+    (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "holds out 5 values of c"),
+    (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
     # instance files
     (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "must have 6 entries"),
     (["infer", "{poisson}", "--coeffs", "{in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),

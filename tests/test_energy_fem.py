@@ -10,7 +10,7 @@ import torch
 from scipy.integrate import cumulative_trapezoid
 
 from diffnet.energy import dirichlet_energy, gauss_basis, reaction_diffusion_energy
-from diffnet.solvers.poisson import assemble, poisson_fem, reaction_diffusion_fem, solve_dirichlet
+from diffnet.solvers.poisson import assemble, poisson_fem, poisson_system, reaction_diffusion_fem
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -147,9 +147,6 @@ def test_reaction_diffusion_manufactured_solution_second_order():
     assert np.all(rates > 1.8) and np.all(rates < 2.3), rates
 
 
-def test_solve_dirichlet_rejects_unknown_method():
-    A, b = assemble(np.ones((4, 4)), 1 / 3, 1 / 3)
-    fixed = np.zeros(16, dtype=bool)
-    fixed[:4] = True
+def test_unknown_solver_method_is_refused():
     with pytest.raises(ValueError, match="unknown method"):
-        solve_dirichlet(A, b, fixed, np.zeros(16), method="jacobi")
+        poisson_system(np.ones((4, 4))).solve(method="jacobi")

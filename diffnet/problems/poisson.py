@@ -138,6 +138,22 @@ class KLFamily:
         """:meth:`diffusivity` in float64 numpy, for the reference solver."""
         return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
 
+    def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
+        """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
+        out = np.empty((len(params), *self.resolution))
+        for k in range(len(params)):
+            out[k] = self.fem_system(params[k]).solve(method)
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def fem_system(self, params: np.ndarray):
+        """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.poisson.FEMSystem`).
+
+        ``params`` is one coefficient row (m,) or one nodal diffusivity field (N_y, N_x).
+        """
+        return self._fem_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
+
 
 @dataclass(frozen=True)
 class PoissonProblem(KLFamily):
@@ -163,14 +179,7 @@ class PoissonProblem(KLFamily):
         lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)).expand_as(u)
         return {"energy": dirichlet_energy(u, nu, self.hx, self.hy) / dirichlet_energy(lift, nu, self.hx, self.hy)}
 
-    def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
-        """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
-        from diffnet.solvers.poisson import poisson_fem
+    def _fem_system(self, nu: np.ndarray):
+        from diffnet.solvers.poisson import poisson_system
 
-        nu = self.diffusivity_numpy(params)
-        out = np.empty_like(nu)
-        for k in range(len(nu)):
-            out[k] = poisson_fem(nu[k], method=method)
-            if progress is not None:
-                progress(k + 1, len(nu))
-        return out
+        return poisson_system(nu)

@@ -49,14 +49,7 @@ class ReactionDiffusionProblem(KLFamily):
         j = reaction_diffusion_energy(u, nu, self.kappa, self.source, self.hx, self.hy)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
 
-    def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
-        """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
-        from diffnet.solvers.poisson import reaction_diffusion_fem
+    def _fem_system(self, nu: np.ndarray):
+        from diffnet.solvers.poisson import reaction_diffusion_system
 
-        nu = self.diffusivity_numpy(params)
-        out = np.empty_like(nu)
-        for k in range(len(nu)):
-            out[k] = reaction_diffusion_fem(nu[k], self.kappa, self.source, method=method)
-            if progress is not None:
-                progress(k + 1, len(nu))
-        return out
+        return reaction_diffusion_system(nu, self.kappa, self.source)
