@@ -1,4 +1,4 @@
-"""``deepfusion`` command line: train, infer, compare and reference; the only module wiring in diffnet."""
+"""``deepfusion`` command line: train, infer, compare, reference and jobs; the only module wiring in diffnet."""
 
 from __future__ import annotations
 
@@ -620,6 +620,7 @@ def cmd_compare(args: argparse.Namespace, comm) -> int:
         "trained_resolution": list(trained),
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
         "samples": len(params),
+        "instances": params.tolist(),
         "threads": args.threads,
         "amg_tol": args.tol,
         "model_load_s": load_s,
@@ -633,6 +634,28 @@ def cmd_compare(args: argparse.Namespace, comm) -> int:
 
     figure = plot_compare(rows, args.out.with_suffix(".png"))
     print(f"\n{markdown_table(rows)}\nwrote {args.out}, {table}, {figure}")
+    return 0
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def cmd_jobs(args: argparse.Namespace, comm) -> int:
+    """Print a job script for a cluster, rendered from jobs/ with validated values."""
+    from deepfusion.jobs import JobError, JobRequest, render_job
+    from deepfusion.runtime import available_cores, find_mpiexec
+
+    cfg = load_config(args.config)  # a job that would fail on its config fails here instead
+    request = JobRequest(
+        cluster=args.cluster, config=args.config, run_dir=Path(cfg.output.dir), nodes=args.nodes,
+        ranks_per_node=args.ranks_per_node, threads=args.threads, time=args.time, partition=args.partition,
+        account=args.account, node_type=args.node_type, cores_per_node=args.cores_per_node,
+    )
+    try:
+        script = render_job(request, local_cores=available_cores(), mpiexec=find_mpiexec())
+    except JobError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.write(script)
     return 0
 
 
@@ -670,6 +693,19 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-direct", action="store_true", help="skip the sparse direct (LU) solve")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the latest)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("jobs", help="print a job script for a cluster (stampede, azure, aws, local)")
+    p.add_argument("cluster", choices=["stampede", "azure", "aws", "local"])
+    p.add_argument("config", type=Path, help="TOML config the job trains (its output.dir is the run directory)")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--ranks-per-node", type=int, required=True)
+    p.add_argument("--threads", type=int, required=True, help="threads per rank")
+    p.add_argument("--time", default="02:00:00", help="wall-clock limit HH:MM:SS")
+    p.add_argument("--partition", help="queue (default: the cluster's first node type)")
+    p.add_argument("--account", help="allocation to charge")
+    p.add_argument("--node-type", help="node type of --partition when the site names its queues itself")
+    p.add_argument("--cores-per-node", type=int, help="cores of one node, when not in the shipped table")
+    p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("reference", help="classical reference solutions")
     rsub = p.add_subparsers(dest="problem", required=True, parser_class=_Parser)

@@ -7,8 +7,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
-
 __all__ = ["available_cores", "resolve_threads", "apply_threads", "find_mpiexec"]
 
 
@@ -30,6 +28,8 @@ def resolve_threads(requested: int, ranks_on_node: int, cores: int | None = None
 
 def apply_threads(threads: int) -> None:
     """Set torch's intra-op threads and OpenMP's default to ``threads``."""
+    import torch  # here, not at import: the CLI's input checks and `jobs` need no torch
+
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
 

@@ -34,6 +34,7 @@ def test_report_on_a_tiny_run_has_every_field(poisson_run, tmp_path):
     report = json.loads(out.read_text())
     assert report["problem"] == "poisson" and report["samples"] == 2 and report["threads"] == 1
     assert report["model_load_s"] > 0 and report["amg_tol"] == 1e-8
+    assert np.asarray(report["instances"]).shape == (2, 6)
     rows = report["rows"]
     assert [r["resolution"] for r in rows] == [[16, 16], [24, 24]]
     for row in rows:
