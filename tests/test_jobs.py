@@ -193,7 +193,7 @@ def _fake_slurm(bin_dir: Path, log: Path) -> None:
 @pytest.mark.timeout(400)
 def test_slurm_job_checkpoints_on_sigterm_requeues_and_resumes(tmp_path):
     """The time-limit path of a Slurm job: SIGTERM to the batch script, checkpoint, requeue, resume."""
-    config = _config(tmp_path / "job", epochs=400)
+    config = _config(tmp_path / "job", epochs=100)
     proc = _render(tmp_path, "stampede", "--ranks-per-node", "2", "--threads", "1", config=config)
     assert proc.returncode == 0, proc.stderr
     script = tmp_path / "job.sh"
@@ -212,10 +212,10 @@ def test_slurm_job_checkpoints_on_sigterm_requeues_and_resumes(tmp_path):
     assert "stopped by" in out
     assert requeued.read_text().split() == ["requeue", "4242"]
     stopped_at = _records(run_dir)[-1]["step"]
-    assert stopped_at < 400 * 4  # 16 samples / batch 4 = 4 steps per epoch
+    assert stopped_at < 100 * 4  # 16 samples / batch 4 = 4 steps per epoch
     # Slurm starts the requeued job with the same script: it resumes and finishes.
     again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "resuming from" in again.stdout
-    assert _records(run_dir)[-1]["step"] == 400 * 4
+    assert _records(run_dir)[-1]["step"] == 100 * 4
     assert requeued.read_text().split() == ["requeue", "4242"]  # no second requeue after a finished run

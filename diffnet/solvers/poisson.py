@@ -25,27 +25,34 @@ _NEIGHBOURS = tuple((di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1))
 
 
 def _element_matrices(nu: np.ndarray, hx: float, hy: float, kappa: float) -> np.ndarray:
-    """(N_y-1, N_x-1, 4, 4) element matrices of -div(nu grad) + kappa^2 on every pixel."""
+    """(4, 4, N_y-1, N_x-1) element matrices of -div(nu grad) + kappa^2 on every pixel.
+
+    Entry [a, b] of every element is one contiguous array, so the assembly below adds
+    whole rows of memory; the products are one BLAS matrix multiply.
+    """
     values, gx, gy, w = gauss_basis(hx, hy)
     stiff = w * (gx[:, :, None] * gx[:, None, :] + gy[:, :, None] * gy[:, None, :])  # (q, a, b)
-    corners = np.stack([nu[dy : nu.shape[0] - 1 + dy, dx : nu.shape[1] - 1 + dx] for dy, dx in _NODES], -1)
-    nu_q = corners @ values.T  # (N_y-1, N_x-1, q)
-    ke = np.einsum("yxq,qab->yxab", nu_q, stiff)
+    ny, nx = nu.shape
+    corners = np.stack([nu[dy : ny - 1 + dy, dx : nx - 1 + dx].ravel() for dy, dx in _NODES])  # (node, pixel)
+    nu_q = values @ corners  # (q, pixel): nu at the Gauss points
+    ke = stiff.reshape(4, 16).T @ nu_q  # (a b, pixel)
     if kappa:
-        ke += kappa**2 * w * np.einsum("qa,qb->ab", values, values)
-    return ke
+        ke += (kappa**2 * w * np.einsum("qa,qb->ab", values, values)).reshape(16, 1)
+    return ke.reshape(4, 4, ny - 1, nx - 1)
 
 
 def _load(f: np.ndarray | float, shape: tuple[int, int], hx: float, hy: float) -> np.ndarray:
     """Nodal load (N_y, N_x) of a constant or nodal (bilinearly interpolated) source."""
-    values, _, _, w = gauss_basis(hx, hy)
     ny, nx = shape
-    f = np.broadcast_to(np.asarray(f, dtype=np.float64), shape)
-    corners = np.stack([f[dy : ny - 1 + dy, dx : nx - 1 + dx] for dy, dx in _NODES], -1)
-    fe = w * (corners @ values.T) @ values  # (N_y-1, N_x-1, a): sum_q w f_q N_a(q)
     b = np.zeros(shape)
+    if np.ndim(f) == 0 and f == 0.0:
+        return b
+    values, _, _, w = gauss_basis(hx, hy)
+    f = np.broadcast_to(np.asarray(f, dtype=np.float64), shape)
+    corners = np.stack([f[dy : ny - 1 + dy, dx : nx - 1 + dx].ravel() for dy, dx in _NODES])
+    fe = (w * values.T @ values) @ corners  # (a, pixel): sum_q w f_q N_a(q)
     for a, (dy, dx) in enumerate(_NODES):
-        b[dy : ny - 1 + dy, dx : nx - 1 + dx] += fe[..., a]
+        b[dy : ny - 1 + dy, dx : nx - 1 + dx] += fe[a].reshape(ny - 1, nx - 1)
     return b
 
 
@@ -61,7 +68,7 @@ def _stencil(nu: np.ndarray, hx: float, hy: float, kappa: float) -> np.ndarray:
     stencil = np.zeros((3, 3, ny, nx))
     for a, (ya, xa) in enumerate(_NODES):
         for b, (yb, xb) in enumerate(_NODES):
-            stencil[yb - ya + 1, xb - xa + 1, ya : ny - 1 + ya, xa : nx - 1 + xa] += ke[..., a, b]
+            stencil[yb - ya + 1, xb - xa + 1, ya : ny - 1 + ya, xa : nx - 1 + xa] += ke[a, b]
     return stencil
 
 
@@ -76,14 +83,13 @@ def _csr(stencil: np.ndarray) -> sp.csr_matrix:
     """The stencil as an (N, N) CSR matrix, nodes numbered row-major; exact zeros are not stored."""
     _, _, ny, nx = stencil.shape
     n = ny * nx
-    values = stencil.reshape(9, n).T  # (N, 9), columns ascending within each row
-    offsets = np.array([di * nx + dj for di, dj in _NEIGHBOURS])
+    index = np.int32 if 9 * n < 2**31 else np.int64
+    values = np.ascontiguousarray(stencil.reshape(9, n).T)  # (N, 9), columns ascending within each row
     stored = values != 0.0
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(stored.sum(axis=1), out=indptr[1:])
-    columns = np.arange(n)[:, None] + offsets
-    index_type = np.int32 if n < 2**31 else np.int64
-    return sp.csr_matrix((values[stored], columns[stored].astype(index_type), indptr.astype(index_type)), shape=(n, n))
+    indptr = np.zeros(n + 1, dtype=index)
+    np.cumsum(np.count_nonzero(stored, axis=1), out=indptr[1:])
+    columns = np.arange(n, dtype=index)[:, None] + np.array([di * nx + dj for di, dj in _NEIGHBOURS], dtype=index)
+    return sp.csr_matrix((values[stored], columns[stored], indptr), shape=(n, n))
 
 
 def assemble(
