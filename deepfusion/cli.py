@@ -598,7 +598,8 @@ def cmd_compare(args: argparse.Namespace, comm) -> int:
     model, path = _trained_model(run_dir, cfg, args.checkpoint)
     load_s = time.perf_counter() - t0
     print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, trained at {list(trained)}), checkpoint {path} "
-          f"loaded in {load_s:.3f} s; {len(params)} held-out instances; {args.threads} threads for both solvers",
+          f"loaded in {load_s:.3f} s; {len(params)} held-out instances; "
+          f"{args.threads} thread{'s' if args.threads > 1 else ''} for both solvers",
           flush=True)
     rows = []
     for grid in grids:

@@ -52,7 +52,7 @@ def test_report_on_a_tiny_run_has_every_field(poisson_run, tmp_path):
     table = out.with_suffix(".md").read_text().splitlines()
     assert len(table) == 4 and table[2].startswith("| 16×16 | 1 |")
     assert out.with_suffix(".png").stat().st_size > 10_000
-    assert "1 threads for both solvers" in proc.stdout and "no model trained at this grid" in proc.stdout
+    assert "1 thread for both solvers" in proc.stdout and "no model trained at this grid" in proc.stdout
 
 
 @pytest.mark.parametrize("problem", [PoissonProblem((33, 41)), ReactionDiffusionProblem((29, 29), kappa=2.0)])
