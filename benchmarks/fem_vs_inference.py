@@ -37,7 +37,7 @@ def _env(threads: int) -> dict:
 
 
 def train(out: Path, epochs: int, n_train: int) -> tuple[Path, float]:
-    """Train configs/poisson.toml at 256^2 on two ranks; (run directory, seconds)."""
+    """Train configs/poisson.toml at 256^2 on two ranks, batch 16; (run directory, seconds)."""
     from deepfusion.runtime import find_mpiexec
 
     mpiexec = find_mpiexec()
@@ -45,7 +45,7 @@ def train(out: Path, epochs: int, n_train: int) -> tuple[Path, float]:
     run_dir = out / "poisson256"
     cmd = [*launch, sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "poisson.toml"),
            "--out", str(run_dir), "--set", "problem.resolution=[256,256]", "--set", f"train.epochs={epochs}",
-           "--set", f"data.n_train={n_train}", "--set", "train.checkpoint_every=50"]
+           "--set", f"data.n_train={n_train}", "--set", "train.batch_size=16", "--set", "train.checkpoint_every=50"]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr, env=_env(1))
@@ -84,8 +84,8 @@ def main() -> None:
     parser.add_argument("--run", type=Path, help="a trained Poisson run directory (256^2 for the error)")
     parser.add_argument("--out", type=Path, help="where the compare reports go (default: a temporary directory)")
     parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=4, help="training epochs when no --run is given")
-    parser.add_argument("--n-train", type=int, default=512, help="training instances when no --run is given")
+    parser.add_argument("--epochs", type=int, default=6, help="training epochs when no --run is given")
+    parser.add_argument("--n-train", type=int, default=256, help="training instances when no --run is given")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
