@@ -103,7 +103,9 @@ def plot_compare(rows: list[dict], out: Path) -> Path:
     ax.minorticks_off()
     ax.set_xlabel("grid (nodes)")
     ax.set_ylabel("seconds per instance")
-    ax.set_title(f"{'FEM' if fem else 'Godunov'} vs DiffNet inference, {rows[0]['threads']} thread(s)", fontsize=10)
+    threads = rows[0]["threads"]
+    ax.set_title(f"{'FEM' if fem else 'Godunov'} vs DiffNet inference, {threads} thread{'s' if threads != 1 else ''}",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
