@@ -110,7 +110,8 @@ def build_model(cfg: Config, problem):
 
     from diffnet.networks import build_network
 
-    model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels))
+    model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
+                          cfg.model.checkpoint_activations)
     return model.to(getattr(torch, cfg.train.dtype))
 
 
@@ -741,7 +742,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     once (status 2); any other exception on one rank aborts the whole job.
     """
     from deepfusion.comm import abort_on_error, world
+    from deepfusion.runtime import use_huge_pages
 
+    use_huge_pages()
     comm = world()
     with abort_on_error(comm):
         try:

@@ -115,6 +115,8 @@ class ModelConfig:
 
     name: str = _key(_choice("unet"), default="unet")
     channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128))
+    # Recompute each U-Net level in the backward pass instead of storing its activations.
+    checkpoint_activations: bool = _key(default=False)
 
 
 @dataclass(frozen=True)

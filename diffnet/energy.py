@@ -77,13 +77,55 @@ def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     return F.conv2d(field[:, None], _kernels(rows, field))
 
 
-def _diffusion_density(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float):
-    """Per-element Gauss-point values of 1/2 nu |grad u|^2, the basis values and the weight."""
-    values, gx, gy, w = gauss_basis(hx, hy)
-    nu_q = at_gauss_points(nu, values)
-    du = at_gauss_points(u, np.concatenate([gx, gy]))
-    grad2 = du[:, :4].square() + du[:, 4:].square()
-    return 0.5 * nu_q * grad2, values, w
+class _QuadraticEnergy(torch.autograd.Function):
+    """Per sample, 1/2 sum over Gauss points q and elements of c_q |D_q u|^2, memory-lean.
+
+    D_q is a stack of 2x2 convolutions (the gradient at Gauss point q) and c_q the
+    coefficient interpolated there. Autograd would keep every D_q u and c_q for the
+    backward pass -- a dozen full-size fields per sample, a real share of the memory at
+    1024^2 once the network's activations are checkpointed. Here the forward pass keeps
+    only u and the nodal coefficient, works one Gauss point at a time, and the backward
+    pass recomputes D_q u to form the gradient sum_q D_q^T (c_q D_q u) with a transposed
+    convolution.
+    """
+
+    @staticmethod
+    def forward(ctx, u: torch.Tensor, coeff: torch.Tensor, interp: torch.Tensor, ops: torch.Tensor) -> torch.Tensor:
+        # u, coeff: (S, 1, N_y, N_x); interp: (Q, 1, 1, 2, 2); ops: (Q, D, 1, 2, 2).
+        ctx.save_for_backward(u, coeff, interp, ops)
+        total = u.new_zeros(u.shape[0])
+        for q in range(ops.shape[0]):
+            c_q = F.conv2d(coeff, interp[q])
+            total += (c_q * F.conv2d(u, ops[q]).square()).sum(dim=(1, 2, 3))
+        return 0.5 * total
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        u, coeff, interp, ops = ctx.saved_tensors
+        need_u, need_c = ctx.needs_input_grad[:2]
+        grad_u = torch.zeros_like(u) if need_u else None
+        grad_c = torch.zeros_like(coeff) if need_c else None
+        for q in range(ops.shape[0]):
+            c_q = F.conv2d(coeff, interp[q])
+            du = F.conv2d(u, ops[q])
+            if need_u:
+                grad_u += F.conv_transpose2d(c_q * du, ops[q])
+            if need_c:
+                grad_c += F.conv_transpose2d(0.5 * du.square().sum(dim=1, keepdim=True), interp[q])
+        scale = grad[:, None, None, None]
+        return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
+
+
+def _quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:
+    """1/2 sum_q sum_e (interp_q . coeff) |ops_q u|^2 per sample (S,) for nodal u, coeff (S, N_y, N_x).
+
+    ``interp`` is (Q, 4) basis rows interpolating the coefficient to the Q Gauss points;
+    ``ops`` a list of (Q, 4) basis rows whose values at point q form D_q.
+    """
+    kernel = lambda rows: torch.as_tensor(rows, dtype=u.dtype, device=u.device)  # noqa: E731
+    interp_k = kernel(interp.reshape(-1, 1, 1, 2, 2))
+    ops_k = kernel(np.stack(ops, axis=1).reshape(interp.shape[0], len(ops), 1, 2, 2))
+    return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k)
 
 
 def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) -> torch.Tensor:
@@ -102,8 +144,8 @@ def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) ->
     torch.Tensor
         Shape (S,). Equals 1/2 u^T K u with K the Q1 stiffness matrix of nu.
     """
-    density, _, w = _diffusion_density(u, nu, hx, hy)
-    return w * density.sum(dim=(1, 2, 3))
+    values, gx, gy, w = gauss_basis(hx, hy)
+    return w * _quadratic_energy(u, nu, values, [gx, gy])
 
 
 def reaction_diffusion_energy(
@@ -133,8 +175,12 @@ def reaction_diffusion_energy(
         Shape (S,). Equals 1/2 u^T (K + kappa^2 M) u - b^T u with the Q1 stiffness K,
         mass M and load b integrated by the same rule.
     """
-    density, values, w = _diffusion_density(u, nu, hx, hy)
-    u_q = at_gauss_points(u, values)
-    f_q = at_gauss_points(f, values) if isinstance(f, torch.Tensor) else f
-    density = density + 0.5 * kappa**2 * u_q.square() - f_q * u_q
-    return w * density.sum(dim=(1, 2, 3))
+    values, gx, gy, w = gauss_basis(hx, hy)
+    diffusion = _quadratic_energy(u, nu, values, [gx, gy])
+    # The mass term is the same quadratic form with the basis values and a unit coefficient.
+    mass = _quadratic_energy(u, torch.ones_like(u), values, [values])
+    if isinstance(f, torch.Tensor):
+        load = (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=(1, 2, 3))
+    else:
+        load = f * at_gauss_points(u, values).sum(dim=(1, 2, 3))
+    return w * (diffusion + kappa**2 * mass - load)

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, train_once
+from conftest import ROOT, TINY, run_cli, train_once
 from deepfusion.checkpoint import load_checkpoint
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
@@ -94,3 +94,24 @@ def test_reference_command(tmp_path, cli):
     with h5py.File(out) as f:
         assert f["u"].shape == (1, 9, 17)
         assert f.attrs["source"] == "godunov"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config, extra", [
+    ("poisson_1024.toml", ["--set", "data.n_test=1"]),
+    ("burgers_1024.toml", ["--set", "problem.test_c=[4.1]"]),
+])
+def test_1024_configs_train_here(tmp_path, config, extra):
+    # One checkpointed training step at the full 1024^2 grid, then the evaluation against
+    # the reference solver at that grid: the shipped high-resolution configs run here.
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", str(ROOT / "configs" / config), "--out", str(run_dir), "--set", "data.n_train=1",
+                   "--set", "train.batch_size=1", "--set", "train.epochs=1", "--set", "output.plots=false", *extra,
+                   timeout=540)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 1 and np.isfinite(record["loss"])
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        assert f["u"].shape == (1, 1024, 1024) and np.isfinite(f["u"][()]).all()
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert len(report["rel_l2"]) == 1 and np.isfinite(report["rel_l2"][0])

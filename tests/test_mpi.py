@@ -83,6 +83,22 @@ def test_same_trajectory_for_any_p(tmp_path):
         assert np.abs(preds["float32", n] - preds["float32", 1]).max() / scale < 1e-4
 
 
+@pytest.mark.timeout(300)
+def test_checkpointed_activations_same_parameters_on_two_ranks(tmp_path):
+    # Recomputation must not disturb the bucketed reduction, whose hooks fire as each
+    # parameter's gradient is accumulated -- here during the recomputed backward.
+    finals = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        proc = _train(2, out, "--set", "train.dtype=float64", "--set", f"model.checkpoint_activations={flag}",
+                      "--set", "parallel.gradsync=bucketed", "--set", "parallel.bucket_mb=0.01")
+        assert proc.returncode == 0, proc.stderr
+        finals[flag] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
+    for name, ref in finals["false"].items():
+        rel = np.abs(finals["true"][name] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-9, (name, rel)
+
+
 @pytest.mark.timeout(120)
 def test_bad_config_under_mpi_reported_once_status_2(tmp_path):
     proc = _train(2, tmp_path / "r", "--set", "problem.viscosity=-1")
