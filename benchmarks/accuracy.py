@@ -73,9 +73,11 @@ def main() -> None:
     parser.add_argument("configs", nargs="+", help="config(s) relative to the repository root")
     parser.add_argument("--ranks", type=int, default=1, help="MPI ranks per training run (mpiexec -n)")
     parser.add_argument("--set", action="append", default=[], help="override passed to every run")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="parallel.device of every run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        results = [run(c, args.ranks, args.set, Path(tmp)) for c in args.configs]
+        overrides = [*args.set, f"parallel.device={args.device}"]
+        results = [run(c, args.ranks, overrides, Path(tmp)) for c in args.configs]
     print(json.dumps({"benchmark": "accuracy", "runs": results}, indent=2))
 
 

@@ -48,31 +48,40 @@ def conv_flops(model, x) -> tuple[int, int]:
     return forward, forward + 2 * forward - convs[0]
 
 
-def gemm_flops(n: int, repeats: int) -> float:
-    """Best float32 ``torch.mm`` FLOP/s for n x n matrices at the current thread count."""
+def _sync(device: str) -> None:
     import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    c = torch.empty(n, n)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def gemm_flops(n: int, repeats: int, device: str = "cpu") -> float:
+    """Best float32 ``torch.mm`` FLOP/s for n x n matrices at the current thread count (or on the GPU)."""
+    import torch
+
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    c = torch.empty(n, n, device=device)
     torch.mm(a, b, out=c)
     best = float("inf")
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         torch.mm(a, b, out=c)
+        _sync(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
 
 
-def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int) -> tuple[float, int]:
+def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int, device: str = "cpu") -> tuple[float, int]:
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
     from deepfusion.cli import build_model, build_problem, training_parameters
 
     problem = build_problem(cfg)
-    model = build_model(cfg, problem).train()
+    model = build_model(cfg, problem).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32)
+    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device=device)
     x = problem.inputs(params)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
@@ -84,12 +93,14 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int)
         sum(t.mean() for t in problem.loss_terms(u, params).values()).backward()
         optimizer.step()
 
-    step()  # warm-up: oneDNN picks and caches its kernels
+    step()  # warm-up: oneDNN (cuDNN) picks and caches its kernels
     best = float("inf")
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
+        _sync(device)
         best = min(best, (time.perf_counter() - t0) / steps)
     return best, flops
 
@@ -103,6 +114,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--gemm", type=int, default=2048, help="side of the GEMM reference matrices")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (float32 without TF32 on both sides)")
     args = parser.parse_args()
 
     from deepfusion.runtime import use_huge_pages
@@ -113,13 +125,14 @@ def main() -> None:
     from deepfusion.config import load_config
 
     torch.set_num_threads(args.threads)
-    gemm = gemm_flops(args.gemm, 2 * args.repeats + 1)
-    print(f"  float32 GEMM {args.gemm}^2 on {args.threads} threads: {gemm / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)
+    where = f"{args.threads} threads" if args.device == "cpu" else args.device
+    gemm = gemm_flops(args.gemm, 2 * args.repeats + 1, args.device)
+    print(f"  float32 GEMM {args.gemm}^2 on {where}: {gemm / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)
     rows = []
     for grid in args.grids:
         cfg = load_config(args.config, [f"problem.resolution=[{grid},{grid}]"])
         for channels_last in (False, True):
-            seconds, flops = step_seconds(cfg, args.batch, channels_last, args.steps, args.repeats)
+            seconds, flops = step_seconds(cfg, args.batch, channels_last, args.steps, args.repeats, args.device)
             row = {"grid": grid, "batch": args.batch, "layout": "channels_last" if channels_last else "contiguous",
                    "step_s": round(seconds, 4), "samples_per_s": round(args.batch / seconds, 3),
                    "step_gflop": round(flops / 1e9, 2), "achieved_gflops": round(flops / seconds / 1e9, 2),
@@ -135,6 +148,7 @@ def main() -> None:
         "benchmark": "flops",
         "config": str(args.config),
         "threads": args.threads,
+        "device": args.device,
         "gemm_gflops": round(gemm / 1e9, 2),
         "rows": rows,
         "channels_last_speedup": {str(g): round(cl[g] / co[g], 3) for g in args.grids},

@@ -43,7 +43,7 @@ def _status_bytes(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, threads: int) -> dict:
+def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, threads: int, device: str) -> dict:
     """One case, in this process: memory and speed of ``steps`` training steps."""
     from deepfusion.runtime import use_huge_pages
 
@@ -56,13 +56,19 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     torch.set_num_threads(threads)
     cfg = load_config(config, [f"problem.resolution=[{grid},{grid}]", f"model.checkpoint_activations={str(checkpointed).lower()}"])
     problem = build_problem(cfg)
-    model = build_model(cfg, problem).train()
+    model = build_model(cfg, problem).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32)
+    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device=device)
+    gpu = device.startswith("cuda")
     inputs = problem.inputs(params)  # contiguous, as `deepfusion train` feeds it (benchmarks/flops.py)
-    baseline = _status_bytes("VmRSS")
-    # Reset the high-water mark to the current RSS, so the peak is this step's.
-    Path("/proc/self/clear_refs").write_text("5")
+    if gpu:  # device memory as torch's allocator counts it
+        torch.cuda.synchronize(device)
+        baseline = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        baseline = _status_bytes("VmRSS")
+        # Reset the high-water mark to the current RSS, so the peak is this step's.
+        Path("/proc/self/clear_refs").write_text("5")
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -71,9 +77,11 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
         loss = sum(t.mean() for t in problem.loss_terms(u, params).values())
         loss.backward()
         optimizer.step()
+        if gpu:
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         del u, loss
-    peak = _status_bytes("VmHWM")
+    peak = torch.cuda.max_memory_allocated(device) if gpu else _status_bytes("VmHWM")
     timed = times[1:] or times
     return {"grid": grid, "batch": batch, "checkpointed": checkpointed, "threads": threads,
             "baseline_mib": round(baseline / 2**20, 1), "peak_mib": round(peak / 2**20, 1),
@@ -82,7 +90,7 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
 
 def run_case(args: argparse.Namespace, grid: int, batch: int, checkpointed: bool, huge_pages: bool = True) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--config", str(args.config), "--grid", str(grid),
-           "--batch", str(batch), "--steps", str(args.steps), "--threads", str(args.threads)]
+           "--batch", str(batch), "--steps", str(args.steps), "--threads", str(args.threads), "--device", args.device]
     if checkpointed:
         cmd.append("--checkpointed")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT),
@@ -103,15 +111,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per case (the first is not timed)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--budget-gib", type=float, default=20.0)
+    parser.add_argument("--device", default="cpu", help="cpu (resident memory), or cuda (torch's peak device memory)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--grid", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--checkpointed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.config, args.grid, args.batch, args.checkpointed, args.steps, args.threads)))
+        print(json.dumps(worker(args.config, args.grid, args.batch, args.checkpointed, args.steps, args.threads,
+                                args.device)))
         return
-    if not Path("/proc/self/clear_refs").exists():
+    if args.device == "cpu" and not Path("/proc/self/clear_refs").exists():
         sys.exit("memory.py: needs Linux's /proc/self/clear_refs to reset the high-water mark")
 
     rows = []
@@ -133,6 +143,7 @@ def main() -> None:
         "benchmark": "memory",
         "config": str(args.config),
         "threads": args.threads,
+        "device": args.device,
         "rows": rows,
         f"memory_ratio_{top}": round(plain["per_sample_mib"] / per_sample, 2),
         f"peak_ratio_{top}_batch2": round((plain["peak_mib_batch2"] - plain["baseline_mib"])

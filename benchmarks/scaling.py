@@ -48,7 +48,8 @@ def _mpiexec() -> str:
     return found
 
 
-def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: int, workdir: Path) -> dict:
+def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: int, workdir: Path,
+               device: str = "cpu") -> dict:
     """Train ``epochs`` epochs on ``ranks`` ranks; mean seconds per epoch after the first, and its split."""
     run_dir = workdir / f"r{resolution}_p{ranks}_b{batch}_s{samples}"
     steps = samples // batch
@@ -56,6 +57,7 @@ def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: in
         "problem.resolution": f"[{resolution},{resolution}]", "problem.test_c": "[4.0]", "data.n_train": samples,
         "data.sampling": "random", "train.batch_size": batch, "train.epochs": epochs, "train.log_every": steps,
         "train.checkpoint_every": 100000, "parallel.threads_per_rank": 1, "output.plots": "false",
+        "parallel.device": device,
     }
     cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "burgers.toml"),
            "--out", str(run_dir)]
@@ -98,8 +100,7 @@ def fit_allreduce(reps: int = 30) -> dict:
     """alpha (s) and beta (s/byte) of t = alpha + beta n, fitted on 2 ranks, relative residuals weighted."""
     import numpy as np
 
-    sizes = [4**k for k in range(2, 14)]  # 16 B .. 64 MiB
-    cmd = [_mpiexec(), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--reps", str(reps)]
+    cmd = [_mpiexec(), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--reps", str(reps)]  # 16 B .. 64 MiB
     proc = subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True, timeout=600)
     measured = {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
     n = np.array(sorted(measured), dtype=np.float64)
@@ -145,6 +146,8 @@ def main() -> None:
     parser.add_argument("--ranks-per-node", type=int, default=48, help="projection: single-thread ranks per node")
     parser.add_argument("--alpha", type=float, help="projection: Allreduce latency (s) instead of the fit")
     parser.add_argument("--bandwidth", type=float, help="projection: Allreduce bandwidth (GB/s) instead of the fit")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="parallel.device of the training runs (cuda: one GPU per rank)")
     parser.add_argument("--allreduce-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=30, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -158,8 +161,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for res in args.resolutions:
             for p in RANKS:
-                strong = epoch_time(res, p, args.batch, args.samples, args.epochs, Path(tmp))
-                weak = epoch_time(res, p, LOCAL_BATCH * p, 4 * LOCAL_BATCH * p, args.epochs, Path(tmp))
+                strong = epoch_time(res, p, args.batch, args.samples, args.epochs, Path(tmp), args.device)
+                weak = epoch_time(res, p, LOCAL_BATCH * p, 4 * LOCAL_BATCH * p, args.epochs, Path(tmp), args.device)
                 measured.append({"resolution": res, "ranks": p, "oversubscribed": p > (os.cpu_count() or 1),
                                  "strong": strong, "weak": weak})
     for res in args.resolutions:

@@ -258,7 +258,25 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     resume_from, ckpt = found if found is not None else (None, None)
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
-    model = build_model(cfg, problem)
+    from deepfusion.runtime import DeviceError, configure_cuda, select_device
+
+    def device_of_rank() -> str:
+        try:
+            return select_device(cfg.parallel.device, comm.local_rank, comm.local_size)
+        except DeviceError as exc:
+            raise UsageError(str(exc)) from None
+
+    device = _agree(comm, device_of_rank)
+    if device != "cpu":
+        torch.cuda.set_device(device)
+        configure_cuda(cfg.parallel.tf32)
+        if cfg.parallel.gpu_reduce == "mpi" and comm.size > 1:
+            from deepfusion.reducers import cuda_aware_mpi
+
+            if not _agree(comm, cuda_aware_mpi):
+                raise UsageError("parallel.gpu_reduce = 'mpi' needs a CUDA-aware MPI, and this one says it is not "
+                                 "(MPIX_Query_cuda_support); use 'auto', 'nccl' or 'staged'")
+    model = build_model(cfg, problem).to(device)
     params = training_parameters(cfg)
     start_step = ckpt.step if ckpt is not None else 0
     if ckpt is not None:
@@ -294,7 +312,9 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
             f"; written by {ckpt.ranks} ranks, continuing on {comm.size} (the global batches do not depend on the ranks)"
         )
         say(f"checkpoint {resume_from} ({how}){ranks}")
-    say(f"MPI: {comm.library}; gradients: {cfg.parallel.gradsync}\n{report}")
+    on = "CPU" if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})"
+    sums = "flat (CUDA graph)" if cfg.parallel.cuda_graphs else cfg.parallel.gradsync
+    say(f"MPI: {comm.library}; gradients: {sums}; device: {on}\n{report}")
     from deepfusion.signals import stop_on_signals
 
     try:

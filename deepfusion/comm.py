@@ -17,13 +17,19 @@ __all__ = ["SerialCommunicator", "MPICommunicator", "launched_under_mpi", "world
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
-def _as_array(buf: Any) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor or array (no copy)."""
+def _as_array(buf: Any) -> Any:
+    """A numpy view of a contiguous CPU tensor or array (no copy); a CUDA tensor as it is.
+
+    mpi4py hands a CUDA tensor's device pointer (``__cuda_array_interface__``) to the MPI
+    library, which must then be CUDA-aware (:func:`deepfusion.reducers.cuda_aware_mpi`).
+    """
     if isinstance(buf, np.ndarray):
         arr = buf
     else:  # a torch tensor
-        if buf.device.type != "cpu" or not buf.is_contiguous():
-            raise ValueError("collectives need contiguous CPU buffers")
+        if not buf.is_contiguous() or buf.device.type not in ("cpu", "cuda"):
+            raise ValueError("collectives need contiguous CPU (or, with CUDA-aware MPI, CUDA) buffers")
+        if buf.device.type == "cuda":
+            return buf.detach()
         arr = buf.detach().numpy()
     if not arr.flags.c_contiguous:
         raise ValueError("collectives need contiguous buffers")

@@ -153,10 +153,16 @@ class ParallelConfig:
     Allreduce), with a cross-rank parameter check every ``check_every`` steps (0: never)."""
 
     threads_per_rank: int = _key(_nonnegative, default=0)
-    device: str = _key(_choice("cpu"), default="cpu")
+    device: str = _key(_choice("cpu", "cuda"), default="cpu")
     gradsync: str = _key(_choice("bucketed", "flat"), default="bucketed")
     bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0)
     check_every: int = _key(_nonnegative, default=100)
+    # CUDA only: how gradient buckets are summed, TF32 matrix products/convolutions,
+    # bf16 autocast of the network, and the training step replayed as a CUDA graph.
+    gpu_reduce: str = _key(_choice("auto", "nccl", "mpi", "staged"), default="auto")
+    tf32: bool = _key(default=False)
+    autocast: str = _key(_choice("none", "bf16"), default="none")
+    cuda_graphs: bool = _key(default=False)
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,14 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"
         )
+    par = cfg.parallel
+    if par.device != "cuda":
+        for key, value, default in (("gpu_reduce", par.gpu_reduce, "auto"), ("tf32", par.tf32, False),
+                                    ("cuda_graphs", par.cuda_graphs, False)):
+            if value != default:
+                raise ConfigError(f"parallel.{key}: applies to parallel.device = 'cuda' only (got {_show(value)})")
+    if par.cuda_graphs and cfg.train.optimizer != "adam":
+        raise ConfigError("parallel.cuda_graphs: the graphed step is Adam's; use train.optimizer = 'adam'")
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

@@ -16,12 +16,12 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     1.2-1.4x faster on CPU here than NCHW, and the model itself is left as it is.
     """
     model.eval()
-    dtype = next(model.parameters()).dtype
+    weight = next(model.parameters())
     out = []
     for start in range(0, len(params), batch):
-        p = torch.as_tensor(params[start : start + batch], dtype=dtype)
+        p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
         x = problem.inputs(p).contiguous(memory_format=torch.channels_last)
-        out.append(problem.field(model(x), p).double().numpy())
+        out.append(problem.field(model(x), p).double().cpu().numpy())
     return np.concatenate(out, axis=0)
 
 

@@ -6,6 +6,8 @@ import hashlib
 
 import torch
 
+from deepfusion.reducers import make_reducer
+
 __all__ = ["GradSync", "ParameterDrift", "broadcast_parameters", "check_parameters"]
 
 
@@ -34,9 +36,15 @@ class GradSync:
         last gradient is accumulated, so communication overlaps the rest of backward.
     bucket_mb : float
         Target bucket size in MiB.
+    transport : {"auto", "nccl", "mpi", "staged"}
+        How the buffer is summed (:func:`deepfusion.reducers.make_reducer`): host
+        buffers through MPI; device buffers through NCCL, CUDA-aware MPI or pinned host
+        staging. The buckets, hooks and semantics are the same for all.
     """
 
-    def __init__(self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0) -> None:
+    def __init__(
+        self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0, transport: str = "auto"
+    ) -> None:
         if mode not in ("bucketed", "flat"):
             raise ValueError(f"unknown gradient sync mode {mode!r}")
         self.comm = comm
@@ -68,6 +76,7 @@ class GradSync:
         if start < offset:
             self.buckets.append((start, offset))
             self._sizes.append(members)
+        self.reducer = make_reducer(transport, comm, self.buffer) if comm.size > 1 else None
         self._pending = [0] * len(self.buckets)
         self._requests: list = []
         self._hooks = []
@@ -97,16 +106,16 @@ class GradSync:
         self._pending[k] -= 1
         if self._pending[k] == 0:
             start, stop = self.buckets[k]
-            self._requests.append(self.comm.iallreduce_(self.buffer[start:stop]))
+            self._requests.append(self.reducer.start(start, stop))
         # MPI progresses non-blocking collectives only inside MPI calls: poke it.
-        self.comm.testall(self._requests)
+        self.reducer.poke(self._requests)
 
     def finish(self) -> None:
         """Complete the sum: wait for the buckets, or run the flat Allreduce."""
         if self.comm.size == 1:
             return
         if self.mode == "flat":
-            self.comm.allreduce_(self.buffer)
+            self.reducer.allreduce()
             return
         if any(self._pending):
             # A parameter got no gradient this step (unused in the graph): its bucket
@@ -114,9 +123,9 @@ class GradSync:
             for k, left in enumerate(self._pending):
                 if left:
                     start, stop = self.buckets[k]
-                    self._requests.append(self.comm.iallreduce_(self.buffer[start:stop]))
+                    self._requests.append(self.reducer.start(start, stop))
                     self._pending[k] = 0
-        self.comm.waitall(self._requests)
+        self.reducer.wait(self._requests)
         self._requests = []
 
     def close(self) -> None:
@@ -136,7 +145,7 @@ def broadcast_parameters(model: torch.nn.Module, comm, root: int = 0) -> None:
         return
     with torch.no_grad():
         for t in _state_tensors(model):
-            tmp = t.detach().contiguous().clone()
+            tmp = t.detach().cpu().contiguous().clone()  # through host memory: any device
             comm.bcast_(tmp, root=root)
             t.copy_(tmp)
 

@@ -1,4 +1,4 @@
-"""Runtime placement: threads per rank and the memory allocator, applied before any torch work."""
+"""Runtime placement: threads, memory allocator and device of each rank, fixed before any torch work."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["available_cores", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec"]
+__all__ = ["available_cores", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "DeviceError",
+           "select_device", "configure_cuda"]
 
 
 def available_cores() -> int:
@@ -54,3 +55,57 @@ def find_mpiexec() -> str | None:
     """
     here = Path(sys.executable).parent / "mpiexec"
     return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+class DeviceError(ValueError):
+    """The configured device is not usable here (a user error: exit status 2)."""
+
+
+def select_device(requested: str, local_rank: int, local_size: int, *, cuda_available: bool | None = None,
+                  gpu_count: int | None = None) -> str:
+    """The torch device string for this rank: ``"cpu"``, or ``"cuda:I"`` one GPU per rank.
+
+    Local rank r of the node takes GPU r. When the launcher has already given each rank
+    its own GPU (``srun --gpus-per-task=1``, or ``CUDA_VISIBLE_DEVICES`` set per rank),
+    each rank sees exactly one and takes it.
+
+    Parameters
+    ----------
+    requested : {"cpu", "cuda"}
+        ``parallel.device``.
+    local_rank, local_size : int
+        This rank's index among the ranks on its node, and their number.
+    cuda_available, gpu_count : optional
+        What torch reports (``torch.cuda.is_available()``, ``device_count()``) when not given.
+
+    Raises
+    ------
+    DeviceError
+        CUDA asked for and not present, or fewer GPUs than ranks on the node.
+    """
+    if requested == "cpu":
+        return "cpu"
+    if requested != "cuda":
+        raise DeviceError(f"parallel.device: unknown device {requested!r}; choose 'cpu' or 'cuda'")
+    if cuda_available is None or gpu_count is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
+        gpu_count = torch.cuda.device_count() if gpu_count is None else gpu_count
+    if not cuda_available or gpu_count < 1:
+        raise DeviceError("parallel.device = 'cuda' but no CUDA device is usable here "
+                          "(no GPU visible, or a CPU-only torch); set parallel.device = 'cpu'")
+    if gpu_count == 1:
+        return "cuda:0"
+    if local_size > gpu_count:
+        raise DeviceError(f"parallel.device = 'cuda': {local_size} ranks on this node but {gpu_count} GPUs; "
+                          f"start at most one rank per GPU")
+    return f"cuda:{local_rank}"
+
+
+def configure_cuda(tf32: bool) -> None:
+    """TF32 for float32 matrix products and convolutions on Ampere and later, on or off."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32

@@ -18,6 +18,7 @@ from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.signals import StopRequest
+from deepfusion.stepper import make_local_step
 
 __all__ = ["Problem", "TrainingDiverged", "TrainResult", "build_lbfgs", "learning_rate", "train"]
 
@@ -174,7 +175,8 @@ def train(
     adam_steps = per_epoch * cfg.epochs if cfg.optimizer in ("adam", "adam+lbfgs") else 0
     total = adam_steps + (cfg.lbfgs_iterations if "lbfgs" in cfg.optimizer else 0)
     dtype = getattr(torch, cfg.dtype)
-    all_params = torch.as_tensor(params, dtype=dtype)
+    device = next(model.parameters()).device
+    all_params = torch.as_tensor(params, dtype=dtype, device=device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
     if resume is not None:
@@ -238,7 +240,12 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
     n, b = all_params.shape[0], cfg.batch_size
     b_eff = local_batch_size(b, comm.size) * comm.size
     per_epoch = steps_per_epoch(n, b)
-    sync = GradSync(model, comm, parallel.gradsync, parallel.bucket_mb)
+    # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
+    sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
+                    parallel.gpu_reduce)
+    b_loc = local_batch_size(b, comm.size)
+    local_step = make_local_step(model, problem, sync, b_eff, autocast=parallel.autocast,
+                                 cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc])
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
     stopping = False
@@ -249,15 +256,10 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
             for group in opt.param_groups:
                 group["lr"] = learning_rate(step, adam_steps, cfg)
             idx = local_indices(seed, epoch, k, comm.rank, comm.size, n, b)
-            p = all_params[idx]
-            u = problem.field(model(problem.inputs(p)), p)
-            terms = problem.loss_terms(u, p)
-            loss = sum(t.sum() for t in terms.values()) / b_eff
-            sync.zero_grad()
-            loss.backward()
+            terms = local_step(all_params[idx])
             t1 = time.perf_counter()
             # The loss terms' sums and this rank's stop flag, in one Allreduce.
-            sums = np.array([t.detach().sum().item() for t in terms.values()] + [float(stop.requested)])
+            sums = np.array([t.item() for t in terms.values()] + [float(stop.requested)])
             comm.allreduce_(sums)
             sync.finish()
             t2 = time.perf_counter()

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.constants import constant
+
 __all__ = [
     "gauss_basis",
     "at_gauss_points",
@@ -56,7 +58,7 @@ def gauss_basis(hx: float, hy: float) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def _kernels(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     """(Q, 4) basis rows as Q conv2d kernels of shape (Q, 1, 2, 2)."""
-    return torch.as_tensor(rows.reshape(-1, 1, 2, 2), dtype=like.dtype, device=like.device)
+    return constant(("q1 rows", rows.shape, rows.tobytes()), lambda: rows.reshape(-1, 1, 2, 2), like)
 
 
 def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
@@ -122,9 +124,10 @@ def _quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, 
     ``interp`` is (Q, 4) basis rows interpolating the coefficient to the Q Gauss points;
     ``ops`` a list of (Q, 4) basis rows whose values at point q form D_q.
     """
-    kernel = lambda rows: torch.as_tensor(rows, dtype=u.dtype, device=u.device)  # noqa: E731
-    interp_k = kernel(interp.reshape(-1, 1, 1, 2, 2))
-    ops_k = kernel(np.stack(ops, axis=1).reshape(interp.shape[0], len(ops), 1, 2, 2))
+    stacked = np.stack(ops, axis=1)
+    interp_k = constant(("q1 interp", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, 2, 2), u)
+    ops_k = constant(("q1 ops", stacked.shape, stacked.tobytes()),
+                     lambda: stacked.reshape(interp.shape[0], len(ops), 1, 2, 2), u)
     return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k)
 
 

@@ -39,7 +39,8 @@ def mpirun(n: int, *args: str, timeout: float = 180) -> subprocess.CompletedProc
 def test_allreduced_gradient_equals_serial(n):
     proc = mpirun(n, sys.executable, str(SCRIPTS / "gradients.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("OK ") == 4, proc.stdout  # printed once, by rank 0
+    assert proc.stdout.count("OK ") == 7, proc.stdout  # printed once, by rank 0
+    assert proc.stdout.count("transport=staged") == 3 and proc.stdout.count("transport=mpi") == 3
 
 
 @pytest.mark.timeout(60)

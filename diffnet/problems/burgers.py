@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.conservative import conservative_residual
+from diffnet.constants import constant
 from diffnet.stencils import apply_kernels, derivative_kernels
 
 __all__ = [
@@ -74,7 +75,8 @@ def residual(
         row and the outflow column use one-sided differences, so there is exactly one
         equation per unknown node.
     """
-    d = apply_kernels(u, derivative_kernels(kind, dt, dx))[:, :, 1:, 1:]
+    kernels = constant(("derivative", kind, dt, dx), lambda: derivative_kernels(kind, dt, dx), u)
+    d = apply_kernels(u, kernels)[:, :, 1:, 1:]
     u_in = u[:, 1:, 1:]
     r = d[:, 0] + u_in * d[:, 1]
     if viscosity > 0.0:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import brentq
 
+from diffnet.constants import constant
 from diffnet.energy import dirichlet_energy
 
 __all__ = [
@@ -121,15 +122,15 @@ class KLFamily:
         if params.ndim == 3:
             return params
         if self.constant > 0:
-            return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype)
-        modes = torch.as_tensor(self.log_modes(), dtype=params.dtype, device=params.device)
+            return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype, device=params.device)
+        modes = constant(("kl", self.eta, self.kl_terms, self.resolution), self.log_modes, params)
         return torch.exp(torch.einsum("sm,myx->syx", params, modes))
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """Network input (S, 3, N_y, N_x): log nu, then y and x."""
         nu = self.diffusivity(params)
         s = nu.shape[0]
-        c = {k: torch.as_tensor(v, dtype=nu.dtype, device=nu.device) for k, v in self.coordinates().items()}
+        c = {k: constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], nu) for k in ("y", "x")}
         yy = c["y"][:, None].expand(*self.resolution).expand(s, -1, -1)
         xx = c["x"][None, :].expand(*self.resolution).expand(s, -1, -1)
         return torch.stack([torch.log(nu), yy, xx], dim=1)

@@ -1,7 +1,13 @@
 """Run under mpiexec: allreduced gradients equal the serial full-batch gradient (float64).
 
 Exits non-zero (via MPI_Abort) on any mismatch; rank 0 prints one line per check.
+Every transport is checked: MPI on the buffer, and staging through a (pinned) host
+copy; with ``cuda`` as the argument the model and gradients live on the GPU (ranks
+sharing it when there are fewer GPUs than ranks) and the transports are those given
+after it.
 """
+
+import sys
 
 import torch
 
@@ -18,22 +24,25 @@ def loss_of(model, problem, c, b):
 
 
 def main(comm):
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    transports = sys.argv[2:] or ["auto", "staged"]
     torch.set_num_threads(1)
     torch.manual_seed(100 + comm.rank)  # different on purpose: the broadcast must fix it
     problem = BurgersProblem((12, 12), viscosity=0.01)
-    model = UNet(problem.in_channels, 1, (4, 8)).double()
+    model = UNet(problem.in_channels, 1, (4, 8)).double().to(device)
     with torch.no_grad():
         for p in model.parameters():  # the zero-initialised head would make gradients trivial
             p.add_(0.05 * torch.randn_like(p))
     broadcast_parameters(model, comm)
     check_parameters(model, comm, 0)
-    params = torch.linspace(3, 6, 16, dtype=torch.float64)
+    params = torch.linspace(3, 6, 16, dtype=torch.float64, device=device)
     b = 8
     batch = local_indices(0, 0, 1, 0, 1, 16, b)  # the whole global batch
     full = torch.autograd.grad(loss_of(model, problem, params[batch], b), list(model.parameters()))
     reference = torch.cat([g.reshape(-1) for g in reversed(full)])
-    for mode, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]:
-        sync = GradSync(model, comm, mode, mb)
+    cases = [(m, mb, t) for t in transports for m, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]]
+    for mode, mb, transport in cases:
+        sync = GradSync(model, comm, mode, mb, transport)
         for _ in range(2):  # twice: the buffers must be re-armed correctly
             sync.zero_grad()
             idx = local_indices(0, 0, 1, comm.rank, comm.size, 16, b)
@@ -41,10 +50,11 @@ def main(comm):
             sync.finish()
             err = (sync.buffer - reference).abs().max().item() / reference.abs().max().item()
             if not err < 1e-12:
-                raise AssertionError(f"{mode} ({len(sync.buckets)} buckets): gradient differs by {err:.3e}")
+                raise AssertionError(f"{mode} ({len(sync.buckets)} buckets, {sync.reducer.name}): "
+                                     f"gradient differs by {err:.3e}")
         sync.close()
         if comm.rank == 0:
-            print(f"OK {mode} buckets={len(sync.buckets)} rel_err={err:.2e}", flush=True)
+            print(f"OK {mode} buckets={len(sync.buckets)} transport={sync.reducer.name} rel_err={err:.2e}", flush=True)
     # The drift check notices one rank's parameters changing.
     with torch.no_grad():
         if comm.rank == comm.size - 1:

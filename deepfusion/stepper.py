@@ -1,0 +1,95 @@
+"""One training step's local work (forward, loss, backward), eager or replayed from a CUDA graph."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+
+__all__ = ["make_local_step"]
+
+Terms = dict[str, torch.Tensor]
+
+
+def _forward(model, problem, b_eff: int, autocast: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
+    device = next(model.parameters()).device
+
+    def run(p: torch.Tensor) -> tuple[torch.Tensor, Terms]:
+        # bf16 autocast covers the network only: the PDE loss (differences of nearby
+        # values, energies) stays in the training dtype, where it keeps its digits.
+        amp = (torch.autocast(device.type, dtype=torch.bfloat16) if autocast == "bf16"
+               else contextlib.nullcontext())
+        with amp:
+            raw = model(problem.inputs(p))
+        u = problem.field(raw.to(p.dtype), p)
+        terms = problem.loss_terms(u, p)
+        loss = sum(t.sum() for t in terms.values()) / b_eff
+        return loss, {name: t.detach().sum() for name, t in terms.items()}
+
+    return run
+
+
+def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none", cuda_graph: bool = False,
+                    example: torch.Tensor | None = None, warmup: int = 3) -> Callable[[torch.Tensor], Terms]:
+    """A function p -> per-term loss sums that leaves this rank's gradients in ``sync``'s buffer.
+
+    Parameters
+    ----------
+    model, problem
+        The replica and the PDE family.
+    sync : deepfusion.gradsync.GradSync
+        Owner of the gradients; with ``cuda_graph`` it must be in ``flat`` mode (no hooks
+        may run inside a captured graph).
+    b_eff : int
+        The global batch the loss is averaged over.
+    autocast : {"none", "bf16"}
+        Run the network under bf16 autocast.
+    cuda_graph : bool
+        Capture forward, loss and backward once (after ``warmup`` eager runs on a side
+        stream, as CUDA requires) and replay the graph every step: the step's many small
+        kernel launches become one. Needs static shapes, which training has (every step
+        has the same local batch); ``example`` is a batch of that shape.
+    """
+    run = _forward(model, problem, b_eff, autocast)
+    if not cuda_graph:
+        def eager(p: torch.Tensor) -> Terms:
+            loss, sums = run(p)
+            sync.zero_grad()
+            loss.backward()
+            return sums
+
+        return eager
+
+    if sync.mode != "flat":
+        raise ValueError("a CUDA-graphed step needs the flat gradient sum (hooks cannot run in a graph)")
+    static = example.clone()
+
+    def body() -> Terms:
+        loss, sums = run(static)
+        loss.backward()
+        return sums
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            sync.zero_grad()
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    # One rank: gradients None, so the captured backward allocates them in the graph's
+    # pool and every replay rewrites them. P ranks: the captured backward accumulates
+    # into the flat buffer's views, which are zeroed before each replay.
+    sync.zero_grad()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = body()
+
+    def replay(p: torch.Tensor) -> Terms:
+        static.copy_(p)
+        if sync.comm.size > 1:
+            sync.buffer.zero_()
+        graph.replay()
+        return out
+
+    return replay

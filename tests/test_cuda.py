@@ -1,0 +1,108 @@
+"""The CUDA path, on a machine with an NVIDIA GPU; every test here skips cleanly without one."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, TINY, run_cli
+from deepfusion.checkpoint import load_checkpoint
+from deepfusion.comm import SerialCommunicator
+from deepfusion.runtime import find_mpiexec, select_device
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+CONFIG = str(ROOT / "configs" / "burgers.toml")
+# 20 Adam steps of batch 8, as the multi-rank trajectory test.
+RUN = [*TINY, "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "output.plots=false"]
+
+
+def _final(run_dir):
+    return load_checkpoint(run_dir / "checkpoints" / "step-00000020.h5").model
+
+
+def _train(tmp_path, name, *extra):
+    out = tmp_path / name
+    proc = run_cli("train", CONFIG, "--out", str(out), *RUN, *extra, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def test_select_device_takes_the_gpu():
+    assert select_device("cuda", 0, 1) == "cuda:0"
+
+
+@pytest.mark.timeout(600)
+def test_cuda_training_follows_the_cpu_trajectory(tmp_path):
+    cpu, _ = _train(tmp_path, "cpu", "--set", "train.dtype=float64")
+    gpu, stdout = _train(tmp_path, "gpu", "--set", "train.dtype=float64", "--set", "parallel.device=cuda")
+    assert "device: cuda:0" in stdout
+    for name, ref in _final(cpu).items():
+        rel = np.abs(_final(gpu)[name] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-8, (name, rel)
+    report = json.loads((gpu / "eval.json").read_text())
+    assert all(np.isfinite(report["rel_l2"]))
+
+
+@pytest.mark.timeout(600)
+def test_cuda_graph_step_equals_eager(tmp_path):
+    eager, _ = _train(tmp_path, "eager", "--set", "train.dtype=float64", "--set", "parallel.device=cuda")
+    graph, _ = _train(tmp_path, "graph", "--set", "train.dtype=float64", "--set", "parallel.device=cuda",
+                      "--set", "parallel.cuda_graphs=true")
+    for name, ref in _final(eager).items():
+        rel = np.abs(_final(graph)[name] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-10, (name, rel)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("extra", [["--set", "parallel.autocast='bf16'"], ["--set", "parallel.tf32=true"]],
+                         ids=["bf16", "tf32"])
+def test_mixed_precision_trains(tmp_path, extra):
+    out, _ = _train(tmp_path, "amp", "--set", "parallel.device=cuda", "--set", "train.epochs=20", *extra)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0]["loss"], np.mean([r["loss"] for r in records[-3:]])
+    assert np.isfinite(last) and last < 0.7 * first, (first, last)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
+def test_gpu_gradients_summed_on_two_ranks():
+    # Both ranks share the one GPU here; the staged transport (and CUDA-aware MPI where
+    # the library says it is) must give the serial gradient to 1e-12 in float64.
+    transports = ["staged"]
+    # Open MPI refuses root without these (GPU machines often run tests as root).
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; from deepfusion.reducers import "
+                            "cuda_aware_mpi; print(cuda_aware_mpi())"], capture_output=True, text=True, env=env)
+    if probe.stdout.strip() == "True":
+        transports.append("mpi")
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_scripts" / "gradients.py"),
+                           "cuda", *transports], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK ") == 3 * len(transports) + 1, proc.stdout
+
+
+def test_nccl_rendezvous_over_the_communicator():
+    # One rank (this machine has one GPU; NCCL refuses two ranks on one device): the
+    # address travels through the communicator, the group forms and a sum is the identity.
+    import torch.distributed as dist
+
+    from deepfusion.reducers import NCCLReducer
+
+    if not dist.is_nccl_available():
+        pytest.skip("torch without NCCL")
+    buffer = torch.arange(6, dtype=torch.float32, device="cuda")
+    try:
+        reducer = NCCLReducer(SerialCommunicator(), buffer)
+        handles = [reducer.start(0, 3), reducer.start(3, 6)]
+        reducer.wait(handles)
+        reducer.allreduce()
+        assert torch.equal(buffer.cpu(), torch.arange(6, dtype=torch.float32))
+        assert dist.get_backend() == "nccl" and dist.get_world_size() == 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
