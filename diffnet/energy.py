@@ -111,9 +111,9 @@ class _QuadraticEnergy(torch.autograd.Function):
             c_q = F.conv2d(coeff, interp[q])
             du = F.conv2d(u, ops[q])
             if need_u:
-                grad_u += F.conv_transpose2d(c_q * du, ops[q])
+                grad_u += torch.nn.grad.conv2d_input(u.shape, ops[q], c_q * du)
             if need_c:
-                grad_c += F.conv_transpose2d(0.5 * du.square().sum(dim=1, keepdim=True), interp[q])
+                grad_c += torch.nn.grad.conv2d_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
         scale = grad[:, None, None, None]
         return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
 

@@ -39,7 +39,7 @@ def mpirun(n: int, *args: str, timeout: float = 180) -> subprocess.CompletedProc
 def test_allreduced_gradient_equals_serial(n):
     proc = mpirun(n, sys.executable, str(SCRIPTS / "gradients.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("OK ") == 7, proc.stdout  # printed once, by rank 0
+    assert proc.stdout.count("OK ") == 8, proc.stdout  # printed once, by rank 0
     assert proc.stdout.count("transport=staged") == 3 and proc.stdout.count("transport=mpi") == 3
 
 
@@ -59,7 +59,7 @@ def _train(n: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return mpirun(n, *args)
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(500)
 def test_same_trajectory_for_any_p(tmp_path):
     # 20 Adam steps of batch 8 (4 per rank at P = 2, 2 per rank at P = 4).
     finals, preds = {}, {}
@@ -75,29 +75,22 @@ def test_same_trajectory_for_any_p(tmp_path):
                 preds[dtype, n] = f["u"][()]
             records = (out / "metrics.jsonl").read_text().splitlines()
             assert f'"ranks": {n}' in records[-1]
-    for n in (2, 4):
+    # Activation checkpointing on two ranks with many small buckets: recomputation must
+    # not disturb the bucketed reduction, whose hooks then fire during the recomputed
+    # backward.
+    out = tmp_path / "float64-2-checkpointed"
+    proc = _train(2, out, "--set", "train.dtype=float64", "--set", "model.checkpoint_activations=true",
+                  "--set", "parallel.bucket_mb=0.01")
+    assert proc.returncode == 0, proc.stderr
+    finals["float64", "2c"] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
+    for n in (2, 4, "2c"):
         for name, ref in finals["float64", 1].items():
             got = finals["float64", n][name]
             rel = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-300)
             assert rel < 1e-9, (n, name, rel)
+    for n in (2, 4):
         scale = np.abs(preds["float32", 1]).max()
         assert np.abs(preds["float32", n] - preds["float32", 1]).max() / scale < 1e-4
-
-
-@pytest.mark.timeout(300)
-def test_checkpointed_activations_same_parameters_on_two_ranks(tmp_path):
-    # Recomputation must not disturb the bucketed reduction, whose hooks fire as each
-    # parameter's gradient is accumulated -- here during the recomputed backward.
-    finals = {}
-    for flag in ("false", "true"):
-        out = tmp_path / flag
-        proc = _train(2, out, "--set", "train.dtype=float64", "--set", f"model.checkpoint_activations={flag}",
-                      "--set", "parallel.gradsync=bucketed", "--set", "parallel.bucket_mb=0.01")
-        assert proc.returncode == 0, proc.stderr
-        finals[flag] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
-    for name, ref in finals["false"].items():
-        rel = np.abs(finals["true"][name] - ref).max() / max(np.abs(ref).max(), 1e-300)
-        assert rel < 1e-9, (name, rel)
 
 
 @pytest.mark.timeout(120)

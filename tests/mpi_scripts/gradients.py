@@ -16,6 +16,7 @@ from deepfusion.gradsync import GradSync, ParameterDrift, broadcast_parameters, 
 from deepfusion.partition import local_indices
 from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
+from diffnet.problems.poisson import PoissonProblem
 
 
 def loss_of(model, problem, c, b):
@@ -67,6 +68,34 @@ def main(comm):
             print("OK drift detected", flush=True)
     else:
         raise AssertionError("drift not detected")
+    poisson_check(comm, device)
+
+
+def poisson_check(comm, device: str) -> None:
+    """The Q1 energy loss (its own backward) summed over ranks equals the serial gradient."""
+    problem = PoissonProblem((12, 10))
+    torch.manual_seed(7)
+    model = UNet(problem.in_channels, 1, (4, 8)).double().to(device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    broadcast_parameters(model, comm)
+    params = (torch.rand(16, problem.kl_terms, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 6 - 3).to(device)
+    b = 8
+    batch = local_indices(0, 0, 1, 0, 1, 16, b)
+    full = torch.autograd.grad(loss_of(model, problem, params[batch], b), list(model.parameters()))
+    reference = torch.cat([g.reshape(-1) for g in reversed(full)])
+    sync = GradSync(model, comm, "bucketed", 0.002)
+    sync.zero_grad()
+    idx = local_indices(0, 0, 1, comm.rank, comm.size, 16, b)
+    loss_of(model, problem, params[idx], b).backward()
+    sync.finish()
+    err = (sync.buffer - reference).abs().max().item() / reference.abs().max().item()
+    if not err < 1e-12:
+        raise AssertionError(f"Poisson energy gradient differs by {err:.3e}")
+    sync.close()
+    if comm.rank == 0:
+        print(f"OK poisson energy rel_err={err:.2e}", flush=True)
 
 
 if __name__ == "__main__":
