@@ -168,12 +168,19 @@ def cuda_aware_mpi() -> bool:
     return bool(mpi_cuda_support())
 
 
+def _gpus_shared(comm, device: torch.device) -> bool:
+    """Whether two ranks use the same GPU of one node (NCCL refuses that; MPI does not)."""
+    here = (socket.gethostname(), str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else "")
+    places = comm.allgather(here)
+    return len(set(places)) < len(places)
+
+
 def make_reducer(mode: str, comm, buffer: torch.Tensor):
     """The transport for ``buffer`` under ``parallel.gpu_reduce`` = ``mode``.
 
-    Host buffers always go straight to MPI (``staged`` included, for tests of that path).
-    Device buffers: ``auto`` takes NCCL when torch has it, else MPI when it is
-    CUDA-aware, else staging; naming one forces it.
+    Host buffers go straight to MPI (``staged`` stages them too, for tests of that path).
+    Device buffers: ``auto`` takes NCCL when torch has it and no two ranks share a GPU,
+    else MPI when it is CUDA-aware, else staging; naming one forces it.
     """
     if mode not in REDUCERS:
         raise ValueError(f"unknown gradient transport {mode!r}; choose from {list(REDUCERS)}")
@@ -183,7 +190,8 @@ def make_reducer(mode: str, comm, buffer: torch.Tensor):
         return MPIReducer(comm, buffer)
     import torch.distributed as dist
 
-    if mode == "nccl" or (mode == "auto" and dist.is_available() and dist.is_nccl_available()):
+    if mode == "nccl" or (mode == "auto" and dist.is_available() and dist.is_nccl_available()
+                          and not _gpus_shared(comm, buffer.device)):
         return NCCLReducer(comm, buffer)
     if mode == "mpi" or cuda_aware_mpi():
         return MPIReducer(comm, buffer)

@@ -73,7 +73,8 @@ def test_mixed_precision_trains(tmp_path, extra):
 def test_gpu_gradients_summed_on_two_ranks():
     # Both ranks share the one GPU here; the staged transport (and CUDA-aware MPI where
     # the library says it is) must give the serial gradient to 1e-12 in float64.
-    transports = ["staged"]
+    # "auto" must see that the ranks share the GPU and not pick NCCL (which refuses that).
+    transports = ["staged", "auto"]
     # Open MPI refuses root without these (GPU machines often run tests as root).
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; from deepfusion.reducers import "
@@ -84,6 +85,7 @@ def test_gpu_gradients_summed_on_two_ranks():
                            "cuda", *transports], capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK ") == 3 * len(transports) + 2, proc.stdout
+    assert "transport=nccl" not in proc.stdout
 
 
 def test_nccl_rendezvous_over_the_communicator():

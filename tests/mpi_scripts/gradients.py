@@ -68,10 +68,10 @@ def main(comm):
             print("OK drift detected", flush=True)
     else:
         raise AssertionError("drift not detected")
-    poisson_check(comm, device)
+    poisson_check(comm, device, transports[0])
 
 
-def poisson_check(comm, device: str) -> None:
+def poisson_check(comm, device: str, transport: str) -> None:
     """The Q1 energy loss (its own backward) summed over ranks equals the serial gradient."""
     problem = PoissonProblem((12, 10))
     torch.manual_seed(7)
@@ -85,7 +85,7 @@ def poisson_check(comm, device: str) -> None:
     batch = local_indices(0, 0, 1, 0, 1, 16, b)
     full = torch.autograd.grad(loss_of(model, problem, params[batch], b), list(model.parameters()))
     reference = torch.cat([g.reshape(-1) for g in reversed(full)])
-    sync = GradSync(model, comm, "bucketed", 0.002)
+    sync = GradSync(model, comm, "bucketed", 0.002, transport)
     sync.zero_grad()
     idx = local_indices(0, 0, 1, comm.rank, comm.size, 16, b)
     loss_of(model, problem, params[idx], b).backward()
