@@ -20,7 +20,7 @@ POISSON = str(ROOT / "configs" / "poisson.toml")
 def inputs(tmp_path_factory):
     """Two tiny trained runs (Burgers, Poisson at 16^2) and the hostile files the cases use."""
     burgers, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "train.epochs=2",
-                            "--set", "output.plots=false")
+                            "--set", "output.plots=false", "--set", "problem.test_c=[4.1]")
     poisson, _ = train_once(tmp_path_factory, POISSON, "poisson", *TINY, "--set", "train.epochs=2",
                             "--set", "data.n_test=2", "--set", "output.plots=false")
     d = tmp_path_factory.mktemp("inputs")

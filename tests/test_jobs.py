@@ -23,6 +23,7 @@ TINY_TOML = """
 [problem]
 name = "burgers"
 resolution = [16, 16]
+test_c = [4.1]                # one held-out instance: its reference is most of the run
 [data]
 n_train = 16
 [model]

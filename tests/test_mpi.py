@@ -55,7 +55,7 @@ def test_failure_on_one_rank_ends_the_job():
 def _train(n: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "deepfusion", "train", CONFIG, "--out", str(out), *TINY,
             "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "train.epochs=10",
-            "--set", "output.plots=false", *extra]
+            "--set", "output.plots=false", "--set", "problem.test_c=[4.1]", *extra]
     return mpirun(n, *args)
 
 
