@@ -583,7 +583,8 @@ def _compare_instances(cfg: Config, samples: int) -> np.ndarray:
     """The first ``samples`` held-out instances of the run (never training ones)."""
     if cfg.problem.name == "burgers" and cfg.problem.test_c:
         if samples > len(cfg.problem.test_c):
-            raise UsageError(f"--samples: this run holds out {len(cfg.problem.test_c)} values of c (problem.test_c); "
+            n = len(cfg.problem.test_c)
+            raise UsageError(f"--samples: this run holds out {n} value{'s' if n != 1 else ''} of c (problem.test_c); "
                              f"got {samples}")
         return np.asarray(cfg.problem.test_c[:samples], dtype=np.float64)
     return _sample(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters

@@ -71,7 +71,7 @@ CASES = [
     (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
     (["compare", "{poisson}", "--out", "r.json", "--resolution", "2"], "--resolution"),
     (["compare", "{poisson}", "--out", "r.json", "--tol", "nan"], "--tol"),
-    (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "holds out 5 values of c"),
+    (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "holds out 1 value of c"),
     (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
     # instance files
     (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "must have 6 entries"),
