@@ -17,6 +17,7 @@ import numpy as np
 from deepfusion.checkpoint import CheckpointError
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config, to_toml
 from deepfusion.fields import FieldFileError
+from deepfusion.runtime import DeviceError
 
 __all__ = ["main"]
 
@@ -28,7 +29,7 @@ class UsageError(Exception):
     """Bad input from the user: reported as one line with exit status 2."""
 
 
-USER_ERRORS = (UsageError, ConfigError, CheckpointError, FieldFileError)
+USER_ERRORS = (UsageError, ConfigError, CheckpointError, FieldFileError, DeviceError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -258,22 +259,16 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     resume_from, ckpt = found if found is not None else (None, None)
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
-    from deepfusion.runtime import DeviceError, configure_cuda, select_device
+    from deepfusion.runtime import configure_cuda, select_device
 
-    def device_of_rank() -> str:
-        try:
-            return select_device(cfg.parallel.device, comm.local_rank, comm.local_size)
-        except DeviceError as exc:
-            raise UsageError(str(exc)) from None
-
-    device = _agree(comm, device_of_rank)
+    device = _agree(comm, lambda: select_device(cfg.parallel.device, comm.local_rank, comm.local_size))
     if device != "cpu":
         torch.cuda.set_device(device)
         configure_cuda(cfg.parallel.tf32)
         if cfg.parallel.gpu_reduce == "mpi" and comm.size > 1:
             from deepfusion.reducers import cuda_aware_mpi
 
-            if not _agree(comm, cuda_aware_mpi):
+            if not cuda_aware_mpi():  # the same library, so the same answer, on every rank
                 raise UsageError("parallel.gpu_reduce = 'mpi' needs a CUDA-aware MPI, and this one says it is not "
                                  "(MPIX_Query_cuda_support); use 'auto', 'nccl' or 'staged'")
     model = build_model(cfg, problem).to(device)
