@@ -44,7 +44,8 @@ def train(out: Path, epochs: int, n_train: int) -> tuple[Path, float]:
     launch = [mpiexec, "-n", "2"] if mpiexec else []
     run_dir = out / "poisson256"
     cmd = [*launch, sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "poisson.toml"),
-           "--out", str(run_dir), "--set", "problem.resolution=[256,256]", "--set", f"train.epochs={epochs}",
+           "--out", str(run_dir), "--set", "problem.resolution=[256,256]", "--set", "multigrid.levels=[]",
+           "--set", f"train.epochs={epochs}",
            "--set", f"data.n_train={n_train}", "--set", "train.batch_size=16", "--set", "train.checkpoint_every=50"]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()

@@ -76,7 +76,7 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
-    from deepfusion.cli import build_model, build_problem, training_parameters
+    from deepfusion.wiring import build_model, build_problem, training_parameters
 
     problem = build_problem(cfg)
     model = build_model(cfg, problem).to(device).train()
@@ -130,7 +130,7 @@ def main() -> None:
     print(f"  float32 GEMM {args.gemm}^2 on {where}: {gemm / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)
     rows = []
     for grid in args.grids:
-        cfg = load_config(args.config, [f"problem.resolution=[{grid},{grid}]"])
+        cfg = load_config(args.config, ["multigrid.levels=[]", f"problem.resolution=[{grid},{grid}]"])
         for channels_last in (False, True):
             seconds, flops = step_seconds(cfg, args.batch, channels_last, args.steps, args.repeats, args.device)
             row = {"grid": grid, "batch": args.batch, "layout": "channels_last" if channels_last else "contiguous",

@@ -28,7 +28,7 @@ def curve(run_dir: Path, cfg, problem, params) -> list[dict]:
     import torch
 
     from deepfusion.checkpoint import load_checkpoint
-    from deepfusion.cli import build_model
+    from deepfusion.wiring import build_model
 
     # Epochs as passes over the training set: an Adam step is batch / n of one; L-BFGS
     # counts every sample its evaluations touched (line-search trials included).
@@ -61,7 +61,7 @@ def curve(run_dir: Path, cfg, problem, params) -> list[dict]:
 def run_variant(name: str, overrides: list[str], workdir: Path) -> tuple[list[dict], float]:
     import torch
 
-    from deepfusion.cli import build_model, build_problem, training_parameters
+    from deepfusion.wiring import build_model, build_problem, training_parameters
     from deepfusion.comm import SerialCommunicator
     from deepfusion.config import load_config, to_toml
     from deepfusion.trainer import train
@@ -103,6 +103,7 @@ def main() -> None:
     torch.set_num_threads(available_cores())
     common = [
         f"problem.resolution=[{args.resolution},{args.resolution}]",
+        "multigrid.levels=[]",
         "model.channels=[8,16,32]",
         "data.n_train=64",
         "train.batch_size=16",

@@ -50,11 +50,11 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     use_huge_pages()  # as `deepfusion train` does, before torch allocates
     import torch
 
-    from deepfusion.cli import build_model, build_problem, training_parameters
+    from deepfusion.wiring import build_model, build_problem, training_parameters
     from deepfusion.config import load_config
 
     torch.set_num_threads(threads)
-    cfg = load_config(config, [f"problem.resolution=[{grid},{grid}]", f"model.checkpoint_activations={str(checkpointed).lower()}"])
+    cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution=[{grid},{grid}]", f"model.checkpoint_activations={str(checkpointed).lower()}"])
     problem = build_problem(cfg)
     model = build_model(cfg, problem).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)

@@ -50,8 +50,17 @@ class Checkpoint:
     torch_rng: np.ndarray
     attrs: dict[str, Any]
 
-    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+    def restore(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Load the stored tensors into ``model`` (and ``optimizer``), checking every shape."""
+        import torch
+
+        if model is not None:
+            self._restore_model(model)
+        if optimizer is not None:
+            state = {i: {k: _to_torch(v) for k, v in entries.items()} for i, entries in self.optimizer_state.items()}
+            optimizer.load_state_dict({"state": state, "param_groups": self.optimizer_groups})
+
+    def _restore_model(self, model: torch.nn.Module) -> None:
         import torch
 
         own = model.state_dict()
@@ -65,9 +74,6 @@ class Checkpoint:
                     f"model tensor {name} has shape {self.model[name].shape}, expected {tuple(tensor.shape)}"
                 )
         model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in self.model.items()})
-        if optimizer is not None:
-            state = {i: {k: _to_torch(v) for k, v in entries.items()} for i, entries in self.optimizer_state.items()}
-            optimizer.load_state_dict({"state": state, "param_groups": self.optimizer_groups})
 
 
 # Optimizer state values are tensors (Adam's moments), lists of tensors (L-BFGS history)

@@ -18,6 +18,8 @@ from deepfusion.checkpoint import CheckpointError
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config, to_toml
 from deepfusion.fields import FieldFileError
 from deepfusion.runtime import DeviceError
+from deepfusion.wiring import (build_model, build_problem, field_attrs, heldout_parameters, level_models,
+                               parameter_name, sample_parameters, training_parameters)
 
 __all__ = ["main"]
 
@@ -35,104 +37,6 @@ USER_ERRORS = (UsageError, ConfigError, CheckpointError, FieldFileError, DeviceE
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, status 2, no usage dump
         raise UsageError(f"{self.prog}: {message}")
-
-
-# --------------------------------------------------------------------------- wiring
-
-
-def build_problem(cfg: Config):
-    """The diffnet problem instance named by ``[problem]``."""
-    p = cfg.problem
-    if p.name == "burgers":
-        from diffnet.problems.burgers import BurgersProblem
-
-        return BurgersProblem(
-            resolution=tuple(p.resolution),
-            viscosity=p.viscosity,
-            t_final=p.t_final,
-            stencil=p.residual,
-            scheme_order=p.scheme_order,
-            flux=p.flux,
-            boundary=p.boundary,
-            penalty=p.penalty,
-        )
-    family = {
-        "resolution": tuple(p.resolution),
-        "kl_terms": p.kl_terms,
-        "eta": p.kl_eta,
-        "coeff_range": tuple(p.coeff_range),
-        "constant": p.viscosity if p.diffusivity == "constant" else 0.0,
-    }
-    if p.name == "poisson":
-        from diffnet.problems.poisson import PoissonProblem
-
-        return PoissonProblem(**family)
-    from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-
-    return ReactionDiffusionProblem(**family, kappa=p.kappa, source=p.source)
-
-
-def _sample(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
-    p = cfg.problem
-    if p.name == "burgers":
-        from diffnet.problems.burgers import sample_c
-
-        return sample_c(tuple(p.c_range), n, sampling, seed)
-    from diffnet.problems.poisson import sample_coefficients
-
-    return sample_coefficients(tuple(p.coeff_range), p.kl_terms, n, sampling, seed)
-
-
-def training_parameters(cfg: Config) -> np.ndarray:
-    """Instance parameters of the training set, one row per sample."""
-    if cfg.data.sampling == "list":
-        return np.asarray(cfg.problem.c_values, dtype=np.float64)
-    return _sample(cfg, cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
-
-
-def heldout_parameters(cfg: Config) -> np.ndarray:
-    """Held-out instances: Burgers' ``problem.test_c``, or else n_test random draws from another stream."""
-    if cfg.problem.name == "burgers" and cfg.problem.test_c:
-        return np.asarray(cfg.problem.test_c, dtype=np.float64)
-    return _sample(cfg, cfg.data.n_test, "random", cfg.data.seed + 7919)
-
-
-def parameter_name(cfg: Config) -> str:
-    """The field-file dataset holding the instance parameters: ``c`` or ``a``."""
-    return "c" if cfg.problem.name == "burgers" else "a"
-
-
-def reference_name(cfg: Config) -> str:
-    return "Godunov" if cfg.problem.name == "burgers" else "FEM"
-
-
-def build_model(cfg: Config, problem):
-    import torch
-
-    from diffnet.networks import build_network
-
-    model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
-                          cfg.model.checkpoint_activations)
-    return model.to(getattr(torch, cfg.train.dtype))
-
-
-def field_attrs(cfg: Config, source: str) -> dict:
-    p = cfg.problem
-    if p.name == "burgers":
-        return {
-            "problem": p.name,
-            "source": source,
-            "viscosity": p.viscosity,
-            "t_final": p.t_final,
-            "residual": p.residual,
-            **({"scheme_order": p.scheme_order, "flux": p.flux} if p.residual == "conservative" else {}),
-        }
-    attrs = {"problem": p.name, "source": source, "diffusivity": p.diffusivity, "kl_terms": p.kl_terms, "kl_eta": p.kl_eta}
-    if p.diffusivity == "constant":
-        attrs["nu"] = p.viscosity
-    if p.name == "reaction_diffusion":
-        attrs |= {"kappa": p.kappa, "f": p.source}
-    return attrs
 
 
 # --------------------------------------------------------------------------- train
@@ -246,9 +150,13 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     from deepfusion.trainer import TrainingDiverged, train
     from diffnet.networks import parameter_count
 
-    b, b_loc = cfg.train.batch_size, local_batch_size(cfg.train.batch_size, comm.size)
-    if b_loc == 0:  # the same on every rank, and checked before anything is written
-        raise UsageError(f"train.batch_size: {b} is smaller than the {comm.size} ranks; each rank needs a sample")
+    from deepfusion.schedule import build_schedule
+
+    stages = build_schedule(cfg)
+    batches = sorted({s.batch_size for s in stages})
+    key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
+    if local_batch_size(batches[0], comm.size) == 0:  # the same on every rank, and checked before anything is written
+        raise UsageError(f"{key}: {batches[0]} is smaller than the {comm.size} ranks; each rank needs a sample")
     leader = comm.rank == 0
     say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     warn = _warn if leader else say
@@ -287,20 +195,30 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
     overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
     if overlap.any() and leader:
         print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
-    if b % comm.size and leader:
-        print(
-            f"warning: train.batch_size {b} is not divisible by {comm.size} ranks; each step uses "
-            f"{b_loc * comm.size} samples ({b_loc} per rank)",
-            file=sys.stderr,
-        )
+    for b in batches:
+        if b % comm.size and leader:
+            b_loc = local_batch_size(b, comm.size)
+            print(
+                f"warning: {key} {b} is not divisible by {comm.size} ranks; each step uses "
+                f"{b_loc * comm.size} samples ({b_loc} per rank)",
+                file=sys.stderr,
+            )
     report = _rank_report(comm, threads)
     say(
         f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} {_problem_summary(cfg)} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
-        f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, batch "
-        f"{b}, {cfg.train.epochs} epochs | ranks {comm.size} x {threads} threads"
+        f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, "
+        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
+           f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
+        + f" | ranks {comm.size} x {threads} threads"
         + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
     )
+    if len(stages) > 1:
+        mg = cfg.multigrid
+        how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
+        say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
+            + " -> ".join(f"{s.grid[0]}x{s.grid[1]} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
+                          for s in stages))
     if ckpt is not None:
         how = "--resume" if args.resume else "found in the run directory, resuming automatically"
         ranks = "" if ckpt.ranks == comm.size else (
@@ -317,7 +235,7 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
             result = train(
                 model, problem, params, cfg.train, seed=cfg.data.seed, comm=comm, parallel=cfg.parallel,
                 run_dir=run_dir, config_text=to_toml(cfg), threads=threads, start_step=start_step, resume=ckpt,
-                stop=stop, log=say,
+                stop=stop, log=say, stages=stages, level=level_models(cfg, model),
             )
     except (TrainingDiverged, ParameterDrift) as exc:
         if leader:
@@ -336,59 +254,10 @@ def cmd_train(args: argparse.Namespace, comm) -> int:
         f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
     )
     if leader:
-        _evaluate_run(cfg, problem, model, run_dir, result.seconds)
+        from deepfusion.evaluate import evaluate_run
+
+        evaluate_run(cfg, problem, model, run_dir, result.seconds)
     return 0
-
-
-def _evaluate_run(cfg: Config, problem, model, run_dir: Path, train_seconds: float) -> None:
-    """Accuracy on the held-out instances against the reference solver, table and plots."""
-    from deepfusion.evaluate import predict, relative_l2
-    from deepfusion.fields import write_fields
-
-    test = heldout_parameters(cfg)
-    ref_name, pname = reference_name(cfg), parameter_name(cfg)
-    print(f"reference: {ref_name} solutions for {len(test)} held-out instances ...", flush=True)
-    t0 = time.perf_counter()
-    ref = problem.reference(test)
-    ref_seconds = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pred = predict(model, problem, test)
-    infer_seconds = time.perf_counter() - t0
-    err = relative_l2(pred, ref)
-    coords = problem.coordinates()
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
-    write_fields(run_dir / "test_reference.h5", ref, coords, {pname: test}, field_attrs(cfg, ref_name.lower()))
-    report = {
-        pname: test.tolist(),
-        "rel_l2": err.tolist(),
-        "mean_rel_l2": float(err.mean()),
-        "max_rel_l2": float(err.max()),
-        "train_seconds": train_seconds,
-        "reference_seconds": ref_seconds,
-        "inference_seconds": infer_seconds,
-    }
-    (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    label = "   c  " if pname == "c" else "  instance"
-    print(f"\n{label}  rel. L2 error vs {ref_name}")
-    names = [f"{ck:6.3f}" for ck in test] if pname == "c" else [f"{k:10d}" for k in range(len(test))]
-    for name, ek in zip(names, err):
-        print(f"{name}   {ek:.4f}")
-    print(f"  mean   {err.mean():.4f}   max {err.max():.4f}\n")
-    print(f"inference {infer_seconds:.3f} s for {len(test)} instances; {ref_name} reference {ref_seconds:.2f} s")
-    if cfg.output.plots:
-        from deepfusion.plots import plot_fields, plot_loss
-
-        plots = run_dir / "plots"
-        plots.mkdir(exist_ok=True)
-        plot_loss(run_dir / "metrics.jsonl", plots / "loss.png")
-        axes = list(coords)
-        extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
-        shown = min(len(test), 6)
-        labels = [f"{pname} #{k}, rel. L2 {err[k]:.3f}" if pname == "a" else f"c = {test[k]:g}, rel. L2 {err[k]:.3f}"
-                  for k in range(shown)]
-        plot_fields(pred[:shown], ref[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png", ref_name=ref_name)
-        print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
-    print(f"run directory: {run_dir}")
 
 
 # --------------------------------------------------------------------------- infer / reference
@@ -582,7 +451,7 @@ def _compare_instances(cfg: Config, samples: int) -> np.ndarray:
             raise UsageError(f"--samples: this run holds out {n} value{'s' if n != 1 else ''} of c (problem.test_c); "
                              f"got {samples}")
         return np.asarray(cfg.problem.test_c[:samples], dtype=np.float64)
-    return _sample(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters
+    return sample_parameters(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters
 
 
 def cmd_compare(args: argparse.Namespace, comm) -> int:
@@ -609,7 +478,7 @@ def cmd_compare(args: argparse.Namespace, comm) -> int:
 
     apply_threads(args.threads)  # before torch starts its thread pool
     from deepfusion.compare import compare_row, markdown_table, time_inference, time_reference
-    from deepfusion.evaluate import predict, relative_l2
+    from deepfusion.evaluate import against_floor, predict
 
     t0 = time.perf_counter()
     model, path = _trained_model(run_dir, cfg, args.checkpoint)
@@ -625,11 +494,13 @@ def cmd_compare(args: argparse.Namespace, comm) -> int:
         ref, reference = time_reference(problem, params, args.tol, direct=not args.no_direct)
         pred, inference = time_inference(lambda p, b: predict(model, problem, p, b), params, args.batch)
         # The error needs a model trained at this grid; elsewhere only the timings mean something.
-        err = relative_l2(pred, ref) if grid == trained else None
-        rows.append(compare_row(grid, args.threads, reference, inference, err))
+        acc = against_floor(problem, params, pred, ref if cfg.problem.name == "burgers" else None) \
+            if grid == trained else None
+        rows.append(compare_row(grid, args.threads, reference, inference, acc))
         row = rows[-1]
         print(f"    speed-up {row['speedup_single']:.1f}x (one instance), {row['speedup_batched']:.1f}x (batched)"
-              + (f"; rel. L2 vs {reference_name(cfg)} mean {row['rel_l2']:.4f}, max {row['rel_l2_max']:.4f}" if err is not None
+              + (f"; rel. L2 vs {acc.truth_name} mean {row['rel_l2']:.4f}, max {row['rel_l2_max']:.4f}, floor "
+                 f"{row['floor']:.4f}, ratio {row['ratio_to_floor']:.2f}" if acc is not None
                  else "; no model trained at this grid, error not measured"), flush=True)
     report = {
         "run_dir": str(run_dir),

@@ -120,10 +120,12 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
     }
 
 
-def compare_row(resolution: tuple[int, ...], threads: int, reference: dict, inference: dict,
-                rel_l2: np.ndarray | None) -> dict:
-    """One report row: the timings, speed-ups (classical seconds / inference seconds) and the error."""
+def compare_row(resolution: tuple[int, ...], threads: int, reference: dict, inference: dict, accuracy=None) -> dict:
+    """One report row: the timings, speed-ups (classical seconds / inference seconds) and, where the
+    model was trained at this grid, the error against the independent reference with the grid's
+    floor (a :class:`deepfusion.evaluate.FloorReport`)."""
     classical = (reference["fem_assembly_s"] or 0.0) + reference["fem_solve_s"]
+    rel_l2 = None if accuracy is None else accuracy.error
     return {
         "resolution": list(resolution),
         "threads": threads,
@@ -133,6 +135,8 @@ def compare_row(resolution: tuple[int, ...], threads: int, reference: dict, infe
         "speedup_batched": classical / inference["inference_batched_per_instance_s"],
         "rel_l2": None if rel_l2 is None else float(np.mean(rel_l2)),
         "rel_l2_max": None if rel_l2 is None else float(np.max(rel_l2)),
+        "floor": None if accuracy is None else float(accuracy.floor.mean()),
+        "ratio_to_floor": None if accuracy is None else accuracy.ratio,
     }
 
 
@@ -147,13 +151,15 @@ def markdown_table(rows: list[dict]) -> str:
     fem = rows[0]["reference"] == "fem"
     head = (["grid", "threads", "FEM assembly s", "AMG-CG solve s (its)", "direct LU s"] if fem
             else ["grid", "threads", "Godunov s"])
-    head += ["DiffNet one instance s", "DiffNet batched s/instance", "speed-up one / batched", "rel. L2 vs " + ("FEM" if fem else "Godunov")]
+    head += ["DiffNet one instance s", "DiffNet batched s/instance", "speed-up one / batched",
+             "DiffNet rel. L2", "floor", "ratio"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         grid = "×".join(map(str, r["resolution"]))
         cells = ([grid, str(r["threads"]), _cell(r["fem_assembly_s"]), f"{_cell(r['fem_solve_s'])} ({r['fem_cg_iterations']})",
                   _cell(r["fem_direct_solve_s"])] if fem else [grid, str(r["threads"]), _cell(r["fem_solve_s"])])
         cells += [_cell(r["inference_single_s"]), _cell(r["inference_batched_per_instance_s"]),
-                  f"{r['speedup_single']:.1f}× / {r['speedup_batched']:.1f}×", _cell(r["rel_l2"])]
+                  f"{r['speedup_single']:.1f}× / {r['speedup_batched']:.1f}×", _cell(r["rel_l2"]), _cell(r["floor"]),
+                  _cell(r["ratio_to_floor"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ __all__ = [
     "TrainConfig",
     "ParallelConfig",
     "OutputConfig",
+    "MultigridConfig",
     "load_config",
     "config_from_dict",
     "parse_override",
@@ -97,6 +98,9 @@ class ProblemConfig:
     coeff_range: tuple[float, ...] = _key(_range, default=(-3.0, 3.0))
     kappa: float = _key(_nonnegative, default=1.0)
     source: float = _key(lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)", default=1.0)
+    # Poisson and reaction-diffusion evaluation: the independent reference is the Q1 FEM on
+    # a grid with this many times the intervals in each direction (its nodes include ours).
+    truth_refine: int = _key(lambda v: None if 2 <= v <= 16 else "must be in 2..16", default=4)
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,34 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class MultigridConfig:
+    """``[multigrid]``: train on a hierarchy of grids, coarse levels first (MGDiffNet).
+
+    ``levels`` lists the nodes per side of every training grid, coarse to fine, the last
+    equal to ``problem.resolution`` (empty: one level, the problem's grid). ``cycle`` orders
+    the visits: ``half_v`` coarse to fine once; ``v``, ``w``, ``f`` start and end on the
+    finest grid as multigrid's cycles do. ``epochs``, ``lr`` and ``batch_size`` give each
+    level's epochs per visit, peak learning rate and global batch (empty: ``train.epochs``,
+    ``train.lr``, ``train.batch_size`` at every level; unused when ``levels`` is empty). ``transfer``: ``deepen`` adds one
+    refinement level at the top of the generator for each finer grid (``top_channels`` wide)
+    and keeps the coarser generator on its own grid; ``carry`` trains the same network on
+    every grid.
+    """
+
+    levels: tuple[int, ...] = _key(lambda v: None if len(v) <= 8 and all(3 <= n <= 16385 for n in v)
+                                   and list(v) == sorted(set(v)) else
+                                   "must be at most 8 node counts, increasing, each in 3..16385", default=())
+    cycle: str = _key(_choice("half_v", "v", "w", "f"), default="half_v")
+    epochs: tuple[int, ...] = _key(lambda v: None if all(e >= 1 for e in v) else "every value must be >= 1",
+                                   default=())
+    lr: tuple[float, ...] = _key(_positive_all, default=())
+    batch_size: tuple[int, ...] = _key(lambda v: None if all(b >= 1 for b in v) else "every value must be >= 1",
+                                       default=())
+    transfer: str = _key(_choice("deepen", "carry"), default="deepen")
+    top_channels: int = _key(lambda v: None if 1 <= v <= 4096 else "must be in 1..4096", default=16)
+
+
+@dataclass(frozen=True)
 class ParallelConfig:
     """``[parallel]``: threads per rank (0 = the node's cores / ranks on it), device, and
     gradient summation (bucketed Iallreduce overlapped with backward, or one flat
@@ -181,6 +213,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 
@@ -281,6 +314,7 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"
         )
+    _multigrid_checks(cfg)
     par = cfg.parallel
     if par.device != "cuda":
         for key, value, default in (("gpu_reduce", par.gpu_reduce, "auto"), ("tf32", par.tf32, False),
@@ -289,6 +323,27 @@ def _cross_checks(cfg: Config) -> None:
                 raise ConfigError(f"parallel.{key}: applies to parallel.device = 'cuda' only (got {_show(value)})")
     if par.cuda_graphs and cfg.train.optimizer != "adam":
         raise ConfigError("parallel.cuda_graphs: the graphed step is Adam's; use train.optimizer = 'adam'")
+
+
+def _multigrid_checks(cfg: Config) -> None:
+    mg, res = cfg.multigrid, tuple(cfg.problem.resolution)
+    n = len(mg.levels)
+    if n == 0:  # one level: the per-level lists are unused, so `--set multigrid.levels=[]` alone turns it off
+        return
+    for key in ("epochs", "lr", "batch_size"):
+        given = len(getattr(mg, key))
+        if given not in (0, n):
+            raise ConfigError(f"multigrid.{key}: give one value per level of multigrid.levels ({n}), or none "
+                              f"(got {given})")
+    if res[0] != res[1] or res[0] != mg.levels[-1]:
+        raise ConfigError(f"multigrid.levels: the last level must be the square problem.resolution "
+                          f"(got levels {list(mg.levels)} for resolution {list(res)})")
+    if cfg.train.optimizer == "lbfgs":
+        raise ConfigError("train.optimizer: multigrid levels are trained by Adam; use 'adam', or 'adam+lbfgs' "
+                          "for L-BFGS on the finest grid after them")
+    for b in mg.batch_size:
+        if b > cfg.data.n_train:
+            raise ConfigError(f"multigrid.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {b})")
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

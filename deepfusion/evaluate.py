@@ -1,11 +1,17 @@
-"""Inference over many instances and the relative L2 error against a reference."""
+"""Inference over many instances, the relative L2 error against a reference, and accuracy
+measured against the grid's discretisation floor."""
 
 from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-__all__ = ["predict", "relative_l2"]
+__all__ = ["predict", "relative_l2", "FloorReport", "against_floor", "evaluate_run"]
 
 
 @torch.inference_mode()
@@ -31,3 +37,115 @@ def relative_l2(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
         raise ValueError(f"shapes differ: {pred.shape} vs {ref.shape}")
     diff = (pred - ref).reshape(len(ref), -1)
     return np.linalg.norm(diff, axis=1) / np.linalg.norm(ref.reshape(len(ref), -1), axis=1)
+
+
+@dataclass
+class FloorReport:
+    """Accuracy of predicted fields against the independent reference and the grid's floor.
+
+    ``error`` is each instance's relative L2 distance to the truth (``truth_name``);
+    ``floor`` the same for the best field the grid allows under the trained loss
+    (``floor_name``: the zero-residual field or energy minimiser); ``ratio`` is mean error
+    over mean floor, 1 when the network has done all its grid allows.
+    """
+
+    truth: np.ndarray
+    error: np.ndarray
+    floor: np.ndarray
+    floor_is_root: np.ndarray
+    truth_name: str
+    floor_name: str
+    truth_seconds: float
+    floor_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return float(self.error.mean() / self.floor.mean())
+
+    def as_dict(self) -> dict:
+        return {
+            "truth": self.truth_name,
+            "floor_field": self.floor_name,
+            "rel_l2": self.error.tolist(),
+            "mean_rel_l2": float(self.error.mean()),
+            "max_rel_l2": float(self.error.max()),
+            "floor_rel_l2": self.floor.tolist(),
+            "mean_floor": float(self.floor.mean()),
+            "ratio_to_floor": self.ratio,
+            "floor_is_root": self.floor_is_root.tolist(),
+            "truth_seconds": self.truth_seconds,
+            "floor_seconds": self.floor_seconds,
+        }
+
+
+def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray | None = None,
+                  progress=None) -> FloorReport:
+    """Measure ``pred`` (S, ...) against ``problem.truth`` and the floor ``problem.discrete_optimum``.
+
+    The floor's direct solve starts from the truth, so where the trained loss has several
+    optima (the central Burgers residual) the one nearest the truth is taken.
+    """
+    t0 = time.perf_counter()
+    if truth is None:
+        truth = problem.truth(params, progress)
+    t1 = time.perf_counter()
+    optimum, roots = problem.discrete_optimum(params, initial=truth)
+    t2 = time.perf_counter()
+    return FloorReport(truth, relative_l2(pred, truth), relative_l2(optimum, truth), roots, problem.truth_name(),
+                       problem.floor_name(), t1 - t0, t2 - t1)
+
+
+def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float) -> FloorReport:
+    """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
+
+    The error is against the independent reference and beside the grid's floor (see
+    :func:`against_floor`); the table prints both and their ratio.
+    """
+    from deepfusion.fields import write_fields
+    from deepfusion.wiring import field_attrs, heldout_parameters, parameter_name
+
+    test = heldout_parameters(cfg)
+    pname = parameter_name(cfg)
+    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
+          f"{problem.floor_name()} ...", flush=True)
+    t0 = time.perf_counter()
+    pred = predict(model, problem, test)
+    infer_seconds = time.perf_counter() - t0
+    acc = against_floor(problem, test, pred)
+    coords = problem.coordinates()
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
+    write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
+                 field_attrs(cfg, "godunov" if pname == "c" else "fem") | {"reference": acc.truth_name})
+    report = {pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
+              "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
+              "inference_seconds": infer_seconds}
+    (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    label = "   c  " if pname == "c" else "  instance"
+    print(f"\n{label}  rel. L2 vs reference   floor    ratio")
+    names = [f"{ck:6.3f}" for ck in test] if pname == "c" else [f"{k:10d}" for k in range(len(test))]
+    for name, ek, fk in zip(names, acc.error, acc.floor):
+        print(f"{name}   {ek:.4f}               {fk:.4f}   {ek / fk:5.2f}")
+    print(f"  mean   {acc.error.mean():.4f}               {acc.floor.mean():.4f}   {acc.ratio:5.2f}"
+          f"   (max error {acc.error.max():.4f})")
+    print(f"grid {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}; reference: {acc.truth_name}; "
+          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() else
+                                           f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
+                                           "their least-squares optimum)") + "\n")
+    print(f"inference {infer_seconds:.3f} s for {len(test)} instances; reference {acc.truth_seconds:.2f} s, "
+          f"floor {acc.floor_seconds:.2f} s")
+    if cfg.output.plots:
+        from deepfusion.plots import plot_fields, plot_loss
+
+        plots = run_dir / "plots"
+        plots.mkdir(exist_ok=True)
+        plot_loss(run_dir / "metrics.jsonl", plots / "loss.png")
+        axes = list(coords)
+        extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
+        shown = min(len(test), 6)
+        labels = [f"{pname} #{k}, rel. L2 {acc.error[k]:.3f}" if pname == "a" else
+                  f"c = {test[k]:g}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
+        plot_fields(pred[:shown], acc.truth[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png",
+                    ref_name="Godunov" if pname == "c" else "fine FEM")
+        print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
+    print(f"run directory: {run_dir}")
+    return acc

@@ -24,7 +24,7 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     plt = _pyplot()
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
-            "optimizer", "grad_norm", "evaluations", "samples_evaluated"}
+            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "level", "grid"}
     fig, ax = plt.subplots(figsize=(6, 4))
     terms = [k for k in records[0] if k not in skip and k != "loss"]
     # The terms are drawn only when the loss is a sum of several.
@@ -34,6 +34,18 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
         # Energies (reaction-diffusion) are negative near the solution: linear axis then.
         plot = ax.semilogy if positive else ax.plot
         plot([r["step"] for r in records if key in r], [r[key] for r in records if key in r], label=key)
+    # Multigrid: a dashed line where each stage starts, labelled with its grid.
+    prev = records[0]
+    for r in records[1:]:
+        if r.get("stage", 0) != prev.get("stage", 0) and r.get("optimizer") == "adam":
+            ax.axvline(prev["step"], color="tab:red", linestyle="--", alpha=0.6)
+            if "grid" in r:
+                ax.annotate(f"{r['grid'][0]}²", (prev["step"], 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(2, -12), textcoords="offset points", fontsize=8, color="tab:red")
+        prev = r
+    if "grid" in records[0]:
+        ax.annotate(f"{records[0]['grid'][0]}²", (0, 1.0), xycoords="axes fraction", xytext=(2, -12),
+                    textcoords="offset points", fontsize=8, color="tab:red")
     switch = next((r["step"] for r in records if r.get("optimizer") == "lbfgs"), None)
     if switch is not None and records[0].get("optimizer") == "adam":
         ax.axvline(switch, color="grey", linestyle=":", label="Adam → L-BFGS")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
+from deepfusion.schedule import Stage, stage_at
 from deepfusion.signals import StopRequest
 from deepfusion.stepper import make_local_step
 
@@ -81,7 +83,10 @@ def _format_eta(seconds: float) -> str:
 class _Recorder:
     """Rank 0's side effects: metrics lines, progress output and checkpoints."""
 
-    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, keep: int = 0):
+    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, keep: int,
+                 model: torch.nn.Module, stages: Sequence[Stage]):
+        self.model = model  # every checkpoint holds the whole generator, whichever level trains
+        self.stages = list(stages)
         self.run_dir = run_dir
         self.keep = keep
         self.leader = leader
@@ -102,8 +107,9 @@ class _Recorder:
         if self.leader:
             self.log(line)
 
-    def save(self, model, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str) -> None:
+    def save(self, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str, stage: int) -> None:
         """Write the step's checkpoint (rank 0), unless it is already written; keep the last ``keep``."""
+        model = self.model
         # Parameters are identical on all ranks, so every rank takes the same decision here.
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             raise TrainingDiverged(
@@ -120,7 +126,7 @@ class _Recorder:
                 step=step,
                 config=config,
                 ranks=ranks,
-                attrs={"optimizer": kind},
+                attrs={"optimizer": kind, "stage": stage},
             )
             if self.keep:
                 prune_checkpoints(self.checkpoint.parent, self.keep)
@@ -146,6 +152,8 @@ def train(
     resume: Checkpoint | None = None,
     stop: StopRequest | None = None,
     log: Callable[[str], None] = print,
+    stages: Sequence[Stage] | None = None,
+    level: Callable[[int], tuple[torch.nn.Module, Problem]] | None = None,
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
 
@@ -162,45 +170,60 @@ def train(
     on any rank (a signal), all ranks agree at the next step boundary (the flag rides on
     the loss Allreduce), a checkpoint is written and the result says ``stopped``.
 
+    A multigrid run passes its ``stages`` (:func:`deepfusion.schedule.build_schedule`) and
+    ``level``, which gives the generator and the problem of a level's grid; each stage
+    has its own Adam (a level's loss has its own scale), learning-rate schedule, batch and
+    sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
+    finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
+
     Raises
     ------
     TrainingDiverged
         When the loss is NaN or Inf; the last checkpoint written stays as it was.
     """
     n = params.shape[0]
-    b = cfg.batch_size
-    b_loc = local_batch_size(b, comm.size)
-    b_eff = b_loc * comm.size
-    per_epoch = steps_per_epoch(n, b)
-    adam_steps = per_epoch * cfg.epochs if cfg.optimizer in ("adam", "adam+lbfgs") else 0
+    if stages is None:
+        stages = [Stage(0, 0, 1, (), cfg.epochs, cfg.lr, cfg.batch_size, 0,
+                        steps_per_epoch(n, cfg.batch_size) * cfg.epochs)]
+    level = level or (lambda k: (model, problem))
+    adam_steps = stages[-1].end if cfg.optimizer in ("adam", "adam+lbfgs") else 0
     total = adam_steps + (cfg.lbfgs_iterations if "lbfgs" in cfg.optimizer else 0)
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
     all_params = torch.as_tensor(params, dtype=dtype, device=device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
     if resume is not None:
-        # L-BFGS state goes into its optimiser when that phase starts.
-        resume.restore(model, None if resume_lbfgs else opt)
+        resume.restore(model)  # the optimiser's state goes into its phase's optimiser
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, comm)
-    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints)
+    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints, model, stages)
     stop = stop or StopRequest()
     step = start_step
     loss_value = float("nan")
     stopped = False
+    samples = 0
     model.train()
     start = time.perf_counter()
     try:
-        if step < adam_steps:
+        for stage in stages[stage_at(list(stages), step) if step < adam_steps else len(stages):]:
+            module, level_problem = level(stage.level)
+            module.train()
+            opt = torch.optim.Adam(module.parameters(), lr=stage.lr)
+            if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
+                resume.restore(None, opt)  # mid-stage: that stage's Adam moments
+            done = step
             step, loss_value, stopped = _adam_phase(
-                model, problem, all_params, cfg, opt, rec, seed=seed, comm=comm, parallel=parallel,
-                step=step, adam_steps=adam_steps, threads=threads, config_text=config_text, stop=stop,
+                module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
+                step=step, threads=threads, config_text=config_text, stop=stop,
             )
+            samples += (step - done) * local_batch_size(stage.batch_size, comm.size) * comm.size
+            if stopped:
+                break
         if step < total and not stopped:
+            module, level_problem = level(stages[-1].level)
             step, loss_value, stopped = _lbfgs_phase(
-                model, problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam_steps,
+                module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam_steps,
                 total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
                 stop=stop,
             )
@@ -209,9 +232,9 @@ def train(
     seconds = time.perf_counter() - start
     return TrainResult(
         steps=step - start_step,
-        epochs=cfg.epochs,
+        epochs=sum(s.epochs for s in stages),
         seconds=seconds,
-        samples_per_s=(step - start_step) * b_eff / seconds if seconds > 0 else float("nan"),
+        samples_per_s=samples / seconds if seconds > 0 else float("nan"),
         final_loss=loss_value,
         checkpoint=rec.checkpoint,
         history=rec.history,
@@ -234,12 +257,31 @@ def _stop_agreed(stop: StopRequest, comm) -> bool:
     return bool(flag[0] > 0)
 
 
-def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorder, *, seed, comm, parallel,
-                step, adam_steps, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
-    """Adam steps ``step`` .. ``adam_steps`` - 1 with data-parallel gradient sums."""
-    n, b = all_params.shape[0], cfg.batch_size
+def _stage_seed(seed: int, stage: Stage) -> int:
+    """The sample-order seed of a stage: the run's own for the first, a distinct one for each later visit."""
+    return seed if stage.index == 0 else seed + 1_000_003 * stage.index
+
+
+def _eta(stages: Sequence[Stage], stage: Stage, step: int, rate: float, n_ranks: int) -> float:
+    """Seconds left in the Adam phase: this stage at the measured rate, later ones scaled by
+    their batch and grid nodes (a step's cost is about linear in both)."""
+    nodes = math.prod(stage.grid) if stage.grid else 1
+    left = 0.0
+    for s in stages[stage.index:]:
+        steps = s.end - max(step, s.first_step)
+        scale = math.prod(s.grid) / nodes if s.grid else 1.0
+        left += steps * local_batch_size(s.batch_size, n_ranks) * n_ranks * scale
+    return left / rate
+
+
+def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorder, stage: Stage, *, seed, comm,
+                parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
+    """Adam steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
+    n, b = all_params.shape[0], stage.batch_size
     b_eff = local_batch_size(b, comm.size) * comm.size
     per_epoch = steps_per_epoch(n, b)
+    schedule = dataclasses.replace(cfg, lr=stage.lr)
+    seed = _stage_seed(seed, stage)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
                     parallel.gpu_reduce)
@@ -249,12 +291,13 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
     stopping = False
+    label = stage.label()
     try:
-        while step < adam_steps and not stopping:
-            epoch, k = divmod(step, per_epoch)
+        while step < stage.end and not stopping:
+            epoch, k = divmod(step - stage.first_step, per_epoch)
             t0 = time.perf_counter()
             for group in opt.param_groups:
-                group["lr"] = learning_rate(step, adam_steps, cfg)
+                group["lr"] = learning_rate(step - stage.first_step, stage.steps, schedule)
             idx = local_indices(seed, epoch, k, comm.rank, comm.size, n, b)
             terms = local_step(all_params[idx])
             t1 = time.perf_counter()
@@ -274,7 +317,7 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
             window["compute"] += (t1 - t0) + (time.perf_counter() - t2)
             window["comm"] += t2 - t1
             window["steps"] += 1
-            last = step == adam_steps
+            last = step == stage.end
             if step % cfg.log_every == 0 or last:
                 now = time.perf_counter()
                 rate = window["steps"] * b_eff / (now - window["start"])
@@ -282,6 +325,8 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
                     "epoch": epoch,
                     "step": step,
                     "optimizer": "adam",
+                    "stage": stage.index,
+                    "level": stage.level,
                     "loss": loss_value,
                     **{name: float(s) / b_eff for name, s in zip(terms, sums)},
                     "lr": opt.param_groups[0]["lr"],
@@ -291,19 +336,21 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
                     "ranks": comm.size,
                     "threads": threads,
                 }
-                eta = (adam_steps - step) * b_eff / rate
+                if stage.grid:
+                    record["grid"] = list(stage.grid)
+                eta = _eta(rec.stages, stage, step, rate, comm.size)
                 extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
                 rec.record(
                     record,
-                    f"epoch {epoch + 1}/{cfg.epochs} step {step}/{rec.total} loss {loss_value:.4e} "
-                    f"{extra}{' ' if extra else ''}lr {record['lr']:.2e} "
+                    f"{label + ' ' if label else ''}epoch {epoch + 1}/{stage.epochs} step {step}/{rec.total} "
+                    f"loss {loss_value:.4e} {extra}{' ' if extra else ''}lr {record['lr']:.2e} "
                     f"{rate:.1f} samples/s ETA {_format_eta(eta)}"
-                    + (" (Adam phase)" if rec.total > adam_steps else ""),
+                    + (" (Adam phase)" if rec.total > rec.stages[-1].end else ""),
                 )
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
             if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                rec.save(model, opt, epoch=step // per_epoch, step=step, config=config_text, ranks=comm.size,
-                         kind="adam")
+                rec.save(opt, epoch=(step - stage.first_step) // per_epoch, step=step, config=config_text,
+                         ranks=comm.size, kind="adam", stage=stage.index)
     finally:
         sync.close()
     return step, loss_value, stopping and step < rec.total
@@ -339,14 +386,14 @@ def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *
     objective = GlobalObjective(list(model.parameters()), local_sum, comm, chunk)
     opt = build_lbfgs(model, cfg, objective)
     if resume is not None:
-        resume.restore(model, opt)
+        resume.restore(None, opt)  # the parameters were restored at the start
     # One fixed order for the whole phase (seeded apart from Adam's epochs): the full
     # batch is its first lbfgs_batch samples, multi-batch sweeps it with overlaps.
     order = np.random.default_rng([seed, 104729]).permutation(n)
     full = cfg.lbfgs_mode == "full"
     batch_size = cfg.lbfgs_batch or (n if full else cfg.batch_size)
     fixed = np.sort(order[:batch_size])
-    epoch_of = cfg.epochs if adam_steps else 0
+    epoch_of = rec.stages[-1].epochs if adam_steps else 0
     loss_value = float("nan")
     last_loss = None
     while step < total:
@@ -405,7 +452,8 @@ def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *
                 f"({objective.evaluations} evaluations)",
             )
         if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            rec.save(model, opt, epoch=epoch_of, step=step, config=config_text, ranks=comm.size, kind="lbfgs")
+            rec.save(opt, epoch=epoch_of, step=step, config=config_text, ranks=comm.size, kind="lbfgs",
+                     stage=len(rec.stages) - 1)
         if converged:
             if rec.leader:
                 rec.log(f"L-BFGS converged at step {step} (gradient or loss change below tolerance)")

@@ -1,4 +1,5 @@
-"""Convolutional generators: a U-Net encoder-decoder with per-sample normalisation only."""
+"""Convolutional generators: a U-Net encoder-decoder with per-sample normalisation only, and a
+multilevel stack that deepens it at the top for finer grids."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["UNet", "build_network", "parameter_count"]
+__all__ = ["UNet", "LevelStack", "build_network", "parameter_count"]
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -76,6 +77,10 @@ class UNet(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The finest level's features (S, channels[0], H, W), before the 1x1 output head."""
         h, w = x.shape[-2:]
         m = 2 ** (len(self.channels) - 1)
         ph, pw = (-h) % m, (-w) % m
@@ -90,7 +95,7 @@ class UNet(nn.Module):
         skips.pop()
         for block in self.up:
             x = run(_up, block, x, skips.pop())
-        return self.head(x)[..., :h, :w]
+        return x[..., :h, :w]
 
 
 def _down(block: _Block, x: torch.Tensor, pool: bool) -> torch.Tensor:
@@ -114,13 +119,107 @@ def _recomputed(segment, *args) -> torch.Tensor:
     return checkpoint(segment, *args, use_reentrant=False)
 
 
+class _Refinement(nn.Module):
+    """One level on top of a coarser generator, on a grid ``1 / ratio`` times finer.
+
+    The coarser generator runs on the inputs resampled to its own grid (bilinear, with the
+    boundary nodes on the boundary, as the nodal grids are); its output field and features
+    are prolonged back to this grid the same way, and a block at this resolution, which
+    sees them beside the inputs, adds a correction. The correction's head starts at zero,
+    so a new level starts as the coarser generator's prolonged solution: nested
+    iteration, as in multigrid.
+    """
+
+    def __init__(self, in_channels: int, coarse_channels: int, width: int, ratio: float) -> None:
+        super().__init__()
+        self.ratio = float(ratio)
+        self.block = _Block(in_channels + coarse_channels + 1, width)
+        self.head = nn.Conv2d(width, 1, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def coarse_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        return tuple(max(3, round(n * self.ratio)) for n in size)
+
+    def forward(self, x: torch.Tensor, raw: torch.Tensor, feats: torch.Tensor, recompute: bool):
+        size = x.shape[-2:]
+        up = [F.interpolate(t, size=size, mode="bilinear", align_corners=True) for t in (raw, feats)]
+        h = (_recomputed if recompute else _direct)(self.block, torch.cat([x, *up], dim=1))
+        return up[0] + self.head(h), h
+
+
+class _Levels(nn.Module):
+    """The generator of one level: the base network and the refinements up to that level."""
+
+    def __init__(self, base: UNet, tops: list[_Refinement]) -> None:
+        super().__init__()
+        self.base = base
+        self.tops = nn.ModuleList(tops)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._run(x, len(self.tops))[0]
+
+    def _run(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if k == 0:
+            feats = self.base.features(x)
+            return self.base.head(feats), feats
+        top = self.tops[k - 1]
+        coarse = F.interpolate(x, size=top.coarse_size(x.shape[-2:]), mode="bilinear", align_corners=True)
+        raw, feats = self._run(coarse, k - 1)
+        recompute = self.base.checkpoint_activations and self.training and torch.is_grad_enabled()
+        return top(x, raw, feats, recompute)
+
+
+class LevelStack(_Levels):
+    """A U-Net for the coarsest grid with one refinement level on top for each finer grid.
+
+    This is how a multigrid run deepens its generator (``multigrid.transfer = "deepen"``):
+    level k's generator, :meth:`level`, is the U-Net on the grid ``k`` levels down plus
+    the first k refinements; the whole stack is the finest level's generator. Its
+    parameters are those of every level, so one checkpoint layout serves all stages.
+
+    Parameters
+    ----------
+    base : UNet
+        The coarsest level's generator.
+    in_channels : int
+        Input channels of the problem.
+    ratios : sequence of float
+        For each finer level, coarse nodes per side over fine nodes per side (about 1/2).
+    width : int
+        Channels of every refinement block.
+    """
+
+    def __init__(self, base: UNet, in_channels: int, ratios: tuple[float, ...], width: int) -> None:
+        coarse = [base.channels[0]] + [width] * (len(ratios) - 1)
+        super().__init__(base, [_Refinement(in_channels, c, width, r) for c, r in zip(coarse, ratios)])
+
+    def level(self, k: int) -> nn.Module:
+        """The generator of level ``k`` (0 = the base U-Net alone); it shares this stack's parameters."""
+        if not 0 <= k <= len(self.tops):
+            raise ValueError(f"level {k} outside 0..{len(self.tops)}")
+        view = _Levels(self.base, list(self.tops[:k]))
+        view.train(self.training)
+        return view
+
+
 def build_network(
-    name: str, in_channels: int, channels: tuple[int, ...], checkpoint_activations: bool = False
+    name: str,
+    in_channels: int,
+    channels: tuple[int, ...],
+    checkpoint_activations: bool = False,
+    levels: tuple[int, ...] = (),
+    top_channels: int = 16,
 ) -> nn.Module:
-    """Construct the generator named in the config (``model.name``, ``model.checkpoint_activations``)."""
-    if name == "unet":
-        return UNet(in_channels, 1, channels, checkpoint_activations)
-    raise ValueError(f"unknown model {name!r}; choose from ['unet']")
+    """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
+    of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid)."""
+    if name != "unet":
+        raise ValueError(f"unknown model {name!r}; choose from ['unet']")
+    base = UNet(in_channels, 1, channels, checkpoint_activations)
+    if len(levels) < 2:
+        return base
+    ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))
+    return LevelStack(base, in_channels, ratios, top_channels)
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -11,8 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A training run that takes a few seconds: 16 x 16 nodes, a two-level U-Net.
+# A training run that takes a few seconds: 16 x 16 nodes, a two-level U-Net, one grid (the
+# shipped configs train multigrid; tests/test_multigrid.py covers that), the Sobel residual.
 TINY = [
+    "--set", "problem.residual=sobel",
+    "--set", "multigrid.levels=[]",
     "--set", "problem.resolution=[16,16]",
     "--set", "model.channels=[8,16]",
     "--set", "data.n_train=16",

@@ -33,7 +33,11 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     report = json.loads((run_dir / "eval.json").read_text())
     assert np.asarray(report["a"]).shape == (3, 6)
     assert all(0 < e < 1 for e in report["rel_l2"])
-    assert "rel. L2 error vs FEM" in stdout and "nu=KL(m=6" in stdout
+    assert "rel. L2 vs reference   floor    ratio" in stdout and "nu=KL(m=6" in stdout
+    # The reference is a 4x finer FEM; the floor is the 16^2 FEM's own error against it.
+    assert report["truth"] == "Q1 FEM on 61x61 (4x finer)" and report["floor_field"] == "the Q1 FEM on this grid"
+    assert all(0 < f < 0.05 for f in report["floor_rel_l2"]) and all(report["floor_is_root"])
+    assert report["ratio_to_floor"] == pytest.approx(report["mean_rel_l2"] / report["mean_floor"])
     with h5py.File(run_dir / "test_reference.h5") as f:
         u, a = f["u"][()], f["a"][()]
         assert f.attrs["problem"] == "poisson" and f.attrs["source"] == "fem"
@@ -43,7 +47,7 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     assert (run_dir / "plots" / "fields.png").is_file()
     # The held-out coefficients are not training ones.
     from deepfusion.config import load_config
-    from deepfusion.cli import training_parameters
+    from deepfusion.wiring import training_parameters
 
     train = training_parameters(load_config(run_dir / "config.toml"))
     assert not np.isclose(a[:, None], train[None], atol=1e-9).all(axis=2).any()
@@ -51,7 +55,7 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
 
 def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     run_dir, _ = poisson_run
-    from deepfusion.cli import build_problem
+    from deepfusion.wiring import build_problem
     from deepfusion.config import load_config
 
     with h5py.File(run_dir / "test_prediction.h5") as f:

@@ -213,7 +213,7 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     from diffnet.problems.poisson import PoissonProblem
 
     cfg = load_config(ROOT / "configs" / "poisson.toml", [
-        "problem.resolution=[8,8]", "train.batch_size=4", "train.epochs=3", f"train.optimizer={optimizer}",
+        "multigrid.levels=[]", "problem.resolution=[8,8]", "train.batch_size=4", "train.epochs=3", f"train.optimizer={optimizer}",
         "train.lbfgs_iterations=5", "train.dtype=float64"])
     problem = PoissonProblem((8, 8), kl_terms=6)
     torch.manual_seed(0)

@@ -21,6 +21,7 @@ POISSON = str(ROOT / "configs" / "poisson.toml")
 # A few-second Poisson run on 16 x 16 nodes in float64.
 SMALL = [
     "--set", "problem.resolution=[16,16]",
+    "--set", "multigrid.levels=[]",
     "--set", "model.channels=[4,8]",
     "--set", "data.n_train=16",
     "--set", "data.n_test=2",

@@ -1,9 +1,11 @@
-"""The U-Net generator: activation checkpointing changes memory, not results."""
+"""The U-Net generator and the multilevel stack: activation checkpointing changes memory, not
+results; a deepened level starts from the coarser level's solution."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from diffnet.networks import UNet
+from diffnet.networks import LevelStack, UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 
@@ -49,3 +51,49 @@ def test_checkpointing_only_in_training_with_grad():
         assert torch.equal(plain(x), ckpt(x))
     ckpt.eval()
     assert torch.equal(plain.eval()(x), ckpt(x).detach())
+
+
+def _stack(checkpoint_activations=False):
+    torch.manual_seed(1)
+    stack = build_network("unet", 3, (8, 16), checkpoint_activations, levels=(12, 24, 48), top_channels=8)
+    for head in [stack.base.head, *(top.head for top in stack.tops)]:
+        torch.nn.init.normal_(head.weight, std=0.1)  # non-zero, so every level contributes
+    return stack
+
+
+def test_level_views_share_the_stacks_parameters():
+    stack = _stack()
+    assert isinstance(stack, LevelStack) and len(stack.tops) == 2
+    names = dict(stack.named_parameters())
+    for k in range(3):
+        view = stack.level(k)
+        for name, p in view.named_parameters():
+            assert p is names[name], name  # the same tensors: training a level trains the stack
+        assert len(list(view.parameters())) == len([n for n in names if n.startswith("base.")
+                                                    or any(n.startswith(f"tops.{j}.") for j in range(k))])
+    x = torch.rand(2, 3, 48, 48)
+    assert torch.equal(stack.level(2)(x), stack(x))
+    assert stack.level(0)(torch.rand(2, 3, 12, 12)).shape == (2, 1, 12, 12)
+
+
+def test_a_new_level_starts_as_the_prolonged_coarse_solution():
+    stack = _stack()
+    torch.nn.init.zeros_(stack.tops[1].head.weight)
+    torch.nn.init.zeros_(stack.tops[1].head.bias)  # as built: a fresh level adds no correction
+    x = torch.rand(2, 3, 48, 48)
+    coarse = F.interpolate(x, size=(24, 24), mode="bilinear", align_corners=True)
+    prolonged = F.interpolate(stack.level(1)(coarse), size=(48, 48), mode="bilinear", align_corners=True)
+    torch.testing.assert_close(stack(x), prolonged, rtol=0, atol=1e-6)
+    # Grids other than the trained ones are resampled by the same ratios.
+    assert stack(torch.rand(1, 3, 40, 40)).shape == (1, 1, 40, 40)
+
+
+def test_stack_checkpointing_gives_the_plain_gradients():
+    problem, params = PoissonProblem((48, 48)), torch.rand(2, 6) * 6 - 3
+    plain, ckpt = _stack(), _stack(checkpoint_activations=True)
+    loss_p, grads_p = _loss_and_grads(plain, problem, params)
+    loss_c, grads_c = _loss_and_grads(ckpt, problem, params)
+    assert torch.equal(loss_p, loss_c)
+    for name, g in grads_p.items():
+        assert g.abs().max() > 0, name
+        torch.testing.assert_close(grads_c[name], g, rtol=1e-5, atol=1e-6 * g.abs().max().item(), msg=name)

@@ -182,6 +182,43 @@ class BurgersProblem:
             terms["boundary"] = self.penalty * (ic + bc)
         return terms
 
+    def discrete_optimum(self, c: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The best field on this grid under the trained residual, (S, N_t, N_x), and whether each is a root.
+
+        Conservative: the implicit scheme's solution (:meth:`scheme_solution`), always a
+        root. Sobel/Scharr: the root of the central residual nearest ``initial`` (the
+        converged reference, say), or the least-squares optimum there when it has none
+        (:func:`diffnet.solvers.sobel.solve_sobel`). Its error against :meth:`truth` is
+        the grid's floor.
+        """
+        if self.stencil == "conservative":
+            return self.scheme_solution(c), np.ones(len(c), dtype=bool)
+        from diffnet.solvers.sobel import solve_sobel
+
+        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=torch.float64)
+        u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
+        fields, roots = [], []
+        for k, row in enumerate(u0):
+            u, worst = solve_sobel(row, self.t_final, self.resolution[0], self.viscosity, self.stencil,
+                                   initial=None if initial is None else initial[k])
+            fields.append(u)
+            roots.append(worst < 1e-6)
+        return np.stack(fields), np.asarray(roots)
+
+    def truth(self, c: np.ndarray, progress=None) -> np.ndarray:
+        """The independent reference on this grid's nodes: the converged Godunov solution (:meth:`reference`)."""
+        return self.reference(c, progress)
+
+    def truth_name(self) -> str:
+        from diffnet.solvers.burgers import default_cells
+
+        return f"Godunov ({default_cells(self.resolution[1])} cells, second order)"
+
+    def floor_name(self) -> str:
+        if self.stencil == "conservative":
+            return f"the conservative scheme's own solution (order {self.scheme_order}, {self.flux} flux)"
+        return f"the {self.stencil} residual's nodal optimum"
+
     def scheme_solution(self, c: np.ndarray) -> np.ndarray:
         """The exact solutions of the conservative scheme on this grid (zero residual), (S, N_t, N_x).
 

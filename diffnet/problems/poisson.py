@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,7 @@ class KLFamily:
     Instance parameters are coefficient rows a, shape (S, m); a batch of nodal
     diffusivity fields, shape (S, N_y, N_x), may be given in their place (inference on
     arbitrary positive fields). ``constant`` > 0 replaces the family by nu = constant.
+    ``truth_refine`` is how much finer the grid of the independent reference (:meth:`truth`) is.
     """
 
     resolution: tuple[int, int]
@@ -93,6 +95,7 @@ class KLFamily:
     eta: float = 0.5
     coeff_range: tuple[float, float] = (-3.0, 3.0)
     constant: float = 0.0
+    truth_refine: int = 4
 
     in_channels = 3
     parameter_names = ("a",)
@@ -147,6 +150,40 @@ class KLFamily:
             if progress is not None:
                 progress(k + 1, len(params))
         return out
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The best field on this grid under the trained energy, (S, N_y, N_x): the same-grid Q1 FEM
+        solution, which minimises it exactly. Its error against :meth:`truth` is the grid's floor."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The independent reference on this grid's nodes: the Q1 FEM on the grid with ``truth_refine``
+        times the intervals in each direction, whose nodes include this grid's (read off there).
+
+        Coefficient rows give the diffusivity at the fine nodes exactly; nodal fields are
+        interpolated bilinearly to them, as the elements do.
+        """
+        r = self.truth_refine
+        ny, nx = self.resolution
+        fine = dataclasses.replace(self, resolution=(r * (ny - 1) + 1, r * (nx - 1) + 1))
+        params = np.asarray(params, dtype=np.float64)
+        if params.ndim == 3:
+            params = F.interpolate(torch.as_tensor(params)[:, None], size=fine.resolution, mode="bilinear",
+                                   align_corners=True)[:, 0].numpy()
+        out = np.empty((len(params), ny, nx))
+        for k in range(len(params)):
+            out[k] = fine.fem_system(params[k]).solve("amg")[::r, ::r]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def truth_name(self) -> str:
+        ny, nx = self.resolution
+        r = self.truth_refine
+        return f"Q1 FEM on {r * (ny - 1) + 1}x{r * (nx - 1) + 1} ({r}x finer)"
+
+    def floor_name(self) -> str:
+        return "the Q1 FEM on this grid"
 
     def fem_system(self, params: np.ndarray):
         """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.poisson.FEMSystem`).

@@ -1,10 +1,11 @@
 """Direct solve of the implicit conservative Burgers scheme: the field whose conservative residual is zero.
 
 Each time row depends only on the rows before it, so the scheme is solved by marching:
-row n is the root of the residual at row n, found by Newton's method (Jacobian by
-autograd, backtracking on the residual norm) from row n - 1. Its error against the
-converged Godunov reference is the discretisation floor a network trained on that
-residual can reach.
+row n is the root of the residual at row n, found by Newton's method from row n - 1
+(:func:`diffnet.solvers.newton.newton_solve`: a row's residual at node j involves nodes
+j - 2 .. j + 2 only, so its Jacobian is banded and costs five forward-mode products,
+not one backward pass per node). Its error against the converged Godunov reference is
+the discretisation floor a network trained on that residual can reach.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from diffnet.conservative import conservative_residual
+from diffnet.solvers.newton import newton_solve
 
 __all__ = ["solve_scheme"]
 
@@ -65,27 +67,11 @@ def solve_scheme(
     for n in range(1, n_t):
         past = u[max(0, n - order) : n]  # the rows the residual at row n looks back to
 
-        def row_residual(v: torch.Tensor) -> torch.Tensor:
-            new = torch.cat([u[n, :1], v])[None]
-            window = torch.cat([past, new])[None]
-            return conservative_residual(window, dt, dx, viscosity, order, flux)[0, -1]
+        def row_residual(v: torch.Tensor) -> torch.Tensor:  # a batch of candidate rows (B, N_x - 1)
+            new = torch.cat([u[n, :1].expand(len(v), 1), v], dim=1)[:, None]
+            window = torch.cat([past.expand(len(v), *past.shape), new], dim=1)
+            return conservative_residual(window, dt, dx, viscosity, order, flux)[:, -1]
 
-        v = u[n - 1, 1:].clone()
-        g = row_residual(v)
-        for _ in range(max_newton):
-            if float(g.abs().max()) < tol:
-                break
-            jac = torch.autograd.functional.jacobian(row_residual, v, vectorize=True)
-            step = torch.linalg.solve(jac, g)
-            norm, alpha = float(g.norm()), 1.0
-            while True:  # backtrack until the residual norm falls (kinks of the limiter/flux)
-                trial = v - alpha * step
-                g_trial = row_residual(trial)
-                if float(g_trial.norm()) < norm or alpha < 1e-6:
-                    break
-                alpha *= 0.5
-            v, g = trial, g_trial
-        if float(g.abs().max()) >= tol:
-            raise RuntimeError(f"Newton did not converge on time row {n} (residual {float(g.abs().max()):.2e})")
-        u[n, 1:] = v
+        u[n, 1:] = newton_solve(row_residual, u[n - 1, 1:], reach=2, tol=tol, max_iter=max_newton,
+                                what=f"time row {n}")
     return u.numpy()

@@ -1,0 +1,193 @@
+"""Multigrid against single-level training: time to the same held-out error, per resolution, in one run.
+
+For each resolution R the config's multigrid schedule (its levels up to R) is trained
+and its checkpoints evaluated on the held-out instances against the independent
+reference (with the grid's floor); then the same config trained single-level at R (the
+``[train]`` section's lr, batch and schedule, the epochs sized so that the run lasts
+``--factor`` times the multigrid run) and evaluated the same way. ``time_to_error_speedup``
+is the training time single-level needs to reach the multigrid run's final error over the
+multigrid run's training time; when single-level never gets there within its budget the
+figure is a lower bound (``"lower_bound": true``). Training times are the runs' own
+(``metrics.jsonl``), evaluation excluded. Prints one JSON object and draws error against
+training time (``--plot``).
+
+    python benchmarks/multigrid.py [--config configs/poisson_256.toml] [--resolutions 128 256]
+                                   [--ranks 2] [--factor 3] [--set KEY=VALUE ...] [--plot FILE.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from deepfusion.runtime import find_mpiexec  # noqa: E402
+
+
+def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
+    cmd = [sys.executable, "-m", "deepfusion", "train", str(config), "--out", str(out)]
+    if ranks > 1:
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            sys.exit("multigrid.py: --ranks > 1 needs mpiexec (pip install mpich)")
+        cmd = [mpiexec, "-n", str(ranks), *cmd]
+    for item in sets:
+        cmd += ["--set", item]
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+
+
+def curve(run: Path) -> dict:
+    """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
+    from deepfusion.checkpoint import checkpoint_files, load_checkpoint
+    from deepfusion.config import load_config
+    from deepfusion.evaluate import against_floor, predict
+    from deepfusion.wiring import build_model, build_problem, heldout_parameters
+
+    cfg = load_config(run / "config.toml")
+    problem = build_problem(cfg)
+    model = build_model(cfg, problem)
+    test = heldout_parameters(cfg)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    elapsed = {r["step"]: r["elapsed_s"] for r in records}
+    # Where the time goes: each stage's training seconds (its last record's clock minus the previous stage's).
+    ends: dict[int, tuple[list, float]] = {}
+    for r in records:
+        ends[r["stage"]] = (r.get("grid", list(cfg.problem.resolution)), r["elapsed_s"])
+    stage_seconds, before = [], 0.0
+    for stage in sorted(ends):
+        grid, end = ends[stage]
+        stage_seconds.append({"stage": stage, "grid": grid, "seconds": end - before})
+        before = end
+    evaluation = json.loads((run / "eval.json").read_text())
+    truth = None
+    points = []
+    for path in reversed(checkpoint_files(run / "checkpoints")):
+        ckpt = load_checkpoint(path)
+        ckpt.restore(model)
+        acc = against_floor(problem, test, predict(model, problem, test), truth)
+        truth = acc.truth
+        points.append({"step": ckpt.step, "seconds": elapsed[ckpt.step], "error": float(acc.error.mean())})
+        print(f"  {run.name} step {ckpt.step}: {points[-1]['seconds']:.0f} s, error {points[-1]['error']:.5f}",
+              file=sys.stderr, flush=True)
+    return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],
+            "floor": evaluation["mean_floor"], "ratio_to_floor": evaluation["ratio_to_floor"],
+            "stage_seconds": stage_seconds, "curve": points}
+
+
+def time_to(points: list[dict], target: float) -> float | None:
+    """The training time at which a curve first reaches ``target``, interpolated in log error between checkpoints."""
+    previous = {"seconds": 0.0, "error": math.inf}
+    for p in points:
+        if p["error"] <= target:
+            if not math.isfinite(previous["error"]):
+                return p["seconds"]
+            a, b = math.log(previous["error"]), math.log(p["error"])
+            return previous["seconds"] + (p["seconds"] - previous["seconds"]) * (a - math.log(target)) / (a - b)
+        previous = p
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "poisson_256.toml")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--factor", type=float, default=3.0, help="single-level budget / multigrid time")
+    parser.add_argument("--checkpoints", type=int, default=12, help="checkpoints per run (the curve's points)")
+    parser.add_argument("--set", action="append", default=[], help="override passed to every run")
+    parser.add_argument("--plot", type=Path, help="PNG of error against training time")
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    args = parser.parse_args()
+
+    from deepfusion.config import load_config
+    from deepfusion.schedule import build_schedule
+
+    base = load_config(args.config, args.set)
+    result = {"benchmark": "multigrid", "config": str(args.config), "ranks": args.ranks, "factor": args.factor,
+              "overrides": args.set, "rows": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        for res in args.resolutions:
+            mg = base.multigrid
+            keep = [k for k, n in enumerate(mg.levels) if n <= res]
+            if not keep or mg.levels[keep[-1]] != res:
+                sys.exit(f"multigrid.py: {res} is not one of the config's multigrid.levels {list(mg.levels)}")
+            pick = lambda values: "[" + ",".join(str(values[k]) for k in keep) + "]" if values else "[]"  # noqa: E731
+            level_sets = [f"problem.resolution=[{res},{res}]", f"multigrid.levels={pick(mg.levels)}",
+                          f"multigrid.epochs={pick(mg.epochs)}", f"multigrid.lr={pick(mg.lr)}",
+                          f"multigrid.batch_size={pick(mg.batch_size)}"]
+            cfg = load_config(args.config, [*args.set, *level_sets])
+            steps = build_schedule(cfg)[-1].end
+            common = [*args.set, "train.keep_checkpoints=0", "output.plots=false"]
+            train(args.config, work / f"multigrid_{res}", args.ranks,
+                  [*common, *level_sets, f"train.checkpoint_every={max(1, steps // args.checkpoints)}"])
+            multi = curve(work / f"multigrid_{res}")
+            # Single level: size the epochs from a one-epoch run's steady throughput.
+            single_sets = [f"problem.resolution=[{res},{res}]", "multigrid.levels=[]", "multigrid.epochs=[]",
+                           "multigrid.lr=[]", "multigrid.batch_size=[]"]
+            probe = work / f"probe_{res}"
+            train(args.config, probe, args.ranks, [*common, *single_sets, "train.epochs=1",
+                                                   "train.log_every=1", "train.checkpoint_every=0"])
+            rates = [json.loads(line)["samples_per_s"] for line in (probe / "metrics.jsonl").read_text().splitlines()]
+            rate = float(np.median(rates[len(rates) // 4:]))
+            epochs = max(1, math.ceil(args.factor * multi["train_seconds"] * rate / cfg.data.n_train))
+            per_epoch = cfg.data.n_train // cfg.train.batch_size
+            train(args.config, work / f"single_{res}", args.ranks,
+                  [*common, *single_sets, f"train.epochs={epochs}",
+                   f"train.checkpoint_every={max(1, epochs * per_epoch // args.checkpoints)}"])
+            single = curve(work / f"single_{res}")
+            reached = time_to(single["curve"], multi["error"])
+            budget = single["train_seconds"]
+            row = {"resolution": res, "multigrid": multi, "single_level": single | {"epochs": epochs},
+                   "single_level_time_to_multigrid_error": reached,
+                   "time_to_error_speedup": (reached if reached is not None else budget) / multi["train_seconds"],
+                   "lower_bound": reached is None}
+            result["rows"].append(row)
+            result[f"time_to_error_speedup_{res}"] = row["time_to_error_speedup"]
+            print(f"{res}^2: multigrid {multi['error']:.5f} in {multi['train_seconds']:.0f} s; single level "
+                  + (f"reaches it at {reached:.0f} s" if reached is not None else
+                     f"never reaches it in {budget:.0f} s (final {single['error']:.5f})")
+                  + f": speed-up {'>= ' if reached is None else ''}{row['time_to_error_speedup']:.2f}",
+                  file=sys.stderr, flush=True)
+    if args.plot:
+        plot(result["rows"], args.plot)
+        result["plot"] = str(args.plot)
+    print(json.dumps(result, indent=2))
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        for key, label, style in (("multigrid", "multigrid", "o-"), ("single_level", "single level", "s-")):
+            pts = row[key]["curve"]
+            ax.semilogy([p["seconds"] for p in pts], [p["error"] for p in pts], style, label=label, markersize=3)
+        ax.axhline(row["multigrid"]["floor"], color="grey", linestyle=":", label="floor")
+        ax.set_title(f"{row['resolution']}²: speed-up {'≥ ' if row['lower_bound'] else ''}"
+                     f"{row['time_to_error_speedup']:.1f}×", fontsize=10)
+        ax.set_xlabel("training time, s")
+        ax.set_ylabel("held-out rel. L2 error")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

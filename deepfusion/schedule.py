@@ -1,0 +1,103 @@
+"""Training schedules: the stages of a run, one per visit of a grid level (pure functions of the config).
+
+A single-level run is one stage. A multigrid run (``[multigrid]``) visits its levels in
+the order of its cycle; each visit is a stage with its own grid, epochs, peak learning
+rate and global batch, and the optimiser steps of all stages are numbered on one global
+counter, so checkpoints, metrics and resume points are global steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deepfusion.config import Config
+from deepfusion.partition import steps_per_epoch
+
+__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One visit of one level: optimiser steps ``first_step`` .. ``first_step + steps - 1``."""
+
+    index: int  # position in the schedule
+    level: int  # 0 = the coarsest grid
+    levels: int  # how many levels the run has
+    grid: tuple[int, int]
+    epochs: int
+    lr: float
+    batch_size: int
+    first_step: int
+    steps: int
+
+    @property
+    def end(self) -> int:
+        """The global step after this stage's last one."""
+        return self.first_step + self.steps
+
+    def label(self) -> str:
+        """``level 2/3 128x128`` (empty for a single-level run)."""
+        return f"level {self.level + 1}/{self.levels} {self.grid[0]}x{self.grid[1]}" if self.levels > 1 else ""
+
+
+def cycle_visits(cycle: str, n: int) -> list[int]:
+    """The order in which a cycle visits levels 0 (coarsest) .. n - 1 (finest).
+
+    ``half_v``: 0, 1, ..., n-1. ``v``, ``w`` (two coarse-grid corrections on every level
+    below the finest) and ``f`` (a V-cycle after each coarse-grid correction) start and
+    end on the finest grid and follow the textbook diagrams (Briggs, Henson and McCormick,
+    *A Multigrid Tutorial*); a level is never visited twice in a row.
+    """
+    if n < 1:
+        raise ValueError(f"need at least one level, got {n}")
+    if cycle == "half_v":
+        return list(range(n))
+
+    def mu_cycle(k: int, mu: int) -> list[int]:
+        if k == 0:
+            return [0]
+        out = [k]
+        for _ in range(mu):
+            out += mu_cycle(k - 1, mu) + [k]
+        return out
+
+    def f_cycle(k: int) -> list[int]:
+        if k == 0:
+            return [0]
+        return [k] + f_cycle(k - 1) + mu_cycle(k - 1, 1)[1:] + [k]
+
+    if cycle == "v":
+        visits = mu_cycle(n - 1, 1)
+    elif cycle == "w":  # one coarse-grid correction from the finest grid, two from every level below
+        visits = [n - 1] + mu_cycle(n - 2, 2) + [n - 1] if n > 1 else [0]
+    elif cycle == "f":
+        visits = f_cycle(n - 1)
+    else:
+        raise ValueError(f"unknown cycle {cycle!r}; choose half_v, v, w or f")
+    return [v for i, v in enumerate(visits) if i == 0 or v != visits[i - 1]]
+
+
+def build_schedule(cfg: Config) -> list[Stage]:
+    """The stages of the run ``cfg`` describes (one stage when ``multigrid.levels`` is empty)."""
+    mg, t = cfg.multigrid, cfg.train
+    grids = [(n, n) for n in mg.levels] or [tuple(cfg.problem.resolution)]
+    n = len(grids)
+
+    def per_level(values: tuple, default):  # the lists are unused without levels
+        return list(values) if values and mg.levels else [default] * n
+
+    epochs, lrs, batches = per_level(mg.epochs, t.epochs), per_level(mg.lr, t.lr), per_level(mg.batch_size, t.batch_size)
+    stages, first = [], 0
+    for index, level in enumerate(cycle_visits(mg.cycle, n) if n > 1 else [0]):
+        steps = steps_per_epoch(cfg.data.n_train, batches[level]) * epochs[level]
+        stages.append(Stage(index, level, n, grids[level], epochs[level], lrs[level], batches[level], first, steps))
+        first += steps
+    return stages
+
+
+def stage_at(stages: list[Stage], step: int) -> int:
+    """The index of the stage that global step ``step`` belongs to (``len(stages)`` past the last)."""
+    for stage in stages:
+        if step < stage.end:
+            return stage.index
+    return len(stages)
