@@ -11,8 +11,9 @@ figure is a lower bound (``"lower_bound": true``). Training times are the runs' 
 (``metrics.jsonl``), evaluation excluded. Prints one JSON object and draws error against
 training time (``--plot``).
 
-    python benchmarks/multigrid.py [--config configs/poisson_256.toml] [--resolutions 128 256]
+    python benchmarks/multigrid.py [--config configs/burgers_256.toml] [--resolutions 128 256]
                                    [--ranks 2] [--factor 3] [--set KEY=VALUE ...] [--plot FILE.png]
+                                   [--keep DIR]   (finished runs kept in DIR are reused)
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from deepfusion.runtime import find_mpiexec  # noqa: E402
 
 
 def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
+    if (out / "eval.json").is_file():  # a finished run kept by an earlier --keep invocation
+        print(f"reusing the finished run {out}", file=sys.stderr, flush=True)
+        return
     cmd = [sys.executable, "-m", "deepfusion", "train", str(config), "--out", str(out)]
     if ranks > 1:
         mpiexec = find_mpiexec()
@@ -58,7 +62,8 @@ def curve(run: Path) -> dict:
     model = build_model(cfg, problem)
     test = heldout_parameters(cfg)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    elapsed = {r["step"]: r["elapsed_s"] for r in records}
+    # Checkpoints fall between logged steps: their clock is interpolated in the records'.
+    logged = np.array([[0.0, 0.0]] + [[r["step"], r["elapsed_s"]] for r in records])
     # Where the time goes: each stage's training seconds (its last record's clock minus the previous stage's).
     ends: dict[int, tuple[list, float]] = {}
     for r in records:
@@ -76,7 +81,8 @@ def curve(run: Path) -> dict:
         ckpt.restore(model)
         acc = against_floor(problem, test, predict(model, problem, test), truth)
         truth = acc.truth
-        points.append({"step": ckpt.step, "seconds": elapsed[ckpt.step], "error": float(acc.error.mean())})
+        seconds = float(np.interp(ckpt.step, logged[:, 0], logged[:, 1]))
+        points.append({"step": ckpt.step, "seconds": seconds, "error": float(acc.error.mean())})
         print(f"  {run.name} step {ckpt.step}: {points[-1]['seconds']:.0f} s, error {points[-1]['error']:.5f}",
               file=sys.stderr, flush=True)
     return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],
@@ -99,14 +105,14 @@ def time_to(points: list[dict], target: float) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "poisson_256.toml")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "burgers_256.toml")
     parser.add_argument("--resolutions", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--factor", type=float, default=3.0, help="single-level budget / multigrid time")
     parser.add_argument("--checkpoints", type=int, default=12, help="checkpoints per run (the curve's points)")
     parser.add_argument("--set", action="append", default=[], help="override passed to every run")
     parser.add_argument("--plot", type=Path, help="PNG of error against training time")
-    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument("--keep", type=Path, help="keep the run directories here; finished ones are reused")
     args = parser.parse_args()
 
     from deepfusion.config import load_config
