@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deepfusion.runtime import find_mpiexec  # noqa: E402
+from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
 
 # The goal for every config: the network within 1.5x of its grid's floor (DESIGN.md, section 6).
 GOAL_RATIO = 1.5
@@ -34,16 +33,7 @@ GOAL_RATIO = 1.5
 
 def run(config: str, ranks: int, overrides: list[str], workdir: Path) -> dict:
     run_dir = workdir / Path(config).stem
-    cmd = [sys.executable, "-m", "deepfusion", "train", str(ROOT / config), "--out", str(run_dir)]
-    if ranks > 1:
-        mpiexec = find_mpiexec()
-        if mpiexec is None:
-            sys.exit("accuracy.py: --ranks > 1 needs mpiexec (pip install mpich)")
-        cmd = [mpiexec, "-n", str(ranks), *cmd]
-    for item in overrides:
-        cmd += ["--set", item]
-    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+    train_run(ROOT / config, run_dir, ranks, overrides)
     report = json.loads((run_dir / "eval.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steady = [m["samples_per_s"] for m in metrics[len(metrics) // 5 :]]  # after warm-up

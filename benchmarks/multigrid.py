@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,30 +30,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deepfusion.runtime import find_mpiexec  # noqa: E402
+from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
 
 
 def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
     if (out / "eval.json").is_file():  # a finished run kept by an earlier --keep invocation
         print(f"reusing the finished run {out}", file=sys.stderr, flush=True)
         return
-    cmd = [sys.executable, "-m", "deepfusion", "train", str(config), "--out", str(out)]
-    if ranks > 1:
-        mpiexec = find_mpiexec()
-        if mpiexec is None:
-            sys.exit("multigrid.py: --ranks > 1 needs mpiexec (pip install mpich)")
-        cmd = [mpiexec, "-n", str(ranks), *cmd]
-    for item in sets:
-        cmd += ["--set", item]
-    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=sys.stderr, cwd=ROOT)
+    train_run(config, out, ranks, sets)
 
 
 def curve(run: Path) -> dict:
     """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
     from deepfusion.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.config import load_config
-    from deepfusion.evaluate import against_floor, predict
+    from deepfusion.evaluate import predict, relative_l2
+    from deepfusion.fields import read_fields
     from deepfusion.wiring import build_model, build_problem, heldout_parameters
 
     cfg = load_config(run / "config.toml")
@@ -73,16 +64,16 @@ def curve(run: Path) -> dict:
         grid, end = ends[stage]
         stage_seconds.append({"stage": stage, "grid": grid, "seconds": end - before})
         before = end
+    # The run's own evaluation holds the floor and, in test_reference.h5, the reference fields.
     evaluation = json.loads((run / "eval.json").read_text())
-    truth = None
+    truth = read_fields(run / "test_reference.h5")["u"]
     points = []
     for path in reversed(checkpoint_files(run / "checkpoints")):
         ckpt = load_checkpoint(path)
         ckpt.restore(model)
-        acc = against_floor(problem, test, predict(model, problem, test), truth)
-        truth = acc.truth
+        error = relative_l2(predict(model, problem, test), truth)
         seconds = float(np.interp(ckpt.step, logged[:, 0], logged[:, 1]))
-        points.append({"step": ckpt.step, "seconds": seconds, "error": float(acc.error.mean())})
+        points.append({"step": ckpt.step, "seconds": seconds, "error": float(error.mean())})
         print(f"  {run.name} step {ckpt.step}: {points[-1]['seconds']:.0f} s, error {points[-1]['error']:.5f}",
               file=sys.stderr, flush=True)
     return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],

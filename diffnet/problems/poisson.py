@@ -144,9 +144,14 @@ class KLFamily:
 
     def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
         """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
-        out = np.empty((len(params), *self.resolution))
+        return self._solutions(params, progress, method)
+
+    def _solutions(self, params: np.ndarray, progress, method: str, stride: int = 1) -> np.ndarray:
+        """Each instance's FEM solution read off every ``stride``-th node (one full solution in memory at a time)."""
+        shape = tuple((n - 1) // stride + 1 for n in self.resolution)
+        out = np.empty((len(params), *shape))
         for k in range(len(params)):
-            out[k] = self.fem_system(params[k]).solve(method)
+            out[k] = self.fem_system(params[k]).solve(method)[::stride, ::stride]
             if progress is not None:
                 progress(k + 1, len(params))
         return out
@@ -170,12 +175,7 @@ class KLFamily:
         if params.ndim == 3:
             params = F.interpolate(torch.as_tensor(params)[:, None], size=fine.resolution, mode="bilinear",
                                    align_corners=True)[:, 0].numpy()
-        out = np.empty((len(params), ny, nx))
-        for k in range(len(params)):
-            out[k] = fine.fem_system(params[k]).solve("amg")[::r, ::r]
-            if progress is not None:
-                progress(k + 1, len(params))
-        return out
+        return fine._solutions(params, progress, "amg", stride=r)
 
     def truth_name(self) -> str:
         ny, nx = self.resolution

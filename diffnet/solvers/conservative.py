@@ -3,8 +3,8 @@
 Each time row depends only on the rows before it, so the scheme is solved by marching:
 row n is the root of the residual at row n, found by Newton's method from row n - 1
 (:func:`diffnet.solvers.newton.newton_solve`: a row's residual at node j involves nodes
-j - 2 .. j + 2 only, so its Jacobian is banded and costs five forward-mode products,
-not one backward pass per node). Its error against the converged Godunov reference is
+j - 2 .. j + 2 only, so its banded Jacobian costs five vector-Jacobian products in one
+backward pass, not one backward pass per node). Its error against the converged Godunov reference is
 the discretisation floor a network trained on that residual can reach.
 """
 

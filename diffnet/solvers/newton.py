@@ -1,4 +1,4 @@
-"""Newton's method for local (stencil) residuals: a sparse Jacobian by coloured forward-mode AD.
+"""Newton's method for local (stencil) residuals: a sparse Jacobian from coloured vector-Jacobian products.
 
 A residual whose entry at node p depends only on the unknowns within ``reach`` nodes of
 p (per axis) has a Jacobian with at most (2 reach + 1)^d entries per row and column.
@@ -24,6 +24,11 @@ import torch
 from scipy.sparse.linalg import spsolve
 
 __all__ = ["sparse_jacobian", "newton_solve", "least_squares_solve"]
+
+
+def _single(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn`` (which takes a batch) at the one point ``x``."""
+    return fn(x[None])[0]
 
 
 def sparse_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reach: int) -> sp.csr_matrix:
@@ -84,11 +89,7 @@ def newton_solve(
         When ``max_iter`` iterations do not reach ``tol`` (naming ``what``).
     """
     x = x0.detach().clone()
-
-    def one(v: torch.Tensor) -> torch.Tensor:
-        return fn(v[None])[0]
-
-    g = one(x)
+    g = _single(fn, x)
     for _ in range(max_iter):
         if float(g.abs().max()) < tol:
             return x
@@ -97,7 +98,7 @@ def newton_solve(
         norm, alpha = float(g.norm()), 1.0
         while True:
             trial = x - alpha * step
-            g_trial = one(trial)
+            g_trial = _single(fn, trial)
             if float(g_trial.norm()) < norm or alpha < 1e-6:
                 break
             alpha *= 0.5
@@ -130,11 +131,7 @@ def least_squares_solve(
         max |fn(x)| there (below ``tol`` when a root was found).
     """
     x = x0.detach().clone()
-
-    def one(v: torch.Tensor) -> torch.Tensor:
-        return fn(v[None])[0]
-
-    g = one(x).reshape(-1).numpy()
+    g = _single(fn, x).reshape(-1).numpy()
     cost, damping = float(g @ g), 1e-6
     for _ in range(max_iter):
         if np.abs(g).max() < tol:
@@ -146,7 +143,7 @@ def least_squares_solve(
         while True:
             step = spsolve((normal + damping * scale).tocsc(), gradient)
             trial = x - torch.as_tensor(step, dtype=x.dtype).reshape(x.shape)
-            g_trial = one(trial).reshape(-1).numpy()
+            g_trial = _single(fn, trial).reshape(-1).numpy()
             if float(g_trial @ g_trial) < cost or damping > 1e8:
                 break
             damping *= 8.0
