@@ -4,9 +4,9 @@ The residual of :func:`diffnet.problems.burgers.residual` has one equation per u
 node (every node but the initial row and the inflow column) and couples each node to its
 neighbours in t and x both ways, so the whole space-time field is one nonlinear system,
 solved by Newton's method with a sparse Jacobian (:mod:`diffnet.solvers.newton`). Such a
-central space-time system need not have a root near the entropy solution (we met none
-for c = 5.9 at nu = 0.01 on 32^2 to 128^2 grids, where the cell Peclet number passes 2),
-so when Newton fails the least-squares optimum nearest the start is taken instead: it
+central space-time system need not have a root near the entropy solution (where the
+cell Peclet number passes 2 its roots can sit far from it), so when Newton fails the
+least-squares optimum nearest the start is taken instead: it
 is what a network trained on the mean squared residual can reach from there, and its
 error against the converged reference is that residual's floor.
 """
