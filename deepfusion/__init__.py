@@ -1,5 +1,9 @@
-"""DeepFusion: data-parallel training of DiffNet generators on CPU clusters (MPI + threads)."""
+"""DeepFusion: data-parallel training of DiffNet generators on CPU clusters (MPI + threads), and the
+trained generators as Python callables (:class:`Surrogate`)."""
 
-__all__ = ["__version__"]
+from deepfusion.inputs import InputError, ParameterRangeWarning
+from deepfusion.surrogate import Surrogate
+
+__all__ = ["Surrogate", "InputError", "ParameterRangeWarning", "__version__"]
 
 __version__ = "0.1.0"

@@ -24,10 +24,11 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     model.eval()
     weight = next(model.parameters())
     out = []
-    for start in range(0, len(params), batch):
-        p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
-        x = problem.inputs(p).contiguous(memory_format=torch.channels_last)
-        out.append(problem.field(model(x), p).double().cpu().numpy())
+    with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
+        for start in range(0, len(params), batch):
+            p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
+            x = problem.inputs(p).contiguous(memory_format=torch.channels_last)
+            out.append(problem.field(model(x), p).double().cpu().numpy())
     return np.concatenate(out, axis=0)
 
 
@@ -95,7 +96,7 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
                        problem.floor_name(), t1 - t0, t2 - t1)
 
 
-def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float) -> FloorReport:
+def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None) -> FloorReport:
     """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
 
     The error is against the independent reference and beside the grid's floor (see

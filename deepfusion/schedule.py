@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepfusion.config import Config
+from deepfusion.config import Config, TrainConfig
 from deepfusion.partition import steps_per_epoch
 
-__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at"]
+__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "total_steps"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,9 @@ def stage_at(stages: list[Stage], step: int) -> int:
         if step < stage.end:
             return stage.index
     return len(stages)
+
+
+def total_steps(t: TrainConfig, stages: list[Stage]) -> int:
+    """Optimiser steps of the whole run: the Adam stages, then ``train.lbfgs_iterations`` of L-BFGS."""
+    adam = stages[-1].end if t.optimizer in ("adam", "adam+lbfgs") else 0
+    return adam + (t.lbfgs_iterations if "lbfgs" in t.optimizer else 0)

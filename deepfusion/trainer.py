@@ -18,7 +18,7 @@ from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
-from deepfusion.schedule import Stage, stage_at
+from deepfusion.schedule import Stage, stage_at, total_steps
 from deepfusion.signals import StopRequest
 from deepfusion.stepper import make_local_step
 
@@ -187,7 +187,7 @@ def train(
                         steps_per_epoch(n, cfg.batch_size) * cfg.epochs)]
     level = level or (lambda k: (model, problem))
     adam_steps = stages[-1].end if cfg.optimizer in ("adam", "adam+lbfgs") else 0
-    total = adam_steps + (cfg.lbfgs_iterations if "lbfgs" in cfg.optimizer else 0)
+    total = total_steps(cfg, list(stages))
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
     all_params = torch.as_tensor(params, dtype=dtype, device=device)
@@ -322,7 +322,7 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
                 now = time.perf_counter()
                 rate = window["steps"] * b_eff / (now - window["start"])
                 record = {
-                    "epoch": epoch,
+                    "epoch": epoch + 1,  # 1-based, as the progress lines count
                     "step": step,
                     "optimizer": "adam",
                     "stage": stage.index,

@@ -84,8 +84,10 @@ def test_resume_from_intermediate_checkpoint_is_bitwise(tiny_run, tmp_path, cli)
 
 def test_existing_run_dir_with_other_config_refused_without_resume(tiny_run, cli):
     run_dir, _ = tiny_run
-    proc = cli("train", CONFIG, "--out", str(run_dir), *TINY, "--set", "train.epochs=11")
+    proc = cli("train", CONFIG, "--out", str(run_dir), *TINY, "--set", "problem.viscosity=0.02",
+               "--set", "model.channels=[8,24]")
     assert proc.returncode == 2 and "holds a run with a different config" in proc.stderr
+    assert "(problem.viscosity, model.channels differ from" in proc.stderr  # the refusal names the keys
 
 
 def test_reference_command(tmp_path, cli):

@@ -1,0 +1,270 @@
+"""``deepfusion train``: train (or resume, extend, or start from another run's weights) on every rank."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from deepfusion.commands import agree, warn
+from deepfusion.config import Config, load_config, to_toml
+from deepfusion.inputs import InputError
+from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
+
+__all__ = ["run"]
+
+EXIT_DIVERGED = 3
+# Keys a finished or interrupted run may change when it is continued: a longer schedule.
+_EXTENDABLE = ("train.epochs", "multigrid.epochs")
+
+
+def _load_run_config(args: argparse.Namespace) -> Config:
+    overrides = list(args.set or [])
+    if args.out is not None:
+        overrides.append(f"output.dir={json.dumps(str(args.out))}")
+    return load_config(args.config, overrides)
+
+
+def _extension(saved: Config, cfg: Config, step: int) -> str:
+    """How ``cfg`` lengthens the schedule of the run ``saved`` checkpointed at ``step`` ("" if it does not).
+
+    Every stage before the checkpoint's must stay as it was, and the checkpoint's own stage
+    may only grow, so the steps already taken mean the same under the new schedule.
+    """
+    from deepfusion.rundir import config_differences
+    from deepfusion.schedule import build_schedule, stage_at
+
+    changed = [k for k in config_differences(saved, cfg) if k in _EXTENDABLE]
+    if not changed:
+        return ""
+    old, new = build_schedule(saved), build_schedule(cfg)
+    k = min(stage_at(old, step), len(old) - 1)
+    same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
+    here_ok = same_before and (new[k].level, new[k].lr, new[k].batch_size) == (old[k].level, old[k].lr, old[k].batch_size) \
+        and new[k].end >= min(step, old[k].end) and new[-1].end >= old[-1].end
+    if not here_ok:
+        raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
+                         f"at step {step} on (the stages before it must stay as they were); choose another --out")
+    before = {k: getattr(getattr(saved, k.split('.')[0]), k.split('.')[1]) for k in changed}
+    after = {k: getattr(getattr(cfg, k.split('.')[0]), k.split('.')[1]) for k in changed}
+    return "; ".join(f"{k} {_show(before[k])} -> {_show(after[k])}" for k in changed) + \
+        f" ({old[-1].end} -> {new[-1].end} steps)"
+
+
+def _show(value) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
+
+
+def _resume_point(run_dir: Path, args: argparse.Namespace, cfg: Config, say):
+    """The checkpoint to continue from (or None) and a line on a lengthened schedule."""
+    from deepfusion.rundir import find_resume_point, saved_config
+
+    found = find_resume_point(run_dir, args.resume, cfg, say, may_differ=_EXTENDABLE)
+    if found is None:
+        return None, None, ""
+    path, ckpt = found
+    return path, ckpt, _extension(saved_config(ckpt, path), cfg, ckpt.step)
+
+
+def _initial_weights(source: Path, model, say) -> None:
+    """``--init-from``: the weights of another run (its newest valid checkpoint) or of one checkpoint file."""
+    from deepfusion.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
+
+    if source.is_dir():
+        found = latest_valid_checkpoint(source / "checkpoints", say)
+        if found is None:
+            raise InputError(f"--init-from: {source}: no valid checkpoint in {source / 'checkpoints'}")
+        path, ckpt = found
+    elif source.is_file():
+        path, ckpt = source, load_checkpoint(source)
+    else:
+        raise InputError(f"--init-from: {source}: no such run directory or checkpoint")
+    try:
+        ckpt.restore(model)
+    except CheckpointError as exc:
+        raise InputError(f"--init-from: {path}: not a model of this config's shape ({exc})") from None
+    return path
+
+
+def _trained_seconds(run_dir: Path) -> float | None:
+    """The training time an earlier evaluation of a complete run recorded (kept when it is evaluated again)."""
+    try:
+        return float(json.loads((run_dir / "eval.json").read_text())["train_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _problem_summary(cfg: Config) -> str:
+    p = cfg.problem
+    if p.name == "burgers":
+        scheme = f" (order {p.scheme_order}, {p.flux} flux)" if p.residual == "conservative" else ""
+        return f"nu={p.viscosity} residual={p.residual}{scheme}"
+    nu = f"nu={p.viscosity}" if p.diffusivity == "constant" else f"nu=KL(m={p.kl_terms}, eta={p.kl_eta}, a in {list(p.coeff_range)})"
+    return nu + (f" kappa={p.kappa} f={p.source}" if p.name == "reaction_diffusion" else "")
+
+
+def _rank_report(comm, threads: int) -> str:
+    """One line per rank (host, node-local rank, threads, cores it may use), gathered on all ranks."""
+    import socket
+
+    from deepfusion.runtime import available_cores
+
+    mine = (
+        f"  rank {comm.rank}/{comm.size} on {socket.gethostname()} (local {comm.local_rank}/{comm.local_size}): "
+        f"{threads} threads, {available_cores()} cores available"
+    )
+    return "\n".join(comm.allgather(mine))
+
+
+def _setup_device(cfg: Config, comm) -> str:
+    import torch
+
+    from deepfusion.runtime import configure_cuda, select_device
+
+    device = agree(comm, lambda: select_device(cfg.parallel.device, comm.local_rank, comm.local_size))
+    if device != "cpu":
+        torch.cuda.set_device(device)
+        configure_cuda(cfg.parallel.tf32)
+        if cfg.parallel.gpu_reduce == "mpi" and comm.size > 1:
+            from deepfusion.reducers import cuda_aware_mpi
+
+            if not cuda_aware_mpi():  # the same library, so the same answer, on every rank
+                raise InputError("parallel.gpu_reduce = 'mpi' needs a CUDA-aware MPI, and this one says it is not "
+                                 "(MPIX_Query_cuda_support); use 'auto', 'nccl' or 'staged'")
+    return device
+
+
+def _batch_warnings(cfg: Config, stages, params: np.ndarray, comm, key: str) -> None:
+    from deepfusion.partition import local_batch_size
+
+    test = heldout_parameters(cfg)
+    rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
+    overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
+    if overlap.any():
+        print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
+    for b in sorted({s.batch_size for s in stages}):
+        if b % comm.size:
+            b_loc = local_batch_size(b, comm.size)
+            print(f"warning: {key} {b} is not divisible by {comm.size} ranks; each step uses "
+                  f"{b_loc * comm.size} samples ({b_loc} per rank)", file=sys.stderr)
+
+
+def run(args: argparse.Namespace, comm) -> int:
+    """Train the config on every rank of ``comm``; rank 0 writes and prints."""
+    cfg = agree(comm, lambda: _load_run_config(args))
+    from deepfusion.runtime import apply_threads, resolve_threads
+
+    # Threads are fixed before torch does any work.
+    threads = resolve_threads(cfg.parallel.threads_per_rank, comm.local_size)
+    apply_threads(threads)
+
+    import torch
+
+    from deepfusion.gradsync import ParameterDrift
+    from deepfusion.partition import local_batch_size
+    from deepfusion.rundir import truncate_metrics
+    from deepfusion.schedule import build_schedule, total_steps
+    from deepfusion.trainer import TrainingDiverged, train
+    from diffnet.networks import parameter_count
+
+    stages = build_schedule(cfg)
+    key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
+    smallest = min(s.batch_size for s in stages)
+    if local_batch_size(smallest, comm.size) == 0:  # the same on every rank, and checked before anything is written
+        raise InputError(f"{key}: {smallest} is smaller than the {comm.size} ranks; each rank needs a sample")
+    leader = comm.rank == 0
+    say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
+    run_dir = Path(cfg.output.dir)
+    # Every rank reads the same files and so reaches the same choice; agree() makes a
+    # refusal on any rank a refusal on all.
+    resume_from, ckpt, extended = agree(comm, lambda: _resume_point(run_dir, args, cfg, warn if leader else say))
+    torch.manual_seed(cfg.data.seed)
+    problem = build_problem(cfg)
+    device = _setup_device(cfg, comm)
+    model = build_model(cfg, problem)
+    init_from = None
+    if args.init_from is not None and ckpt is None:
+        init_from = agree(comm, lambda: _initial_weights(Path(args.init_from), model, warn if leader else say))
+    model = model.to(device)
+    params = training_parameters(cfg)
+    start_step = ckpt.step if ckpt is not None else 0
+    total = total_steps(cfg.train, stages)
+    if ckpt is not None:
+        torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
+    if leader:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh run in a directory whose earlier run died before its first checkpoint
+        # starts the metrics over; a resumed one drops lines past its checkpoint.
+        truncate_metrics(run_dir / "metrics.jsonl", start_step)
+        (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
+        _batch_warnings(cfg, stages, params, comm, key)
+    say(
+        f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} {_problem_summary(cfg)} "
+        f"| {cfg.model.name} {list(cfg.model.channels)} "
+        f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, "
+        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
+           f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
+        + f" | ranks {comm.size} x {threads} threads"
+        + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
+    )
+    if len(stages) > 1:
+        mg = cfg.multigrid
+        how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
+        say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
+            + " -> ".join(f"{s.grid[0]}x{s.grid[1]} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
+                          for s in stages))
+    if init_from is not None:
+        say(f"initial weights from {init_from} (--init-from)")
+    elif args.init_from is not None:
+        say(f"--init-from {args.init_from} not used: the run directory already holds this run's checkpoints")
+    if ckpt is not None:
+        how = "--resume" if args.resume else "found in the run directory, resuming automatically"
+        ranks = "" if ckpt.ranks == comm.size else (
+            f"; written by {ckpt.ranks} ranks, continuing on {comm.size} (the global batches do not depend on the ranks)"
+        )
+        say(f"checkpoint {resume_from} ({how}){ranks}")
+        if extended:
+            say(f"continuing with a longer schedule: {extended}")
+    on = "CPU" if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})"
+    sums = "flat (CUDA graph)" if cfg.parallel.cuda_graphs else cfg.parallel.gradsync
+    say(f"MPI: {comm.library}; gradients: {sums}; device: {on}\n{_rank_report(comm, threads)}")
+    if start_step >= total:
+        say(f"the run is complete: {run_dir} finished its {total} steps ({resume_from}); nothing to train. "
+            f"To train longer, give more epochs (--set train.epochs=N, or multigrid.epochs); evaluating it again")
+        ckpt.restore(model)
+        result = None
+    else:
+        from deepfusion.signals import stop_on_signals
+
+        try:
+            with stop_on_signals() as stop:
+                result = train(
+                    model, problem, params, cfg.train, seed=cfg.data.seed, comm=comm, parallel=cfg.parallel,
+                    run_dir=run_dir, config_text=to_toml(cfg), threads=threads, start_step=start_step, resume=ckpt,
+                    stop=stop, log=say, stages=stages, level=level_models(cfg, model),
+                )
+        except (TrainingDiverged, ParameterDrift) as exc:
+            if leader:
+                print(f"deepfusion: error: {exc}", file=sys.stderr)
+            return EXIT_DIVERGED
+        if result.stopped:
+            command = ["deepfusion", "train", str(args.config), *(a for s in args.set or [] for a in ("--set", s)),
+                       "--out", str(run_dir), "--resume"]
+            say(
+                f"stopped by {stop.signal or 'a signal to another rank'} at step {start_step + result.steps}; "
+                f"checkpoint {result.checkpoint}\nresume with (under the same launcher): {shlex.join(command)}"
+            )
+            return 0
+        say(
+            f"trained {result.steps} steps in {result.seconds:.1f} s "
+            f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
+        )
+    if leader:
+        from deepfusion.evaluate import evaluate_run
+
+        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else _trained_seconds(run_dir))
+    return 0

@@ -1,0 +1,129 @@
+"""Checks on what a user gives us (instance parameters, arrays, output paths, grids), shared by the
+commands and the Python API; every failure is an :class:`InputError` with a one-line message."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["InputError", "ParameterRangeWarning", "positive_finite", "load_array", "instance_parameters",
+           "check_output_file", "check_resolution"]
+
+
+class InputError(ValueError):
+    """Bad input from the user. The command line prints the message as one line and exits with status 2."""
+
+
+class ParameterRangeWarning(UserWarning):
+    """Instance parameters outside the range the network was trained on: the fields are extrapolations."""
+
+
+def positive_finite(name: str, values: Sequence[float]) -> np.ndarray:
+    """``values`` as a float64 vector, each finite and > 0."""
+    arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    if arr.ndim != 1 or arr.size == 0:
+        raise InputError(f"{name}: give a non-empty list of numbers, got shape {arr.shape}")
+    bad = [v for v in arr if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise InputError(f"{name}: values must be finite and > 0, got {bad[0]}")
+    return arr
+
+
+def load_array(path: Path, what: str, ndim: tuple[int, ...], max_elements: int = 2**28) -> np.ndarray:
+    """A float64 array from a ``.npy`` file (never unpickled), with finite values and an allowed rank."""
+    try:
+        with open(path, "rb") as fh:
+            fmt = np.lib.format
+            version = fmt.read_magic(fh)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(fh)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not a .npy file ({exc})") from None
+    if dtype.hasobject or dtype.kind not in "fiu":
+        raise InputError(f"{path}: {what} must be a numeric array, got dtype {dtype}")
+    if len(shape) not in ndim:
+        raise InputError(f"{path}: {what} must have {' or '.join(map(str, ndim))} dimensions, got shape {shape}")
+    if int(np.prod(shape)) > max_elements or 0 in shape:
+        raise InputError(f"{path}: {what} has shape {shape}; expected a non-empty array of at most {max_elements} values")
+    return np.load(path, allow_pickle=False).astype(np.float64)
+
+
+def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected numbers, got {type(values).__name__}") from None
+    if arr.ndim not in ndim or arr.size == 0:
+        raise InputError(f"{name}: expected a non-empty array of {' or '.join(map(str, ndim))} dimensions, "
+                         f"got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise InputError(f"{name}: contains NaN or Inf")
+    return arr
+
+
+def instance_parameters(problem_cfg, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
+    """The instances to solve as one array, checked against the run's ``[problem]`` section.
+
+    Burgers takes ``c`` (S,); the elliptic families take ``coeffs`` (S, m) KL rows or ``nu``
+    (S, N_y, N_x) nodal diffusivity fields (one row or one field may drop the leading axis).
+    Values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps
+    ``c``/``coeffs``/``nu`` to what the caller calls them in messages (the CLI: ``--c``, a file).
+    """
+    names = {"c": "c", "coeffs": "coeffs", "nu": "nu"} | (names or {})
+    p = problem_cfg
+    given = [k for k, v in (("c", c), ("coeffs", coeffs), ("nu", nu)) if v is not None]
+    if p.name == "burgers":
+        if given != ["c"]:
+            raise InputError(f"{'/'.join(names[k] for k in given if k != 'c') or names['c']}: this run is Burgers; "
+                             f"give {names['c']} (the initial-condition parameter) and nothing else")
+        arr = positive_finite(names["c"], _numeric(names["c"], c, (0, 1)))
+        lo, hi = p.c_range
+        outside = arr[(arr < lo) | (arr > hi)]
+        if outside.size:
+            warnings.warn(f"{names['c']}: {outside[0]:g} is outside the training range [{lo:g}, {hi:g}]; "
+                          "the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
+        return arr
+    if "c" in given:
+        raise InputError(f"{names['c']}: this run is {p.name}; give {names['coeffs']} (KL rows) or {names['nu']} (fields)")
+    if len(given) != 1:
+        raise InputError(f"give exactly one of {names['coeffs']} (rows of KL coefficients) or {names['nu']} (fields)")
+    if coeffs is not None:
+        a = _numeric(names["coeffs"], coeffs, (1, 2))
+        a = a if a.ndim == 2 else a[None]
+        if a.shape[1] != p.kl_terms:
+            raise InputError(f"{names['coeffs']}: coefficient rows must have {p.kl_terms} entries (problem.kl_terms), "
+                             f"got {a.shape[1]}")
+        lo, hi = p.coeff_range
+        if ((a < lo) | (a > hi)).any():
+            warnings.warn(f"{names['coeffs']}: coefficients outside the training range [{lo:g}, {hi:g}]; "
+                          "the fields are extrapolations", ParameterRangeWarning, stacklevel=3)
+        return a
+    field = _numeric(names["nu"], nu, (2, 3))
+    field = field if field.ndim == 3 else field[None]
+    if field.shape[1:] != tuple(p.resolution):
+        raise InputError(f"{names['nu']}: fields must be {tuple(p.resolution)} (the run's resolution), "
+                         f"got {field.shape[1:]}")
+    if not (field > 0).all():
+        raise InputError(f"{names['nu']}: diffusivity must be > 0 everywhere (min {field.min():g})")
+    return field
+
+
+def check_output_file(path: Path, suffixes: tuple[str, ...] = (".h5", ".hdf5"), what: str = "field files are HDF5") -> None:
+    """``--out`` of infer/reference/compare: a file name with one of ``suffixes``, in a place that is not a directory."""
+    if path.suffix not in suffixes:
+        raise InputError(f"--out: {path}: {what}; give a name ending in {suffixes[0]}")
+    if path.is_dir():
+        raise InputError(f"--out: {path} is a directory")
+    if any(parent.exists() and not parent.is_dir() for parent in path.parents):
+        raise InputError(f"--out: {path}: a parent is not a directory")
+
+
+def check_resolution(resolution: Sequence[int]) -> None:
+    if any(n < 3 or n > 16385 for n in resolution):
+        raise InputError(f"--resolution: each count must be in 3..16385, got {list(resolution)}")

@@ -1,0 +1,143 @@
+"""A trained DiffNet as a Python callable: parameters in, fields out (``deepfusion infer`` uses it too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from deepfusion.inputs import InputError, instance_parameters
+
+__all__ = ["Surrogate"]
+
+# Activations kept alive in an inference pass, per sample and grid node, in units of the
+# first level's channels: the U-Net holds its skip tensors (about 2x the first level's
+# width over the whole pyramid) and a block's input and output at once.
+_LIVE_CHANNELS_PER_WIDTH = 6
+
+
+class Surrogate:
+    """A trained generator and its problem: ``surrogate(c=[...])`` returns the fields.
+
+    Use :meth:`load`. Calling it with the problem's parameters returns float64 fields of
+    shape (S, N_0, N_1) on the run's grid: ``c`` (S,) for Burgers (fields over (t, x)),
+    ``coeffs`` (S, m) KL coefficient rows or ``nu`` (S, N_y, N_x) nodal diffusivities for
+    Poisson and reaction-diffusion (fields over (y, x)). Bad input raises
+    :class:`~deepfusion.inputs.InputError` (a ``ValueError``) with the CLI's message;
+    parameters outside the training range warn with
+    :class:`~deepfusion.inputs.ParameterRangeWarning`.
+
+    Attributes
+    ----------
+    config : Config
+        The run's resolved config.
+    problem
+        The diffnet problem on the run's grid (loss, references, floors).
+    checkpoint : Path
+        The checkpoint whose weights are loaded.
+    device : str
+        ``"cpu"`` or ``"cuda:I"``.
+    chunk : int
+        Instances per forward pass.
+
+    Examples
+    --------
+    >>> from deepfusion import Surrogate
+    >>> s = Surrogate.load("runs/burgers")              # doctest: +SKIP
+    >>> u = s(c=[3.5, 4.0, 5.5])                        # (3, 64, 64) over (t, x)
+    """
+
+    def __init__(self, config, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
+        from deepfusion.wiring import build_problem
+
+        self.config = config
+        self.problem = build_problem(config)
+        self.checkpoint = Path(checkpoint)
+        self.device = device
+        self._model = model.to(device).eval()
+        if not memory_mb > 0:
+            raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
+        per_sample = 4 * _LIVE_CHANNELS_PER_WIDTH * config.model.channels[0] * int(np.prod(config.problem.resolution))
+        self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
+
+    @classmethod
+    def load(cls, source: str | Path, *, checkpoint: str | Path | None = None, device: str = "cpu",
+             threads: int | None = None, memory_mb: float = 512.0) -> "Surrogate":
+        """The surrogate of a run directory (its newest valid checkpoint) or of one checkpoint file.
+
+        Parameters
+        ----------
+        source : str or Path
+            A run directory written by ``deepfusion train``, or a checkpoint ``.h5`` of one.
+        checkpoint : str or Path, optional
+            A specific checkpoint of the run directory.
+        device : {"cpu", "cuda", "cuda:I"}
+            Where the forward passes run.
+        threads : int, optional
+            torch's intra-op threads (for the whole process); default: leave as is.
+        memory_mb : float
+            Activation memory one forward pass may use; sets :attr:`chunk`.
+        """
+        from deepfusion.rundir import trained_model
+
+        if threads is not None:
+            if not (isinstance(threads, int) and 1 <= threads <= 4096):
+                raise InputError(f"threads: must be an integer in 1..4096, got {threads!r}")
+            from deepfusion.runtime import apply_threads
+
+            apply_threads(threads)
+        device = _device(device)
+        source = Path(source)
+        if not source.exists():
+            raise InputError(f"{source}: no such run directory or checkpoint")
+        cfg, model, path = trained_model(source, checkpoint)
+        return cls(cfg, model, path, device, memory_mb)
+
+    @property
+    def grid(self) -> dict[str, np.ndarray]:
+        """Nodal coordinates of the output fields: ``t``, ``x`` (Burgers) or ``y``, ``x``."""
+        return self.problem.coordinates()
+
+    @property
+    def parameter_name(self) -> str:
+        """``"c"`` (Burgers) or ``"coeffs"`` (KL rows; ``nu`` fields are accepted too)."""
+        return "c" if self.config.problem.name == "burgers" else "coeffs"
+
+    @property
+    def parameter_range(self) -> tuple[float, float]:
+        """The training range of c (Burgers) or of every KL coefficient."""
+        p = self.config.problem
+        return tuple(p.c_range if p.name == "burgers" else p.coeff_range)
+
+    def instances(self, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
+        """The checked instance array the fields are computed from (see the class docstring)."""
+        return instance_parameters(self.config.problem, c=c, coeffs=coeffs, nu=nu, names=names)
+
+    def __call__(self, c=None, *, coeffs=None, nu=None) -> np.ndarray:
+        return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu))
+
+    def fields(self, params: np.ndarray) -> np.ndarray:
+        """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time."""
+        from deepfusion.evaluate import predict
+
+        return predict(self._model, self.problem, params, self.chunk)
+
+    def __repr__(self) -> str:
+        p = self.config.problem
+        return (f"Surrogate({p.name} {list(p.resolution)}, {self.config.model.name} "
+                f"{list(self.config.model.channels)}, checkpoint={str(self.checkpoint)!r}, device={self.device!r})")
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return device
+    if not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise InputError(f"device: must be 'cpu', 'cuda' or 'cuda:I', got {device!r}")
+    if not torch.cuda.is_available():
+        raise InputError(f"device: {device!r} asked for, but torch sees no CUDA device")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise InputError(f"device: {device!r}, but only {torch.cuda.device_count()} CUDA devices are visible")
+    return f"cuda:{index}"

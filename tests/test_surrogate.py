@@ -1,0 +1,119 @@
+"""The Python API: ``Surrogate.load(run)(c=...)`` gives what ``deepfusion infer`` writes, in chunks, with
+the CLI's checks raised as InputError and a warning outside the training range."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY, run_cli, train_once
+from deepfusion import InputError, ParameterRangeWarning, Surrogate
+from deepfusion.checkpoint import checkpoint_files
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    quiet = ["--set", "train.epochs=2", "--set", "output.plots=false"]
+    burgers, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY, *quiet,
+                            "--set", "problem.test_c=[4.1]")
+    poisson, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "poisson.toml"), "poisson", *TINY, *quiet,
+                            "--set", "data.n_test=2")
+    return {"burgers": burgers, "poisson": poisson}
+
+
+def test_import_after_install_needs_no_torch():
+    code = "import sys; from deepfusion import Surrogate; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_fields_equal_infer_bitwise(runs, tmp_path):
+    c = [3.2, 4.0, 5.75]
+    proc = run_cli("infer", str(runs["burgers"]), *(a for v in c for a in ("--c", str(v))), "--out",
+                   str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    s = Surrogate.load(runs["burgers"])
+    with h5py.File(tmp_path / "u.h5") as f:
+        np.testing.assert_array_equal(s(c=c), f["u"][()])
+        assert f.attrs["checkpoint"] == str(s.checkpoint)
+    assert set(s.grid) == {"t", "x"} and s.grid["x"].shape == (16,)
+    assert s.parameter_range == (3.0, 6.0) and s.config.problem.name == "burgers"
+    # Loading the checkpoint file alone gives the same surrogate.
+    alone = Surrogate.load(checkpoint_files(runs["burgers"] / "checkpoints")[0])
+    np.testing.assert_array_equal(alone(c=c), s(c=c))
+
+
+def test_chunks_and_threads_give_the_same_fields(runs):
+    rng = np.random.default_rng(0)
+    coeffs = rng.uniform(-3, 3, size=(7, 6))
+    tiny = Surrogate.load(runs["poisson"], threads=1, memory_mb=1e-3)
+    whole = Surrogate.load(runs["poisson"], threads=2)  # last: the process keeps this machine's default
+    assert tiny.chunk == 1 and whole.chunk >= 7
+    u = whole(coeffs=coeffs)
+    assert u.shape == (7, 16, 16) and u.dtype == np.float64
+    # Other batch sizes and thread counts change only float32 rounding inside the convolutions.
+    np.testing.assert_allclose(tiny(coeffs=coeffs), u, rtol=0, atol=1e-5)
+    # One row, and fields of nu instead of KL rows, are accepted too.
+    np.testing.assert_allclose(whole(coeffs=coeffs[0]), u[:1], rtol=0, atol=1e-5)
+    nu = np.exp(rng.normal(size=(2, 16, 16)))
+    assert whole(nu=nu).shape == (2, 16, 16)
+
+
+@pytest.mark.parametrize("run, kwargs, fragment", [
+    ("burgers", {"c": [-1.0]}, "c: values must be finite and > 0"),
+    ("burgers", {"c": [np.nan]}, "NaN or Inf"),
+    ("burgers", {"c": []}, "non-empty"),
+    ("burgers", {"coeffs": np.zeros((1, 6))}, "this run is Burgers"),
+    ("burgers", {"c": "four"}, "expected numbers"),
+    ("poisson", {"c": [4.0]}, "this run is poisson"),
+    ("poisson", {}, "give exactly one of coeffs"),
+    ("poisson", {"coeffs": np.zeros((2, 5))}, "must have 6 entries"),
+    ("poisson", {"nu": np.ones((1, 8, 8))}, "the run's resolution"),
+    ("poisson", {"nu": -np.ones((1, 16, 16))}, "diffusivity must be > 0"),
+])
+def test_bad_input_raises_input_error(runs, run, kwargs, fragment):
+    s = Surrogate.load(runs[run])
+    c = kwargs.pop("c", None)
+    with pytest.raises(InputError, match=fragment.replace("(", r"\(")):
+        s(c, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"device": "tpu"}, "device: must be"),
+    ({"threads": 0}, "threads: must be"),
+    ({"memory_mb": 0}, "memory_mb: must be > 0"),
+])
+def test_bad_load_options(runs, kwargs, fragment):
+    with pytest.raises(InputError, match=fragment):
+        Surrogate.load(runs["burgers"], **kwargs)
+
+
+def test_missing_run_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such run directory or checkpoint"):
+        Surrogate.load(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="not a run directory"):
+        Surrogate.load(tmp_path / "empty")
+
+
+def test_outside_the_training_range_warns(runs):
+    s = Surrogate.load(runs["burgers"])
+    with pytest.warns(ParameterRangeWarning, match=r"7 is outside the training range \[3, 6\]"):
+        s(c=[4.0, 7.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inside the range: no warning at all
+        s(c=[3.0, 6.0])
+    with pytest.warns(ParameterRangeWarning, match="coefficients outside the training range"):
+        Surrogate.load(runs["poisson"])(coeffs=np.full((1, 6), 3.5))
+
+
+def test_infer_warns_outside_the_range_on_one_line(runs, tmp_path):
+    proc = run_cli("infer", str(runs["burgers"]), "--c", "7", "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "deepfusion: warning: --c: 7 is outside the training range [3, 6]; " \
+                                  "the field is an extrapolation"
+    assert "1 field (16, 16)" in proc.stdout and "from checkpoint" in proc.stdout
