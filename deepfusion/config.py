@@ -1,4 +1,5 @@
-"""Run configuration: frozen dataclasses loaded from TOML, --set overrides, validation."""
+"""Run configuration: the schema's dataclasses (:mod:`deepfusion.schema`) loaded from TOML, with --set
+overrides and the checks that involve several keys; written back as TOML."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import math
 import tomllib
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from deepfusion.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
+                               ParallelConfig, ProblemConfig, TrainConfig)
 
 __all__ = [
     "ConfigError",
@@ -25,202 +28,8 @@ __all__ = [
     "config_from_dict",
     "parse_override",
     "to_toml",
+    "toml_value",
 ]
-
-
-class ConfigError(ValueError):
-    """A user-supplied configuration value is unknown, mistyped or impossible."""
-
-
-def _choice(*allowed: str):
-    def check(v: str) -> str | None:
-        return None if v in allowed else f"must be one of {list(allowed)}"
-
-    return check
-
-
-def _positive(v: float) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def _nonnegative(v: float) -> str | None:
-    return None if v >= 0 else "must be >= 0"
-
-
-def _resolution(v: tuple[int, ...]) -> str | None:
-    if len(v) != 2 or any(n < 3 for n in v):
-        return "must be two node counts, each >= 3, e.g. [64, 64]"
-    if any(n > 16385 for n in v):
-        return "must be at most 16385 nodes per side"
-    return None
-
-
-def _range(v: tuple[float, ...]) -> str | None:
-    if len(v) != 2 or not v[0] < v[1]:
-        return "must be [low, high] with low < high"
-    return None
-
-
-def _positive_all(v: tuple[float, ...]) -> str | None:
-    return None if all(x > 0 for x in v) else "every value must be > 0"
-
-
-def _channels(v: tuple[int, ...]) -> str | None:
-    if not 1 <= len(v) <= 8 or any(c < 1 or c > 4096 for c in v):
-        return "must be 1 to 8 widths, each 1..4096"
-    return None
-
-
-def _key(check=None, **kw):
-    return field(metadata={"check": check}, **kw)
-
-
-@dataclass(frozen=True)
-class ProblemConfig:
-    """``[problem]``: which PDE family, on which grid."""
-
-    name: str = _key(_choice("burgers", "poisson", "reaction_diffusion"), default="burgers")
-    resolution: tuple[int, ...] = _key(_resolution, default=(64, 64))
-    viscosity: float = _key(_nonnegative, default=0.01)  # Burgers nu; the constant nu of diffusivity = "constant"
-    residual: str = _key(_choice("sobel", "scharr", "conservative"), default="sobel")
-    scheme_order: int = _key(lambda v: None if v in (1, 2) else "must be 1 or 2", default=2)  # conservative only
-    flux: str = _key(_choice("godunov", "engquist_osher"), default="godunov")  # conservative only
-    boundary: str = _key(_choice("exact", "penalty"), default="exact")
-    penalty: float = _key(_positive, default=1.0)
-    t_final: float = _key(_positive, default=1.0 / 3.0)
-    c_range: tuple[float, ...] = _key(_range, default=(3.0, 6.0))
-    c_values: tuple[float, ...] = _key(_positive_all, default=())
-    test_c: tuple[float, ...] = _key(_positive_all, default=(3.3, 4.1, 4.77, 5.5, 5.9))
-    # Poisson and reaction-diffusion: the Karhunen-Loeve diffusivity family.
-    diffusivity: str = _key(_choice("kl", "constant"), default="kl")
-    kl_terms: int = _key(lambda v: None if 1 <= v <= 64 else "must be in 1..64", default=6)
-    kl_eta: float = _key(_positive, default=0.5)
-    coeff_range: tuple[float, ...] = _key(_range, default=(-3.0, 3.0))
-    kappa: float = _key(_nonnegative, default=1.0)
-    source: float = _key(lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)", default=1.0)
-    # Poisson and reaction-diffusion evaluation: the independent reference is the Q1 FEM on
-    # a grid with this many times the intervals in each direction (its nodes include ours).
-    truth_refine: int = _key(lambda v: None if 2 <= v <= 16 else "must be in 2..16", default=4)
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """``[data]``: the training and held-out instances."""
-
-    n_train: int = _key(_positive, default=64)
-    n_test: int = _key(_positive, default=5)
-    sampling: str = _key(_choice("uniform", "random", "sobol", "list"), default="uniform")
-    seed: int = _key(_nonnegative, default=0)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """``[model]``: the generator."""
-
-    name: str = _key(_choice("unet"), default="unet")
-    channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128))
-    # Recompute each U-Net level in the backward pass instead of storing its activations.
-    checkpoint_activations: bool = _key(default=False)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
-
-    optimizer: str = _key(_choice("adam", "lbfgs", "adam+lbfgs"), default="adam")
-    lr: float = _key(_positive, default=2e-3)
-    lr_schedule: str = _key(_choice("constant", "cosine", "onecycle"), default="onecycle")
-    warmup: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.05)
-    batch_size: int = _key(_positive, default=16)
-    epochs: int = _key(_positive, default=100)
-    checkpoint_every: int = _key(_nonnegative, default=0)
-    keep_checkpoints: int = _key(_nonnegative, default=3)  # the newest K checkpoint files stay; 0: all
-    log_every: int = _key(_positive, default=10)
-    dtype: str = _key(_choice("float32", "float64"), default="float32")
-    # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
-    lbfgs_mode: str = _key(_choice("full", "multibatch"), default="full")
-    lbfgs_iterations: int = _key(_positive, default=50)
-    lbfgs_history: int = _key(lambda v: None if 1 <= v <= 1000 else "must be in 1..1000", default=20)
-    lbfgs_lr: float = _key(_positive, default=1.0)
-    lbfgs_batch: int = _key(_nonnegative, default=0)  # 0: full = all n_train, multibatch = batch_size
-    lbfgs_overlap: int = _key(_positive, default=8)
-    lbfgs_max_eval: int = _key(_positive, default=20)
-    lbfgs_tolerance_grad: float = _key(_nonnegative, default=1e-9)
-    lbfgs_tolerance_change: float = _key(_nonnegative, default=1e-12)
-    lbfgs_chunk: int = _key(_nonnegative, default=0)  # samples per forward pass on a rank; 0: batch_size
-
-
-@dataclass(frozen=True)
-class MultigridConfig:
-    """``[multigrid]``: train on a hierarchy of grids, coarse levels first (MGDiffNet).
-
-    ``levels`` lists the nodes per side of every training grid, coarse to fine, the last
-    equal to ``problem.resolution`` (empty: one level, the problem's grid). ``cycle`` orders
-    the visits: ``half_v`` coarse to fine once; ``v``, ``w``, ``f`` start and end on the
-    finest grid as multigrid's cycles do. ``epochs``, ``lr`` and ``batch_size`` give each
-    level's epochs per visit, peak learning rate and global batch (empty: ``train.epochs``,
-    ``train.lr``, ``train.batch_size`` at every level; unused when ``levels`` is empty). ``transfer``: ``deepen`` adds one
-    refinement level at the top of the generator for each finer grid (``top_channels`` wide)
-    and keeps the coarser generator on its own grid; ``carry`` trains the same network on
-    every grid.
-    """
-
-    levels: tuple[int, ...] = _key(lambda v: None if len(v) <= 8 and all(3 <= n <= 16385 for n in v)
-                                   and list(v) == sorted(set(v)) else
-                                   "must be at most 8 node counts, increasing, each in 3..16385", default=())
-    cycle: str = _key(_choice("half_v", "v", "w", "f"), default="half_v")
-    epochs: tuple[int, ...] = _key(lambda v: None if all(e >= 1 for e in v) else "every value must be >= 1",
-                                   default=())
-    lr: tuple[float, ...] = _key(_positive_all, default=())
-    batch_size: tuple[int, ...] = _key(lambda v: None if all(b >= 1 for b in v) else "every value must be >= 1",
-                                       default=())
-    transfer: str = _key(_choice("deepen", "carry"), default="deepen")
-    top_channels: int = _key(lambda v: None if 1 <= v <= 4096 else "must be in 1..4096", default=16)
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """``[parallel]``: threads per rank (0 = the node's cores / ranks on it), device, and
-    gradient summation (bucketed Iallreduce overlapped with backward, or one flat
-    Allreduce), with a cross-rank parameter check every ``check_every`` steps (0: never)."""
-
-    threads_per_rank: int = _key(_nonnegative, default=0)
-    device: str = _key(_choice("cpu", "cuda"), default="cpu")
-    gradsync: str = _key(_choice("bucketed", "flat"), default="bucketed")
-    bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0)
-    check_every: int = _key(_nonnegative, default=100)
-    # CUDA only: how gradient buckets are summed, TF32 matrix products/convolutions,
-    # bf16 autocast of the network, and the training step replayed as a CUDA graph.
-    gpu_reduce: str = _key(_choice("auto", "nccl", "mpi", "staged"), default="auto")
-    tf32: bool = _key(default=False)
-    autocast: str = _key(_choice("none", "bf16"), default="none")
-    cuda_graphs: bool = _key(default=False)
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """``[output]``: where the run directory goes and whether to draw plots."""
-
-    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/burgers")
-    plots: bool = _key(default=True)
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole run configuration; every key has a default."""
-
-    problem: ProblemConfig = field(default_factory=ProblemConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
-
-    def replace(self, **sections: Any) -> "Config":
-        """A copy with whole sections replaced."""
-        return dataclasses.replace(self, **sections)
-
 
 _SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 
@@ -399,7 +208,8 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     return config_from_dict(data)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """One value in TOML syntax."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -407,7 +217,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)  # JSON string escapes are valid TOML basic strings
     if isinstance(value, tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
@@ -418,6 +228,6 @@ def to_toml(cfg: Config) -> str:
         lines.append(f"[{section}]")
         obj = getattr(cfg, section)
         for f in dataclasses.fields(obj):
-            lines.append(f"{f.name} = {_toml_value(getattr(obj, f.name))}")
+            lines.append(f"{f.name} = {toml_value(getattr(obj, f.name))}")
         lines.append("")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import ROOT
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config, parse_override, to_toml
 
 
@@ -80,3 +81,19 @@ def test_shipped_configs_load():
         load_config(path)  # raises ConfigError on an unknown key or an invalid value
     inviscid = load_config(configs[0].parent / "burgers_inviscid.toml")
     assert (inviscid.problem.viscosity, inviscid.problem.residual, inviscid.problem.scheme_order) == (0.0, "conservative", 2)
+
+
+def test_configuration_reference_is_generated_from_the_schema():
+    # docs/configuration.md lists every key with its type, default and meaning; regenerate it
+    # with `python -m deepfusion.configdoc > docs/configuration.md` after changing the schema.
+    import dataclasses
+    import typing
+
+    from deepfusion.configdoc import markdown
+    from deepfusion.schema import Config
+
+    assert (ROOT / "docs" / "configuration.md").read_text() == markdown()
+    for section, cls in typing.get_type_hints(Config).items():
+        for f in dataclasses.fields(cls):
+            assert f.metadata["doc"].strip(), f"{section}.{f.name} has no meaning"
+            assert f"| `{section}.{f.name}` |" in markdown()

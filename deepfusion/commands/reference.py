@@ -19,8 +19,9 @@ def _progress(k: int, n: int) -> None:
 
 def burgers(args: argparse.Namespace, comm) -> int:
     """Converged Godunov solutions on the nodal grid."""
+    from deepfusion.config import load_config
     from deepfusion.fields import write_fields
-    from diffnet.problems.burgers import BurgersProblem
+    from deepfusion.wiring import build_problem
 
     check_output_file(args.out)
     c = positive_finite("--c", args.c)
@@ -29,7 +30,8 @@ def burgers(args: argparse.Namespace, comm) -> int:
         raise InputError(f"--viscosity: must be finite and >= 0, got {args.viscosity}")
     if not (math.isfinite(args.t_final) and args.t_final > 0):
         raise InputError(f"--t-final: must be finite and > 0, got {args.t_final}")
-    problem = BurgersProblem(tuple(args.resolution), viscosity=args.viscosity, t_final=args.t_final)
+    problem = build_problem(load_config(None, [f"problem.resolution={list(args.resolution)}",
+                                               f"problem.viscosity={args.viscosity!r}", f"problem.t_final={args.t_final!r}"]))
     t0 = time.perf_counter()
     u = problem.reference(c, progress=_progress)
     seconds = time.perf_counter() - t0

@@ -169,7 +169,6 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.rundir import truncate_metrics
     from deepfusion.schedule import build_schedule, total_steps
     from deepfusion.trainer import TrainingDiverged, train
-    from diffnet.networks import parameter_count
 
     stages = build_schedule(cfg)
     key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
@@ -205,7 +204,7 @@ def run(args: argparse.Namespace, comm) -> int:
     say(
         f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} {_problem_summary(cfg)} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
-        f"({parameter_count(model) / 1e6:.2f} M parameters) | {len(params)} samples, "
+        f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {len(params)} samples, "
         + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
            f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
         + f" | ranks {comm.size} x {threads} threads"

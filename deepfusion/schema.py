@@ -1,0 +1,271 @@
+"""The run configuration's schema: one frozen dataclass per TOML section, each key with its type,
+default, check and meaning (``docs/configuration.md`` is generated from it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ConfigError", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
+           "MultigridConfig", "ParallelConfig", "OutputConfig"]
+
+
+class ConfigError(ValueError):
+    """A user-supplied configuration value is unknown, mistyped or impossible."""
+
+
+def _choice(*allowed: str):
+    def check(v: str) -> str | None:
+        return None if v in allowed else f"must be one of {list(allowed)}"
+
+    return check
+
+
+def _positive(v: float) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _nonnegative(v: float) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _resolution(v: tuple[int, ...]) -> str | None:
+    if len(v) != 2 or any(n < 3 for n in v):
+        return "must be two node counts, each >= 3, e.g. [64, 64]"
+    if any(n > 16385 for n in v):
+        return "must be at most 16385 nodes per side"
+    return None
+
+
+def _range(v: tuple[float, ...]) -> str | None:
+    if len(v) != 2 or not v[0] < v[1]:
+        return "must be [low, high] with low < high"
+    return None
+
+
+def _positive_all(v: tuple[float, ...]) -> str | None:
+    return None if all(x > 0 for x in v) else "every value must be > 0"
+
+
+def _channels(v: tuple[int, ...]) -> str | None:
+    if not 1 <= len(v) <= 8 or any(c < 1 or c > 4096 for c in v):
+        return "must be 1 to 8 widths, each 1..4096"
+    return None
+
+
+def _key(check=None, *, default, doc: str):
+    """A config key: its default, a check returning an error text or None, and its meaning
+    (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configdoc`)."""
+    return field(default=default, metadata={"check": check, "doc": doc})
+
+
+@dataclass(frozen=True)
+class ProblemConfig:
+    """``[problem]``: which PDE family, on which grid."""
+
+    name: str = _key(_choice("burgers", "poisson", "reaction_diffusion"), default="burgers",
+        doc="the PDE family")
+    resolution: tuple[int, ...] = _key(_resolution, default=(64, 64),
+        doc="`[N_t, N_x]` nodes, boundary included")
+    viscosity: float = _key(_nonnegative, default=0.01,
+        doc="ν ≥ 0")
+    residual: str = _key(_choice("sobel", "scharr", "conservative"), default="sobel",
+        doc="Burgers loss: 3×3 central kernels with `sobel` (1,2,1) or `scharr` (3,10,3) weights, or `conservative` (an implicit finite-volume scheme; see docs/physics.md)")
+    scheme_order: int = _key(lambda v: None if v in (1, 2) else "must be 1 or 2", default=2,
+        doc="conservative residual: 1 (backward Euler, first-order states) or 2 (BDF2, minmod MUSCL states)")
+    flux: str = _key(_choice("godunov", "engquist_osher"), default="godunov",
+        doc="conservative residual: `godunov` or `engquist_osher` numerical flux")
+    boundary: str = _key(_choice("exact", "penalty"), default="exact",
+        doc="IC/BC by construction, u = u₀(x) + M·N(·) with M = 0 on the IC row and inflow column; or `\"penalty\"`")
+    penalty: float = _key(_positive, default=1.0,
+        doc="λ of the boundary term with `boundary = \"penalty\"`")
+    t_final: float = _key(_positive, default=1.0 / 3.0,
+        doc="T")
+    c_range: tuple[float, ...] = _key(_range, default=(3.0, 6.0),
+        doc="range of the IC parameter c")
+    c_values: tuple[float, ...] = _key(_positive_all, default=(),
+        doc="a fixed list of training c (with `data.sampling = \"list\"`)")
+    test_c: tuple[float, ...] = _key(_positive_all, default=(3.3, 4.1, 4.77, 5.5, 5.9),
+        doc="held-out c for the accuracy table (random draws when empty)")
+    # Poisson and reaction-diffusion: the Karhunen-Loeve diffusivity family.
+    diffusivity: str = _key(_choice("kl", "constant"), default="kl",
+        doc="Poisson/reaction-diffusion ν: the KL family, or `\"constant\"` (= `problem.viscosity`; reaction-diffusion only)")
+    kl_terms: int = _key(lambda v: None if 1 <= v <= 64 else "must be in 1..64", default=6,
+        doc="m, KL terms")
+    kl_eta: float = _key(_positive, default=0.5,
+        doc="correlation length η (the roots ω_i are computed for any η)")
+    coeff_range: tuple[float, ...] = _key(_range, default=(-3.0, 3.0),
+        doc="range of each coefficient a_i")
+    kappa: float = _key(_nonnegative, default=1.0,
+        doc="κ of reaction-diffusion (reaction term κ²u)")
+    source: float = _key(lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)", default=1.0,
+        doc="constant source f of reaction-diffusion (non-zero)")
+    # Poisson and reaction-diffusion evaluation: the independent reference is the Q1 FEM on
+    # a grid with this many times the intervals in each direction (its nodes include ours).
+    truth_refine: int = _key(lambda v: None if 2 <= v <= 16 else "must be in 2..16", default=4,
+        doc="Poisson/reaction-diffusion evaluation: the independent reference is the Q1 FEM on a grid with this many times the intervals (2..16)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``[data]``: the training and held-out instances."""
+
+    n_train: int = _key(_positive, default=64,
+        doc="training instances")
+    n_test: int = _key(_positive, default=5,
+        doc="held-out random instances when `problem.test_c` is empty")
+    sampling: str = _key(_choice("uniform", "random", "sobol", "list"), default="uniform",
+        doc="`uniform` (equispaced; for m coefficients a tensor grid, n_train = k^m), `random`, `sobol` (scrambled) or `list` (Burgers)")
+    seed: int = _key(_nonnegative, default=0,
+        doc="seeds sampling, the per-epoch permutation and the initial weights")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``[model]``: the generator."""
+
+    name: str = _key(_choice("unet"), default="unet",
+        doc="generator")
+    channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128),
+        doc="widths of the U-Net levels, finest first")
+    # Recompute each U-Net level in the backward pass instead of storing its activations.
+    checkpoint_activations: bool = _key(default=False,
+        doc="recompute each U-Net level in the backward pass instead of storing its activations (less memory, same result; see High resolution)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
+
+    optimizer: str = _key(_choice("adam", "lbfgs", "adam+lbfgs"), default="adam",
+        doc="`adam`, `lbfgs`, or `adam+lbfgs` (`train.epochs` of Adam, then L-BFGS)")
+    lr: float = _key(_positive, default=2e-3,
+        doc="peak learning rate")
+    lr_schedule: str = _key(_choice("constant", "cosine", "onecycle"), default="onecycle",
+        doc="`onecycle` (warm-up then cosine), `cosine` or `constant`")
+    warmup: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.05,
+        doc="warm-up fraction of the steps (onecycle)")
+    batch_size: int = _key(_positive, default=16,
+        doc="global batch")
+    epochs: int = _key(_positive, default=100,
+        doc="epochs (each uses ⌊n_train / batch⌋ steps)")
+    checkpoint_every: int = _key(_nonnegative, default=0,
+        doc="steps between checkpoints (0: only the final one)")
+    keep_checkpoints: int = _key(_nonnegative, default=3,
+        doc="how many of the newest checkpoint files to keep (0: all)")
+    log_every: int = _key(_positive, default=10,
+        doc="steps between metrics lines")
+    dtype: str = _key(_choice("float32", "float64"), default="float32",
+        doc="`float32` or `float64`")
+    # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
+    lbfgs_mode: str = _key(_choice("full", "multibatch"), default="full",
+        doc="`full` (fixed objective, torch's L-BFGS with strong-Wolfe line search) or `multibatch` (overlapping batches)")
+    lbfgs_iterations: int = _key(_positive, default=50,
+        doc="L-BFGS iterations (one per training step)")
+    lbfgs_history: int = _key(lambda v: None if 1 <= v <= 1000 else "must be in 1..1000", default=20,
+        doc="curvature pairs kept")
+    lbfgs_lr: float = _key(_positive, default=1.0,
+        doc="first trial step length")
+    lbfgs_batch: int = _key(_nonnegative, default=0,
+        doc="samples in the objective: 0 = the whole training set (full) or `train.batch_size` (multibatch)")
+    lbfgs_overlap: int = _key(_positive, default=8,
+        doc="samples shared by consecutive multi-batches (< half the batch)")
+    lbfgs_max_eval: int = _key(_positive, default=20,
+        doc="loss evaluations per full-batch iteration (line search)")
+    lbfgs_tolerance_grad: float = _key(_nonnegative, default=1e-9,
+        doc="L-BFGS stops when the largest gradient entry falls below this")
+    lbfgs_tolerance_change: float = _key(_nonnegative, default=1e-12,
+        doc="L-BFGS stops when the change of the loss falls below this")
+    lbfgs_chunk: int = _key(_nonnegative, default=0,
+        doc="samples per forward pass on a rank while evaluating the objective (0 = `train.batch_size`)")
+
+
+@dataclass(frozen=True)
+class MultigridConfig:
+    """``[multigrid]``: train on a hierarchy of grids, coarse levels first (MGDiffNet).
+
+    ``levels`` lists the nodes per side of every training grid, coarse to fine, the last
+    equal to ``problem.resolution`` (empty: one level, the problem's grid). ``cycle`` orders
+    the visits: ``half_v`` coarse to fine once; ``v``, ``w``, ``f`` start and end on the
+    finest grid as multigrid's cycles do. ``epochs``, ``lr`` and ``batch_size`` give each
+    level's epochs per visit, peak learning rate and global batch (empty: ``train.epochs``,
+    ``train.lr``, ``train.batch_size`` at every level; unused when ``levels`` is empty). ``transfer``: ``deepen`` adds one
+    refinement level at the top of the generator for each finer grid (``top_channels`` wide)
+    and keeps the coarser generator on its own grid; ``carry`` trains the same network on
+    every grid.
+    """
+
+    levels: tuple[int, ...] = _key(lambda v: None if len(v) <= 8 and all(3 <= n <= 16385 for n in v)
+                                   and list(v) == sorted(set(v)) else
+                                   "must be at most 8 node counts, increasing, each in 3..16385", default=(),
+        doc="nodes per side of each training grid, coarse to fine, the last = `problem.resolution` (square); `[]`: one level")
+    cycle: str = _key(_choice("half_v", "v", "w", "f"), default="half_v",
+        doc="order of the level visits: `half_v` (coarse to fine), `v`, `w`, `f`")
+    epochs: tuple[int, ...] = _key(lambda v: None if all(e >= 1 for e in v) else "every value must be >= 1",
+                                   default=(),
+        doc="epochs per visit of each level (`[]`: `train.epochs`)")
+    lr: tuple[float, ...] = _key(_positive_all, default=(),
+        doc="peak learning rate of each level (`[]`: `train.lr`), the shape from `train.lr_schedule` per visit")
+    batch_size: tuple[int, ...] = _key(lambda v: None if all(b >= 1 for b in v) else "every value must be >= 1",
+                                       default=(),
+        doc="global batch of each level (`[]`: `train.batch_size`)")
+    transfer: str = _key(_choice("deepen", "carry"), default="deepen",
+        doc="`deepen`: one refinement level added on top of the generator per finer grid; `carry`: the same network on every grid")
+    top_channels: int = _key(lambda v: None if 1 <= v <= 4096 else "must be in 1..4096", default=16,
+        doc="width of each added refinement level")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """``[parallel]``: threads per rank (0 = the node's cores / ranks on it), device, and
+    gradient summation (bucketed Iallreduce overlapped with backward, or one flat
+    Allreduce), with a cross-rank parameter check every ``check_every`` steps (0: never)."""
+
+    threads_per_rank: int = _key(_nonnegative, default=0,
+        doc="threads per rank; 0 = cores available / ranks on the node")
+    device: str = _key(_choice("cpu", "cuda"), default="cpu",
+        doc="`cpu` or `cuda` (one GPU per rank; see GPU)")
+    gradsync: str = _key(_choice("bucketed", "flat"), default="bucketed",
+        doc="`bucketed` (Iallreduce per bucket, overlapped with backward) or `flat` (one Allreduce)")
+    bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0,
+        doc="bucket size in MiB")
+    check_every: int = _key(_nonnegative, default=100,
+        doc="steps between cross-rank parameter checks (0: never)")
+    # CUDA only: how gradient buckets are summed, TF32 matrix products/convolutions,
+    # bf16 autocast of the network, and the training step replayed as a CUDA graph.
+    gpu_reduce: str = _key(_choice("auto", "nccl", "mpi", "staged"), default="auto",
+        doc="CUDA: `nccl`, `mpi` (CUDA-aware MPI), `staged` (pinned host copies) or `auto`")
+    tf32: bool = _key(default=False,
+        doc="CUDA: TF32 matrix products and convolutions")
+    autocast: str = _key(_choice("none", "bf16"), default="none",
+        doc="`bf16`: the network under bf16 autocast (the loss stays in `train.dtype`)")
+    cuda_graphs: bool = _key(default=False,
+        doc="CUDA: capture forward, loss and backward once and replay them (Adam; flat gradient sum)")
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``[output]``: where the run directory goes and whether to draw plots."""
+
+    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/burgers",
+        doc="run directory (`--out` overrides)")
+    plots: bool = _key(default=True,
+        doc="write PNG plots")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run configuration; every key has a default."""
+
+    problem: ProblemConfig = field(default_factory=ProblemConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def replace(self, **sections: Any) -> "Config":
+        """A copy with whole sections replaced."""
+        return dataclasses.replace(self, **sections)
