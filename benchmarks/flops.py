@@ -76,6 +76,7 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
+    from deepfusion.stepper import training_step
     from deepfusion.wiring import build_model, build_problem, training_parameters
 
     problem = build_problem(cfg)
@@ -86,12 +87,10 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     _, flops = conv_flops(model, x)
+    train_step = training_step(model, problem, optimizer, channels_last=channels_last)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        u = problem.field(model(x), params)
-        sum(t.mean() for t in problem.loss_terms(u, params).values()).backward()
-        optimizer.step()
+        train_step(params)
 
     step()  # warm-up: oneDNN (cuDNN) picks and caches its kernels
     best = float("inf")

@@ -28,6 +28,7 @@ def curve(run_dir: Path, cfg, problem, params) -> list[dict]:
     import torch
 
     from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.stepper import loss_sum
     from deepfusion.wiring import build_model
 
     # Epochs as passes over the training set: an Adam step is batch / n of one; L-BFGS
@@ -50,8 +51,7 @@ def curve(run_dir: Path, cfg, problem, params) -> list[dict]:
         ckpt = load_checkpoint(path)
         ckpt.restore(model)
         with torch.no_grad():
-            u = problem.field(model(problem.inputs(p)), p)
-            loss = float(sum(t.sum() for t in problem.loss_terms(u, p).values()) / len(p))
+            loss = float(loss_sum(model, problem, p)[0]) / len(p)
         seconds, optimizer, epochs = elapsed[ckpt.step]
         points.append({"step": ckpt.step, "optimizer": optimizer, "seconds": round(seconds, 3),
                        "epochs": round(epochs, 2), "loss": loss})

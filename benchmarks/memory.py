@@ -50,8 +50,9 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     use_huge_pages()  # as `deepfusion train` does, before torch allocates
     import torch
 
-    from deepfusion.wiring import build_model, build_problem, training_parameters
     from deepfusion.config import load_config
+    from deepfusion.stepper import training_step
+    from deepfusion.wiring import build_model, build_problem, training_parameters
 
     torch.set_num_threads(threads)
     cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution=[{grid},{grid}]", f"model.checkpoint_activations={str(checkpointed).lower()}"])
@@ -60,7 +61,7 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device=device)
     gpu = device.startswith("cuda")
-    inputs = problem.inputs(params)  # contiguous, as `deepfusion train` feeds it (benchmarks/flops.py)
+    step = training_step(model, problem, optimizer)  # the input contiguous, as `deepfusion train` feeds it
     if gpu:  # device memory as torch's allocator counts it
         torch.cuda.synchronize(device)
         baseline = torch.cuda.memory_allocated(device)
@@ -72,15 +73,10 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        u = problem.field(model(inputs), params)
-        loss = sum(t.mean() for t in problem.loss_terms(u, params).values())
-        loss.backward()
-        optimizer.step()
+        step(params)
         if gpu:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
-        del u, loss
     peak = torch.cuda.max_memory_allocated(device) if gpu else _status_bytes("VmHWM")
     timed = times[1:] or times
     return {"grid": grid, "batch": batch, "checkpointed": checkpointed, "threads": threads,

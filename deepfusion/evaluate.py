@@ -145,8 +145,12 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
         shown = min(len(test), 6)
         labels = [f"{pname} #{k}, rel. L2 {acc.error[k]:.3f}" if pname == "a" else
                   f"c = {test[k]:g}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
+        inputs = input_labels = None
+        if pname == "a":  # the instance itself: its diffusivity field and KL coefficients
+            inputs = np.log10(problem.diffusivity_numpy(test[:shown]))
+            input_labels = ["ν, a = (" + ", ".join(f"{v:.1f}" for v in test[k]) + ")" for k in range(shown)]
         plot_fields(pred[:shown], acc.truth[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png",
-                    ref_name="Godunov" if pname == "c" else "fine FEM")
+                    ref_name="Godunov" if pname == "c" else "fine FEM", inputs=inputs, input_labels=input_labels)
         print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
     print(f"run directory: {run_dir}")
     return acc

@@ -67,30 +67,43 @@ def plot_fields(
     axis_names: tuple[str, str],
     out: Path,
     ref_name: str = "reference",
+    inputs: np.ndarray | None = None,
+    input_labels: list[str] | None = None,
 ) -> Path:
-    """One row per sample: predicted field, reference field and their difference.
+    """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
 
     ``extent`` is (x_min, x_max, y_min, y_max) of the image, ``axis_names`` the names of
-    the horizontal and vertical axes (e.g. ``("x", "t")``).
+    the horizontal and vertical axes (e.g. ``("x", "t")``). ``inputs`` (one field per
+    sample, e.g. log10 of the diffusivity) adds a first column titled by ``input_labels``.
+    The difference's colour scale is symmetric and clipped at the 99th percentile of its
+    magnitude, so that a few large values (a shock, the outflow column) do not wash out
+    the rest; its title gives the true maximum.
     """
     plt = _pyplot()
     s = len(pred)
-    fig, axes = plt.subplots(s, 3, figsize=(11, 2.9 * s), squeeze=False)
+    cols = 3 + (inputs is not None)
+    fig, axes = plt.subplots(s, cols, figsize=(3.7 * cols, 2.9 * s), squeeze=False)
     for k in range(s):
         vmin, vmax = float(ref[k].min()), float(ref[k].max())
         diff = pred[k] - ref[k]
-        dmax = float(np.abs(diff).max()) or 1.0
+        peak = float(np.abs(diff).max())
+        dmax = float(np.percentile(np.abs(diff), 99)) or peak or 1.0
         panels = [
-            (pred[k], f"DiffNet, {labels[k]}", "viridis", vmin, vmax),
-            (ref[k], f"{ref_name}, {labels[k]}", "viridis", vmin, vmax),
-            (diff, "difference", "RdBu_r", -dmax, dmax),
+            (pred[k], f"DiffNet, {labels[k]}", "viridis", vmin, vmax, "u"),
+            (ref[k], f"{ref_name}, {labels[k]}", "viridis", vmin, vmax, "u"),
+            (diff, f"DiffNet − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
         ]
-        for ax, (data, title, cmap, lo, hi) in zip(axes[k], panels):
+        if inputs is not None:
+            data = inputs[k]
+            panels.insert(0, (data, input_labels[k] if input_labels else "input", "cividis", float(data.min()),
+                              float(data.max()), "log10 ν"))
+        for ax, (data, title, cmap, lo, hi, label) in zip(axes[k], panels):
             im = ax.imshow(data, origin="lower", extent=extent, aspect="auto", cmap=cmap, vmin=lo, vmax=hi)
-            ax.set_title(title, fontsize=9)
+            ax.set_title(title, fontsize=8)
             ax.set_xlabel(axis_names[0])
             ax.set_ylabel(axis_names[1])
-            fig.colorbar(im, ax=ax, fraction=0.046)
+            extend = "both" if label == "difference" and peak > dmax else "neither"
+            fig.colorbar(im, ax=ax, fraction=0.046, extend=extend).set_label(label, fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -113,6 +126,14 @@ def plot_compare(rows: list[dict], out: Path) -> Path:
             ax.loglog(*zip(*points), style, label=label)
     ax.set_xticks(nodes, ["×".join(map(str, r["resolution"])) for r in rows])
     ax.minorticks_off()
+    # Ticks at 1, 2 and 5 per decade: a single grid's times span less than a decade, and
+    # the default locator would then label one tick or none.
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    if len(rows) == 1:
+        ax.set_xlim(nodes[0] / 2, nodes[0] * 2)
     ax.set_xlabel("grid (nodes)")
     ax.set_ylabel("seconds per instance")
     threads = rows[0]["threads"]

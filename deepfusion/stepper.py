@@ -7,25 +7,35 @@ from typing import Callable
 
 import torch
 
-__all__ = ["make_local_step"]
+__all__ = ["loss_sum", "make_local_step", "training_step"]
 
 Terms = dict[str, torch.Tensor]
 
 
-def _forward(model, problem, b_eff: int, autocast: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
-    device = next(model.parameters()).device
+def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
+             channels_last: bool = False) -> tuple[torch.Tensor, Terms]:
+    """The batch's summed loss (a scalar to differentiate) and its per-term sums (detached).
 
+    Every optimiser uses this one definition: the Adam steps (divided by the global batch),
+    the L-BFGS objective, and the benchmarks' training steps.
+    """
+    # bf16 autocast covers the network only: the PDE loss (differences of nearby
+    # values, energies) stays in the training dtype, where it keeps its digits.
+    amp = torch.autocast(p.device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
+    x = problem.inputs(p)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with amp:
+        raw = model(x)
+    u = problem.field(raw.to(p.dtype), p)
+    terms = problem.loss_terms(u, p)
+    return sum(t.sum() for t in terms.values()), {name: t.detach().sum() for name, t in terms.items()}
+
+
+def _forward(model, problem, b_eff: int, autocast: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
     def run(p: torch.Tensor) -> tuple[torch.Tensor, Terms]:
-        # bf16 autocast covers the network only: the PDE loss (differences of nearby
-        # values, energies) stays in the training dtype, where it keeps its digits.
-        amp = (torch.autocast(device.type, dtype=torch.bfloat16) if autocast == "bf16"
-               else contextlib.nullcontext())
-        with amp:
-            raw = model(problem.inputs(p))
-        u = problem.field(raw.to(p.dtype), p)
-        terms = problem.loss_terms(u, p)
-        loss = sum(t.sum() for t in terms.values()) / b_eff
-        return loss, {name: t.detach().sum() for name, t in terms.items()}
+        total, sums = loss_sum(model, problem, p, autocast=autocast)
+        return total / b_eff, sums
 
     return run
 
@@ -93,3 +103,18 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
         return out
 
     return replay
+
+
+def training_step(model, problem, optimizer, *, autocast: str = "none",
+                  channels_last: bool = False) -> Callable[[torch.Tensor], Terms]:
+    """One rank's whole training step on a batch ``p`` (zero, forward, loss, backward, optimiser
+    step), as the trainer runs it without communication: what benchmarks/flops.py and memory.py time."""
+
+    def step(p: torch.Tensor) -> Terms:
+        optimizer.zero_grad(set_to_none=True)
+        total, sums = loss_sum(model, problem, p, autocast=autocast, channels_last=channels_last)
+        (total / p.shape[0]).backward()
+        optimizer.step()
+        return sums
+
+    return step

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -13,14 +12,15 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from deepfusion.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
+from deepfusion.checkpoint import Checkpoint
 from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
+from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
 from deepfusion.schedule import Stage, stage_at, total_steps
 from deepfusion.signals import StopRequest
-from deepfusion.stepper import make_local_step
+from deepfusion.stepper import loss_sum, make_local_step
 
 __all__ = ["Problem", "TrainingDiverged", "TrainResult", "build_lbfgs", "learning_rate", "train"]
 
@@ -36,10 +36,6 @@ class Problem(Protocol):
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor: ...
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]: ...
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or Inf."""
 
 
 @dataclass
@@ -73,67 +69,6 @@ def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
         return cfg.lr * (1 / 25 + (1 - 1 / 25) * step / warm)
     frac = (step - warm) / max(1, total - warm - 1)
     return cfg.lr * (1e-4 + (1 - 1e-4) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
-def _format_eta(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-class _Recorder:
-    """Rank 0's side effects: metrics lines, progress output and checkpoints."""
-
-    def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, keep: int,
-                 model: torch.nn.Module, stages: Sequence[Stage]):
-        self.model = model  # every checkpoint holds the whole generator, whichever level trains
-        self.stages = list(stages)
-        self.run_dir = run_dir
-        self.keep = keep
-        self.leader = leader
-        self.log = log
-        self.total = total
-        self.history: list[dict[str, Any]] = []
-        self.checkpoint: Path | None = None
-        self.saved_step: int | None = None
-        self.metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if leader and run_dir else None
-        self.start = time.perf_counter()
-
-    def record(self, record: dict[str, Any], line: str) -> None:
-        record["elapsed_s"] = time.perf_counter() - self.start
-        self.history.append(record)
-        if self.metrics is not None:
-            self.metrics.write(json.dumps(record) + "\n")
-            self.metrics.flush()
-        if self.leader:
-            self.log(line)
-
-    def save(self, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str, stage: int) -> None:
-        """Write the step's checkpoint (rank 0), unless it is already written; keep the last ``keep``."""
-        model = self.model
-        # Parameters are identical on all ranks, so every rank takes the same decision here.
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            raise TrainingDiverged(
-                f"parameters became NaN or Inf by step {step}; not checkpointing them "
-                f"(last good checkpoint: {self.checkpoint or 'none'})"
-            )
-        if self.leader and self.run_dir is not None and self.saved_step != step:
-            self.saved_step = step
-            self.checkpoint = save_checkpoint(
-                self.run_dir / "checkpoints" / f"step-{step:08d}.h5",
-                model,
-                optimizer,
-                epoch=epoch,
-                step=step,
-                config=config,
-                ranks=ranks,
-                attrs={"optimizer": kind, "stage": stage},
-            )
-            if self.keep:
-                prune_checkpoints(self.checkpoint.parent, self.keep)
-
-    def close(self) -> None:
-        if self.metrics is not None:
-            self.metrics.close()
 
 
 def train(
@@ -197,7 +132,7 @@ def train(
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, comm)
-    rec = _Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints, model, stages)
+    rec = Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints, model, stages)
     stop = stop or StopRequest()
     step = start_step
     loss_value = float("nan")
@@ -242,7 +177,7 @@ def train(
     )
 
 
-def _check_finite(loss_value: float, epoch: int, step: int, rec: _Recorder) -> None:
+def _check_finite(loss_value: float, epoch: int, step: int, rec: Recorder) -> None:
     if not math.isfinite(loss_value):
         raise TrainingDiverged(
             f"loss is {loss_value} at epoch {epoch} step {step}; stopping "
@@ -262,19 +197,7 @@ def _stage_seed(seed: int, stage: Stage) -> int:
     return seed if stage.index == 0 else seed + 1_000_003 * stage.index
 
 
-def _eta(stages: Sequence[Stage], stage: Stage, step: int, rate: float, n_ranks: int) -> float:
-    """Seconds left in the Adam phase: this stage at the measured rate, later ones scaled by
-    their batch and grid nodes (a step's cost is about linear in both)."""
-    nodes = math.prod(stage.grid) if stage.grid else 1
-    left = 0.0
-    for s in stages[stage.index:]:
-        steps = s.end - max(step, s.first_step)
-        scale = math.prod(s.grid) / nodes if s.grid else 1.0
-        left += steps * local_batch_size(s.batch_size, n_ranks) * n_ranks * scale
-    return left / rate
-
-
-def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorder, stage: Stage, *, seed, comm,
+def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed, comm,
                 parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
     """Adam steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
     n, b = all_params.shape[0], stage.batch_size
@@ -338,13 +261,13 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: _Recorde
                 }
                 if stage.grid:
                     record["grid"] = list(stage.grid)
-                eta = _eta(rec.stages, stage, step, rate, comm.size)
+                eta = stages_eta(rec.stages, stage, step, rate, comm.size)
                 extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
                 rec.record(
                     record,
                     f"{label + ' ' if label else ''}epoch {epoch + 1}/{stage.epochs} step {step}/{rec.total} "
                     f"loss {loss_value:.4e} {extra}{' ' if extra else ''}lr {record['lr']:.2e} "
-                    f"{rate:.1f} samples/s ETA {_format_eta(eta)}"
+                    f"{rate:.1f} samples/s ETA {format_eta(eta)}"
                     + (" (Adam phase)" if rec.total > rec.stages[-1].end else ""),
                 )
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
@@ -372,15 +295,13 @@ def build_lbfgs(model: torch.nn.Module, cfg: TrainConfig, objective: GlobalObjec
     return MultiBatchLBFGS(objective, history=cfg.lbfgs_history, lr=cfg.lbfgs_lr, overlap=cfg.lbfgs_overlap)
 
 
-def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: _Recorder, *, seed, comm, step, adam_steps,
+def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, seed, comm, step, adam_steps,
                  total, threads, config_text, resume, stop: StopRequest) -> tuple[int, float, bool]:
     """L-BFGS iterations ``step`` .. ``total`` - 1 on the global objective."""
     n = all_params.shape[0]
 
     def local_sum(idx: np.ndarray) -> torch.Tensor:
-        p = all_params[idx]
-        u = problem.field(model(problem.inputs(p)), p)
-        return sum(t.sum() for t in problem.loss_terms(u, p).values())
+        return loss_sum(model, problem, all_params[idx])[0]
 
     chunk = cfg.lbfgs_chunk or cfg.batch_size
     objective = GlobalObjective(list(model.parameters()), local_sum, comm, chunk)
