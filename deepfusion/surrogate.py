@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,9 @@ class Surrogate:
         source = Path(source)
         if not source.exists():
             raise InputError(f"{source}: no such run directory or checkpoint")
-        cfg, model, path = trained_model(source, checkpoint)
+        # A damaged newest checkpoint is skipped for the previous one, with a warning naming it.
+        cfg, model, path = trained_model(source, checkpoint,
+                                         lambda line: warnings.warn(line, RuntimeWarning, stacklevel=3))
         return cls(cfg, model, path, device, memory_mb)
 
     @property

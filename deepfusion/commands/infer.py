@@ -24,10 +24,10 @@ def run(args: argparse.Namespace, comm) -> int:
     check_output_file(args.out)
     coeffs = load_array(args.coeffs, "coefficients", (1, 2)) if args.coeffs else None
     nu = load_array(args.nu, "diffusivity", (2, 3)) if args.nu else None
-    surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
     names = {"c": "--c", "coeffs": str(args.coeffs), "nu": str(args.nu)}
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
+        surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
         params = surrogate.instances(c=args.c, coeffs=coeffs, nu=nu, names=names)
     for w in caught:
         warn(str(w.message))
