@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from deepfusion.config import Config, TrainConfig
 from deepfusion.partition import steps_per_epoch
 
-__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "total_steps"]
+__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,11 @@ def stage_at(stages: list[Stage], step: int) -> int:
     return len(stages)
 
 
+def adam_steps(t: TrainConfig, stages: list[Stage]) -> int:
+    """Optimiser steps of the Adam stages (none when ``train.optimizer`` is L-BFGS alone)."""
+    return stages[-1].end if t.optimizer in ("adam", "adam+lbfgs") else 0
+
+
 def total_steps(t: TrainConfig, stages: list[Stage]) -> int:
     """Optimiser steps of the whole run: the Adam stages, then ``train.lbfgs_iterations`` of L-BFGS."""
-    adam = stages[-1].end if t.optimizer in ("adam", "adam+lbfgs") else 0
-    return adam + (t.lbfgs_iterations if "lbfgs" in t.optimizer else 0)
+    return adam_steps(t, stages) + (t.lbfgs_iterations if "lbfgs" in t.optimizer else 0)

@@ -51,13 +51,13 @@ class Surrogate:
     def __init__(self, config, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
         from deepfusion.wiring import build_problem
 
+        if not memory_mb > 0:
+            raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
         self.config = config
         self.problem = build_problem(config)
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
-        if not memory_mb > 0:
-            raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
         per_sample = 4 * _LIVE_CHANNELS_PER_WIDTH * config.model.channels[0] * int(np.prod(config.problem.resolution))
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
 

@@ -18,7 +18,7 @@ from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
-from deepfusion.schedule import Stage, stage_at, total_steps
+from deepfusion.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.signals import StopRequest
 from deepfusion.stepper import loss_sum, make_local_step
 
@@ -121,7 +121,7 @@ def train(
         stages = [Stage(0, 0, 1, (), cfg.epochs, cfg.lr, cfg.batch_size, 0,
                         steps_per_epoch(n, cfg.batch_size) * cfg.epochs)]
     level = level or (lambda k: (model, problem))
-    adam_steps = stages[-1].end if cfg.optimizer in ("adam", "adam+lbfgs") else 0
+    adam = adam_steps(cfg, list(stages))
     total = total_steps(cfg, list(stages))
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
@@ -141,7 +141,7 @@ def train(
     model.train()
     start = time.perf_counter()
     try:
-        for stage in stages[stage_at(list(stages), step) if step < adam_steps else len(stages):]:
+        for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
             module, level_problem = level(stage.level)
             module.train()
             opt = torch.optim.Adam(module.parameters(), lr=stage.lr)
@@ -158,7 +158,7 @@ def train(
         if step < total and not stopped:
             module, level_problem = level(stages[-1].level)
             step, loss_value, stopped = _lbfgs_phase(
-                module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam_steps,
+                module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam,
                 total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
                 stop=stop,
             )

@@ -49,13 +49,14 @@ def _extension(saved: Config, cfg: Config, step: int) -> str:
     if not here_ok:
         raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
                          f"at step {step} on (the stages before it must stay as they were); choose another --out")
-    before = {k: getattr(getattr(saved, k.split('.')[0]), k.split('.')[1]) for k in changed}
-    after = {k: getattr(getattr(cfg, k.split('.')[0]), k.split('.')[1]) for k in changed}
-    return "; ".join(f"{k} {_show(before[k])} -> {_show(after[k])}" for k in changed) + \
+    return "; ".join(f"{k} {_value(saved, k)} -> {_value(cfg, k)}" for k in changed) + \
         f" ({old[-1].end} -> {new[-1].end} steps)"
 
 
-def _show(value) -> str:
+def _value(cfg: Config, key: str) -> str:
+    """The value of ``section.key`` in ``cfg``, as the log shows it (lists as lists)."""
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
     return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
@@ -70,8 +71,9 @@ def _resume_point(run_dir: Path, args: argparse.Namespace, cfg: Config, say):
     return path, ckpt, _extension(saved_config(ckpt, path), cfg, ckpt.step)
 
 
-def _initial_weights(source: Path, model, say) -> None:
-    """``--init-from``: the weights of another run (its newest valid checkpoint) or of one checkpoint file."""
+def _initial_weights(source: Path, model, say) -> Path:
+    """``--init-from``: load the weights of another run (its newest valid checkpoint) or of one
+    checkpoint file into ``model``; the checkpoint's path."""
     from deepfusion.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
 
     if source.is_dir():
