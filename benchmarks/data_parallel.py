@@ -25,9 +25,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from launch import mpiexec, thread_env  # benchmarks/launch.py, beside this script
+
 CASES = {
     "compute": {"resolution": (128, 128), "channels": (16, 32, 64, 128), "batch": 8},
     "comm": {"resolution": (32, 32), "channels": (36, 72, 144, 288, 576), "batch": 2},
@@ -138,15 +138,6 @@ def _bare_or_ddp_loop(case: str, threads: int, steps: int, ddp: bool) -> dict:
 # ----------------------------------------------------------------------------- driver
 
 
-def _mpiexec() -> str:
-    from deepfusion.runtime import find_mpiexec
-
-    found = find_mpiexec()
-    if not found:
-        sys.exit("data_parallel.py: no mpiexec found (install the mpich extra)")
-    return found
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -154,12 +145,11 @@ def _free_port() -> int:
 
 
 def _launch(kind: str, case: str, ranks: int, threads: int, steps: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS=str(threads), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env = thread_env(threads, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     cmd = [sys.executable, __file__, "--worker", kind, "--case", case, "--threads", str(threads),
            "--steps", str(steps)]
     if kind in ("deepfusion", "ddp"):
-        cmd = [_mpiexec(), "-n", str(ranks), *cmd]
+        cmd = [mpiexec(), "-n", str(ranks), *cmd]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:
         sys.exit(f"data_parallel.py: {kind} {case} failed:\n{proc.stderr[-2000:]}")

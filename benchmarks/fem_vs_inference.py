@@ -27,29 +27,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from launch import thread_env, train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
+
 GRIDS = (256, 512, 1024)
 
 
-def _env(threads: int) -> dict:
-    # Every thread pool (torch/OpenMP, OpenBLAS, MKL) gets the same count before it starts.
-    pools = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    return dict(os.environ, **{k: str(threads) for k in pools}, PYTHONPATH=str(ROOT))
-
-
 def train(out: Path, epochs: int, n_train: int) -> tuple[Path, float]:
-    """Train configs/poisson.toml at 256^2 on two ranks, batch 16; (run directory, seconds)."""
+    """Train configs/poisson.toml at 256^2 on two ranks (one without mpiexec), batch 16; (run directory, seconds)."""
     from deepfusion.runtime import find_mpiexec
 
-    mpiexec = find_mpiexec()
-    launch = [mpiexec, "-n", "2"] if mpiexec else []
     run_dir = out / "poisson256"
-    cmd = [*launch, sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "poisson.toml"),
-           "--out", str(run_dir), "--set", "problem.resolution=[256,256]", "--set", "multigrid.levels=[]",
-           "--set", f"train.epochs={epochs}",
-           "--set", f"data.n_train={n_train}", "--set", "train.batch_size=16", "--set", "train.checkpoint_every=50"]
-    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=sys.stderr, env=_env(1))
+    train_run(ROOT / "configs" / "poisson.toml", run_dir, 2 if find_mpiexec() else 1,
+              ["problem.resolution=[256,256]", "multigrid.levels=[]", f"train.epochs={epochs}",
+               f"data.n_train={n_train}", "train.batch_size=16", "train.checkpoint_every=50"], threads=1)
     return run_dir, time.perf_counter() - t0
 
 
@@ -58,7 +49,7 @@ def compare(run_dir: Path, threads: int, samples: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "deepfusion", "compare", str(run_dir), "--resolution", *map(str, GRIDS),
            "--samples", str(samples), "--threads", str(threads), "--out", str(report)]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=sys.stderr, env=_env(threads))
+    subprocess.run(cmd, check=True, stdout=sys.stderr, env=thread_env(threads))
     return json.loads(report.read_text())
 
 

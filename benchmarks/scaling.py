@@ -31,21 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from launch import mpiexec, thread_env, train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
+
 RANKS = (1, 2, 4)
 LOCAL_BATCH = 4
-
-
-def _env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
-
-def _mpiexec() -> str:
-    from deepfusion.runtime import find_mpiexec
-
-    found = find_mpiexec()
-    if not found:
-        sys.exit("scaling.py: no mpiexec found (pip install mpich)")
-    return found
 
 
 def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: int, workdir: Path,
@@ -54,17 +43,15 @@ def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: in
     run_dir = workdir / f"r{resolution}_p{ranks}_b{batch}_s{samples}"
     steps = samples // batch
     sets = {
-        "problem.resolution": f"[{resolution},{resolution}]", "problem.test_c": "[4.0]", "data.n_train": samples,
+        # One level: the shipped config's multigrid schedule would time other grids' epochs too.
+        "problem.resolution": f"[{resolution},{resolution}]", "multigrid.levels": "[]", "problem.test_c": "[4.0]", "data.n_train": samples,
         "data.sampling": "random", "train.batch_size": batch, "train.epochs": epochs, "train.log_every": steps,
         "train.checkpoint_every": 100000, "parallel.threads_per_rank": 1, "output.plots": "false",
         "parallel.device": device,
     }
-    cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "burgers.toml"),
-           "--out", str(run_dir)]
-    for key, value in sets.items():
-        cmd += ["--set", f"{key}={value}"]
     print(f"  {resolution}^2, P = {ranks}, global batch {batch}, {samples} samples/epoch ...", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, env=_env(), stdout=subprocess.DEVNULL, timeout=3600)
+    train_run(ROOT / "configs" / "burgers.toml", run_dir, ranks, [f"{k}={v}" for k, v in sets.items()], threads=1,
+              quiet=True, timeout=3600)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     ends = [r["elapsed_s"] for r in records]
     per_epoch = [b - a for a, b in zip(ends, ends[1:])]
@@ -100,8 +87,8 @@ def fit_allreduce(reps: int = 30) -> dict:
     """alpha (s) and beta (s/byte) of t = alpha + beta n, fitted on 2 ranks, relative residuals weighted."""
     import numpy as np
 
-    cmd = [_mpiexec(), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--reps", str(reps)]  # 16 B .. 64 MiB
-    proc = subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True, timeout=600)
+    cmd = [mpiexec(), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--reps", str(reps)]  # 16 B .. 64 MiB
+    proc = subprocess.run(cmd, check=True, env=thread_env(1), capture_output=True, text=True, timeout=600)
     measured = {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
     n = np.array(sorted(measured), dtype=np.float64)
     t = np.array([measured[int(k)] for k in n])
