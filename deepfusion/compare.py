@@ -1,93 +1,20 @@
-"""Classical solve against DiffNet inference: timings and errors per resolution, and the report's table."""
+"""A DiffNet against the cheapest classical solve of equal accuracy: timings, errors, break-even, the table.
+
+The network's mean error on held-out instances (against the independent reference) is
+the target; :mod:`deepfusion.equal_accuracy` finds the cheapest classical configuration
+that reaches it; both are timed per instance, alone and (for the network) in a batch.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-import time
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["time_reference", "time_inference", "compare_row", "markdown_table"]
+from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep, timed
 
-
-def _clock(fn: Callable, *args, **kwargs) -> tuple[object, float]:
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
-
-
-def _warm_up(problem, params: np.ndarray) -> None:
-    """One untimed solve on a 9 x 9 grid, so library imports and JIT compilation are not counted as solve time."""
-    small = dataclasses.replace(problem, resolution=(9, 9))
-    if hasattr(small, "fem_system"):
-        system = small.fem_system(params[0])
-        system.solve("amg", 1e-8)
-        system.solve("direct")
-    else:
-        small.reference(params[:1])
-
-
-def time_reference(problem, params: np.ndarray, tol: float, direct: bool = True, say=print) -> tuple[np.ndarray, dict]:
-    """Solve each instance with the problem's classical solver, timing its parts.
-
-    A problem with ``fem_system`` (Poisson, reaction-diffusion) is assembled (boundary
-    conditions included), then solved by AMG-preconditioned CG to the relative residual
-    ``tol`` (AMG setup counted in the solve: a new instance needs a new hierarchy); the
-    first instance is also solved by sparse LU when ``direct``. Any other problem
-    (Burgers) is timed through its ``reference`` solve (Godunov). A solve on a tiny grid
-    comes first, untimed: imports and JIT compilation are a one-off cost of the process.
-
-    Returns
-    -------
-    fields : numpy.ndarray
-        (S, ...) the AMG (or Godunov) solutions.
-    timings : dict
-        Medians over the instances, in seconds per instance: ``fem_assembly_s``,
-        ``fem_solve_s``, ``fem_amg_setup_s``, ``fem_cg_iterations``,
-        ``fem_direct_solve_s`` (null without ``direct`` or FEM), ``fem_amg_vs_direct``
-        (max relative difference, first instance); for Burgers ``reference_solve_s``.
-    """
-    _warm_up(problem, params)
-    if not hasattr(problem, "fem_system"):
-        fields, seconds = [], []
-        for k in range(len(params)):
-            u, dt = _clock(problem.reference, params[k : k + 1])
-            fields.append(u[0])
-            seconds.append(dt)
-        solve = statistics.median(seconds)
-        say(f"    Godunov reference {solve:.3f} s per instance")
-        return np.stack(fields), {
-            "reference": "godunov", "fem_assembly_s": None, "fem_solve_s": solve, "fem_amg_setup_s": None,
-            "fem_cg_iterations": None, "fem_direct_solve_s": None, "fem_amg_vs_direct": None,
-        }
-    fields, assembly, solve, setup, iterations = [], [], [], [], []
-    direct_s = difference = None
-    for k in range(len(params)):
-        system, dt = _clock(problem.fem_system, params[k])
-        assembly.append(dt)
-        stats: dict = {}
-        u, dt = _clock(system.solve, "amg", tol, stats)
-        solve.append(dt)
-        setup.append(stats["amg_setup_s"])
-        iterations.append(stats["iterations"])
-        fields.append(u)
-        if direct and k == 0:
-            u_lu, direct_s = _clock(system.solve, "direct")
-            difference = float(np.abs(u - u_lu).max() / np.abs(u_lu).max())
-        say(f"    instance {k + 1}/{len(params)}: assembly {assembly[-1]:.3f} s, AMG-CG {solve[-1]:.3f} s "
-            f"({stats['iterations']} iterations, setup {stats['amg_setup_s']:.3f} s)"
-            + (f", direct LU {direct_s:.3f} s" if direct and k == 0 else ""))
-    return np.stack(fields), {
-        "reference": "fem",
-        "fem_assembly_s": statistics.median(assembly),
-        "fem_solve_s": statistics.median(solve),
-        "fem_amg_setup_s": statistics.median(setup),
-        "fem_cg_iterations": int(statistics.median(iterations)),
-        "fem_direct_solve_s": direct_s,
-        "fem_amg_vs_direct": difference,
-    }
+__all__ = ["time_inference", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
@@ -103,40 +30,83 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
     fields : numpy.ndarray
         (S, ...) from the batched pass.
     timings : dict
-        ``inference_first_s``, ``inference_single_s``, ``inference_batched_per_instance_s``,
-        ``inference_batch``.
+        ``inference_first_s``, ``diffnet_s_single``, ``diffnet_s_batched``, ``inference_batch``.
     """
-    _, first = _clock(predict, params[:1], 1)
-    single = statistics.median(_clock(predict, params[k : k + 1], 1)[1] for k in range(len(params)))
-    fields, total = _clock(predict, params, batch)
+    _, first = timed(predict, params[:1], 1)
+    single = statistics.median(timed(predict, params[k : k + 1], 1)[1] for k in range(len(params)))
+    fields, total = timed(predict, params, batch)
     per_instance = total / len(params)
-    say(f"    DiffNet inference: first call {first:.3f} s, one instance {single:.4f} s, "
-        f"{per_instance:.4f} s per instance in batches of {min(batch, len(params))}")
-    return fields, {
-        "inference_first_s": first,
-        "inference_single_s": single,
-        "inference_batched_per_instance_s": per_instance,
-        "inference_batch": min(batch, len(params)),
-    }
+    say(f"    DiffNet inference: first call {first:.3f} s, one instance {single * 1e3:.2f} ms, "
+        f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}")
+    return fields, {"inference_first_s": first, "diffnet_s_single": single, "diffnet_s_batched": per_instance,
+                    "inference_batch": min(batch, len(params))}
 
 
-def compare_row(resolution: tuple[int, ...], threads: int, reference: dict, inference: dict, accuracy=None) -> dict:
-    """One report row: the timings, speed-ups (classical seconds / inference seconds) and, where the
-    model was trained at this grid, the error against the independent reference with the grid's
-    floor (a :class:`deepfusion.evaluate.FloorReport`)."""
-    classical = (reference["fem_assembly_s"] or 0.0) + reference["fem_solve_s"]
-    rel_l2 = None if accuracy is None else accuracy.error
+def _measure(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
+    """Every instance solved by (method, grid), timed on its own grid, then carried onto the network's nodes."""
+    from diffnet.classical import classical_solver, to_grid
+
+    solver = classical_solver(problem, method, grid)
+    fields, seconds = [], []
+    for row in params:
+        native, dt = timed(solver, row)
+        seconds.append(dt)
+        fields.append(to_grid(problem, method, native, row))
+    return np.stack(fields), seconds
+
+
+def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:
+    """The refinement sweep of :func:`diffnet.classical.configurations` on ``params`` against ``truth``.
+
+    Each method first solves one instance on its coarsest grid untimed: imports and JIT
+    compilation are a one-off cost of the process, not of a solve.
+    """
+    from deepfusion.evaluate import relative_l2
+    from diffnet.classical import configurations
+
+    configs = configurations(problem)
+    for method, grids in configs.items():
+        _measure(problem, params[:1], method, grids[0])
+    return sweep(configs, lambda m, g: _measure(problem, params, m, g), lambda f: relative_l2(f, truth), target, say)
+
+
+def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
+    """pyamg's default smoothed aggregation + CG on the equal-accuracy grid (Q1 families only): the
+    baseline the geometric multigrid is measured against."""
+    from deepfusion.evaluate import relative_l2
+
+    if not hasattr(problem, "fem_system"):
+        return None
+    _measure(problem, params[:1], "sa-cg", grid)
+    fields, seconds = _measure(problem, params, "sa-cg", grid)
+    return Point("sa-cg", grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds))
+
+
+def compare_row(*, device: str, threads: int, accuracy, inference: dict, points: list[Point],
+                baseline: Point | None, train_seconds: float | None) -> dict:
+    """One report row: the network's error and times, the cheapest classical solve that matches the
+    error, their ratio (classical seconds / DiffNet seconds per instance, batched) and N*."""
+    target = float(accuracy.error.mean())
+    best = cheapest(points, target)
+    classical_s = None if best is None else best.seconds
     return {
-        "resolution": list(resolution),
+        "device": device,
         "threads": threads,
-        **reference,
+        "diffnet_error": target,
+        "diffnet_error_max": float(accuracy.error.max()),
+        "floor": float(accuracy.floor.mean()),
+        "ratio_to_floor": accuracy.ratio,
+        "classical_method": None if best is None else best.method,
+        "classical_grid_equal_accuracy": None if best is None else best.grid,
+        "classical_error": None if best is None else best.error,
+        "classical_s": classical_s,
         **inference,
-        "speedup_single": classical / inference["inference_single_s"],
-        "speedup_batched": classical / inference["inference_batched_per_instance_s"],
-        "rel_l2": None if rel_l2 is None else float(np.mean(rel_l2)),
-        "rel_l2_max": None if rel_l2 is None else float(np.max(rel_l2)),
-        "floor": None if accuracy is None else float(accuracy.floor.mean()),
-        "ratio_to_floor": None if accuracy is None else accuracy.ratio,
+        "ratio_equal_accuracy": None if best is None else classical_s / inference["diffnet_s_batched"],
+        "ratio_equal_accuracy_single": None if best is None else classical_s / inference["diffnet_s_single"],
+        "break_even_queries": None if best is None else break_even(train_seconds, classical_s,
+                                                                   inference["diffnet_s_batched"]),
+        "train_seconds": train_seconds,
+        "pyamg_default": None if baseline is None else baseline.as_dict(),
     }
 
 
@@ -146,20 +116,25 @@ def _cell(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """The report as a Markdown table, one line per resolution."""
-    fem = rows[0]["reference"] == "fem"
-    head = (["grid", "threads", "FEM assembly s", "AMG-CG solve s (its)", "direct LU s"] if fem
-            else ["grid", "threads", "Godunov s"])
-    head += ["DiffNet one instance s", "DiffNet batched s/instance", "speed-up one / batched",
-             "DiffNet rel. L2", "floor", "ratio"]
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def markdown_table(rows: list[dict], grid: list[int]) -> str:
+    """The report as a Markdown table, one line per device and thread count."""
+    head = ["grid", "device, threads", "DiffNet error (floor, ratio)", "classical at equal accuracy",
+            "its error", "classical ms", "DiffNet ms one / batched", "ratio one / batched", "N*"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        grid = "×".join(map(str, r["resolution"]))
-        cells = ([grid, str(r["threads"]), _cell(r["fem_assembly_s"]), f"{_cell(r['fem_solve_s'])} ({r['fem_cg_iterations']})",
-                  _cell(r["fem_direct_solve_s"])] if fem else [grid, str(r["threads"]), _cell(r["fem_solve_s"])])
-        cells += [_cell(r["inference_single_s"]), _cell(r["inference_batched_per_instance_s"]),
-                  f"{r['speedup_single']:.1f}× / {r['speedup_batched']:.1f}×", _cell(r["rel_l2"]), _cell(r["floor"]),
-                  _cell(r["ratio_to_floor"])]
-        lines.append("| " + " | ".join(cells) + " |")
+        matched = "none in the sweep" if r["classical_method"] is None else \
+            f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}"
+        ratio = "—" if r["ratio_equal_accuracy"] is None else \
+            f"{r['ratio_equal_accuracy_single']:.2g}× / {r['ratio_equal_accuracy']:.2g}×"
+        n_star = ("—" if r["train_seconds"] is None or r["classical_s"] is None else "never"
+                  if r["break_even_queries"] is None else f"{r['break_even_queries']:.3g}")
+        lines.append("| " + " | ".join([
+            "×".join(map(str, grid)), f"{r['device']}, {r['threads']}",
+            f"{r['diffnet_error']:.4f} ({r['floor']:.4f}, {r['ratio_to_floor']:.2f})", matched,
+            _cell(r["classical_error"], 4), _ms(r["classical_s"]),
+            f"{_ms(r['diffnet_s_single'])} / {_ms(r['diffnet_s_batched'])}", ratio, n_star]) + " |")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["FieldFileError", "write_fields", "read_fields"]
+__all__ = ["write_statistics", "FieldFileError", "write_fields", "read_fields"]
 
 
 
@@ -113,6 +113,57 @@ def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]
   </Domain>
 </Xdmf>
 """
+
+
+def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: dict[str, np.ndarray],
+                     params: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
+    """Write 2-D statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
+    summarise, and an XDMF that shows each field as an attribute of that grid. Written like
+    :func:`write_fields`: temporaries renamed into place."""
+    path = Path(path)
+    names = list(coords)
+    shape = tuple(len(coords[n]) for n in names)
+    for key, value in fields.items():
+        if np.shape(value) != shape:
+            raise ValueError(f"{key} has shape {np.shape(value)}, the grid {shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, value in {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names},
+                               **params}.items():
+                f.create_dataset(key, data=np.asarray(value))
+            f.attrs["axes"] = ",".join(names)
+            f.attrs["resolution"] = np.asarray(shape, dtype=np.int64)
+            for key, value in attrs.items():
+                f.attrs[key] = value
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    n0, n1 = shape
+    attributes = "\n".join(
+        f"""      <Attribute Name="{key}" AttributeType="Scalar" Center="Node">
+        <DataItem Dimensions="{n0} {n1}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{key}</DataItem>
+      </Attribute>""" for key in fields)
+    xdmf = path.with_suffix(".xdmf")
+    tmp_x = xdmf.with_name(f".{xdmf.name}.tmp-{os.getpid()}")
+    tmp_x.write_text(f"""<?xml version="1.0" ?>
+<Xdmf Version="3.0">
+  <Domain>
+    <Grid Name="statistics" GridType="Uniform">
+      <Topology TopologyType="2DRectMesh" Dimensions="{n0} {n1}"/>
+      <Geometry GeometryType="VXVY">
+        <DataItem Dimensions="{n1}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{names[1]}</DataItem>
+        <DataItem Dimensions="{n0}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{names[0]}</DataItem>
+      </Geometry>
+{attributes}
+    </Grid>
+  </Domain>
+</Xdmf>
+""")
+    os.replace(tmp_x, xdmf)
+    return path
 
 
 def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:

@@ -69,8 +69,9 @@ CASES = [
     (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "this run is poisson"),
     (["compare", "{poisson}", "--out", "r.txt"], "the report is JSON"),
     (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
-    (["compare", "{poisson}", "--out", "r.json", "--resolution", "2"], "--resolution"),
-    (["compare", "{poisson}", "--out", "r.json", "--tol", "nan"], "--tol"),
+    (["compare", "{poisson}", "--out", "r.json", "--threads", "1", "0"], "--threads: must be in 1..4096, got 0"),
+    (["compare", "{poisson}", "--out", "r.json", "--batch", "0"], "--batch: must be in 1..1024"),
+    (["compare", "{poisson}", "--out", "r.json", "--resolution", "64"], "unrecognized arguments: --resolution"),
     (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "holds out 1 value of c"),
     (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
     # instance files

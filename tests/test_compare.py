@@ -1,7 +1,9 @@
-"""``deepfusion compare``: the report's fields, and its FEM side against the Poisson reference solver."""
+"""``deepfusion compare`` at equal accuracy: the refinement sweep's choice, the classical adapters,
+and the report on tiny trained runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -9,60 +11,74 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, run_cli, train_once
-from deepfusion.compare import time_inference, time_reference
+from deepfusion.compare import time_inference
+from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep
+from diffnet.classical import classical_solver, configurations, to_grid
+from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem, sample_coefficients
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 BURGERS = str(ROOT / "configs" / "burgers.toml")
-TIMINGS = ("fem_assembly_s", "fem_solve_s", "fem_amg_setup_s", "fem_direct_solve_s", "inference_first_s",
-           "inference_single_s", "inference_batched_per_instance_s", "speedup_single", "speedup_batched")
+ROW_KEYS = ("diffnet_error", "classical_grid_equal_accuracy", "classical_error", "classical_s", "diffnet_s_single",
+            "diffnet_s_batched", "ratio_equal_accuracy", "break_even_queries")
 
 
-@pytest.fixture(scope="module")
-def poisson_run(tmp_path_factory):
-    run_dir, _ = train_once(tmp_path_factory, POISSON, "poisson", *TINY, "--set", "data.n_test=3",
-                            "--set", "output.plots=false")
-    return run_dir
+def test_sweep_stops_at_the_coarsest_grid_that_meets_the_error():
+    """A solver whose error is exactly 1/n^2 on an n-grid: 1e-3 is first met at n = 32 (1/32^2 < 1e-3 < 1/24^2)."""
+    calls = []
+
+    def solve_on(method, grid):
+        calls.append((method, grid))
+        return np.full((2, 1), 1.0 / grid**2), [grid * 1e-6, grid * 1e-6]
+
+    points = sweep({"a": [8, 16, 24, 32, 48, 64]}, solve_on, lambda f: f[:, 0], 1e-3, say=lambda line: None)
+    assert calls == [("a", 8), ("a", 16), ("a", 24), ("a", 32)]
+    best = cheapest(points, 1e-3)
+    assert (best.grid, best.error, best.seconds) == (32, 1.0 / 1024, 32e-6)
+    assert cheapest(points, 1e-5) is None
 
 
-def test_report_on_a_tiny_run_has_every_field(poisson_run, tmp_path):
-    out = tmp_path / "cmp" / "report.json"
-    proc = run_cli("compare", str(poisson_run), "--resolution", "16", "24", "--samples", "2", "--batch", "2",
-                   "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
-    assert report["problem"] == "poisson" and report["samples"] == 2 and report["threads"] == 1
-    assert report["model_load_s"] > 0 and report["amg_tol"] == 1e-8
-    assert np.asarray(report["instances"]).shape == (2, 6)
-    rows = report["rows"]
-    assert [r["resolution"] for r in rows] == [[16, 16], [24, 24]]
-    for row in rows:
-        assert row["threads"] == 1 and row["reference"] == "fem" and row["inference_batch"] == 2
-        assert row["fem_cg_iterations"] >= 1
-        for key in TIMINGS:
-            assert math.isfinite(row[key]) and row[key] > 0, (key, row[key])
-        assert 0 <= row["fem_amg_vs_direct"] < 1e-6
-    # The error needs a model trained at the grid: the run's 16 x 16 has it, 24 x 24 not.
-    assert 0 < rows[0]["rel_l2"] <= rows[0]["rel_l2_max"] < 1
-    assert rows[1]["rel_l2"] is None and rows[1]["rel_l2_max"] is None
-    # The same held-out instances, the same error as the run's own evaluation.
-    evaluation = json.loads((poisson_run / "eval.json").read_text())
-    assert rows[0]["rel_l2_max"] == pytest.approx(max(evaluation["rel_l2"][:2]), rel=1e-4)
-    table = out.with_suffix(".md").read_text().splitlines()
-    assert len(table) == 4 and table[2].startswith("| 16×16 | 1 |")
-    assert out.with_suffix(".png").stat().st_size > 10_000
-    assert "1 thread for both solvers" in proc.stdout and "no model trained at this grid" in proc.stdout
+def test_cheapest_is_the_fastest_point_meeting_the_target_across_methods():
+    points = [Point("slow", 64, 0.01, 2.0), Point("fast", 96, 0.009, 0.5), Point("fast", 48, 0.02, 0.1)]
+    assert cheapest(points, 0.0100) == Point("fast", 96, 0.009, 0.5)
+    assert break_even(100.0, 0.5, 0.1) == pytest.approx(250.0)
+    assert break_even(100.0, 0.1, 0.5) is None and break_even(None, 0.5, 0.1) is None
 
 
-@pytest.mark.parametrize("problem", [PoissonProblem((33, 41)), ReactionDiffusionProblem((29, 29), kappa=2.0)])
-def test_fem_side_equals_the_reference_solver(problem):
-    a = sample_coefficients((-3.0, 3.0), 6, 3, "random", 11)
-    fields, timings = time_reference(problem, a, tol=1e-11, say=lambda line: None)
-    expected = problem.reference(a, method="direct")
-    assert np.abs(fields - expected).max() < 1e-8
-    assert timings["fem_assembly_s"] > 0 and timings["fem_solve_s"] >= timings["fem_amg_setup_s"] > 0
-    assert timings["fem_direct_solve_s"] > 0 and timings["fem_amg_vs_direct"] < 1e-8
+def test_poisson_sweep_finds_the_grid_with_a_known_error():
+    """Errors measured on the real solver: the target set just above the 33-node solve's error picks 33
+    (the coarser grids of the sweep are measured to be worse)."""
+    problem = PoissonProblem((33, 33))
+    a = sample_coefficients((-3.0, 3.0), 6, 2, "random", 5)
+    truth = problem.truth(a)
+    from deepfusion.compare import classical_sweep
+    from deepfusion.evaluate import relative_l2
+
+    direct = relative_l2(problem.reference(a, method="direct"), truth).mean()
+    points = classical_sweep(problem, a, truth, 1.02 * direct, say=lambda line: None)
+    fmg = [p for p in points if p.method == "fmg"]
+    assert fmg[-1].grid == 33 and all(p.error > 1.02 * direct for p in fmg[:-1])
+    assert fmg[-1].error == pytest.approx(direct, rel=0.02)  # FMG at the floor of its grid
+
+
+def test_classical_adapters_solve_and_carry_fields_onto_the_network_grid():
+    problem = PoissonProblem((24, 24))
+    a = sample_coefficients((-3.0, 3.0), 6, 1, "random", 2)[0]
+    assert configurations(problem)["fmg1"][:3] == [5, 7, 9] and 24 in configurations(problem)["fmg1"]
+    native = classical_solver(problem, "fmg", 24)(a)
+    # Solved to a tenth of the discretisation error: within a tenth of the floor of the exact solve.
+    direct = problem.reference(a[None], method="direct")[0]
+    floor = np.linalg.norm(direct - problem.truth(a[None])[0])
+    assert np.linalg.norm(native - direct) < 0.1 * floor
+    assert np.array_equal(to_grid(problem, "fmg", native, a), native)  # the same grid: nothing moves
+    coarse = classical_solver(problem, "sa-cg", 13)(a)
+    carried = to_grid(problem, "sa-cg", coarse, a)
+    assert carried.shape == (24, 24) and np.allclose(carried[:, 0], 1) and np.allclose(carried[:, -1], 0)
+    burgers = BurgersProblem((16, 33), viscosity=0.01)
+    cells = configurations(burgers)["godunov2"]
+    assert 32 in cells and max(cells) < 8192
+    u = to_grid(burgers, "godunov1", classical_solver(burgers, "godunov1", 64)(np.array(4.0)), np.array(4.0))
+    assert u.shape == (16, 33) and u[:, 0].max() == 0.0
 
 
 def test_inference_timing_reports_the_batched_fields():
@@ -77,16 +93,35 @@ def test_inference_timing_reports_the_batched_fields():
     np.testing.assert_array_equal(fields[:, :, 0], params)
     # First call, each instance alone, then all of them batched.
     assert calls == [(1, 1), (1, 1), (1, 1), (1, 1), (3, 8)]
-    assert timings["inference_batch"] == 3 and timings["inference_single_s"] > 0
+    assert timings["inference_batch"] == 3 and timings["diffnet_s_single"] > 0
 
 
-def test_burgers_compares_against_godunov(tmp_path_factory, tmp_path):
-    run_dir, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "train.epochs=2",
+@pytest.mark.parametrize("config, name", [(POISSON, "poisson"), (BURGERS, "burgers")])
+def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
+    run_dir, _ = train_once(tmp_path_factory, config, name, *TINY, "--set", "data.n_test=3",
                             "--set", "output.plots=false")
-    out = tmp_path / "b.json"
-    proc = run_cli("compare", str(run_dir), "--samples", "2", "--out", str(out))
+    out = tmp_path / "cmp" / "report.json"
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--batch", "2", "--threads", "1", "2",
+                   "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    (row,) = json.loads(out.read_text())["rows"]
-    assert row["reference"] == "godunov" and row["fem_solve_s"] > 0 and row["fem_assembly_s"] is None
-    assert row["resolution"] == [16, 16] and 0 < row["rel_l2"] < 2
-    assert "Godunov" in out.with_suffix(".md").read_text()
+    report = json.loads(out.read_text())
+    assert report["problem"] == name and report["samples"] == 2 and report["resolution"] == [16, 16]
+    rows = report["rows"]
+    assert [(r["device"], r["threads"]) for r in rows] == [("cpu", 1), ("cpu", 2)]
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    for row in rows:
+        assert set(ROW_KEYS) <= set(row)
+        # The same held-out instances, the same error as the run's own evaluation.
+        assert row["diffnet_error"] == pytest.approx(np.mean(evaluation["rel_l2"][:2]), rel=1e-4)
+        # An untrained network is far off; the sweep finds a classical grid that beats it.
+        assert row["classical_error"] <= row["diffnet_error"]
+        assert row["ratio_equal_accuracy"] == pytest.approx(row["classical_s"] / row["diffnet_s_batched"])
+        assert row["train_seconds"] > 0
+        assert row["break_even_queries"] is None or math.isfinite(row["break_even_queries"])
+    methods = {p["method"] for p in report["sweep"]}
+    assert methods == ({"fmg1", "fmg"} if name == "poisson" else {"godunov1", "godunov2"})
+    assert (rows[0]["pyamg_default"] is not None) == (name == "poisson")
+    table = out.with_suffix(".md").read_text().splitlines()
+    assert len(table) == 4 and table[2].startswith("| 16×16 | cpu, 1 |")
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    assert "meets the target" in proc.stdout

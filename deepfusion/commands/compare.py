@@ -1,10 +1,10 @@
-"""``deepfusion compare``: a classical solve (Q1 FEM + AMG, or Godunov) timed against DiffNet inference."""
+"""``deepfusion compare``: a trained DiffNet against the cheapest classical solve of equal accuracy."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import time
 from pathlib import Path
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from deepfusion.commands import warn
 from deepfusion.config import Config
-from deepfusion.inputs import InputError, check_output_file, check_resolution
+from deepfusion.inputs import InputError, check_output_file
 from deepfusion.rundir import run_config, trained_model
 from deepfusion.wiring import build_problem, sample_parameters
 
@@ -30,73 +30,96 @@ def _compare_instances(cfg: Config, samples: int) -> np.ndarray:
     return sample_parameters(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters
 
 
-def run(args: argparse.Namespace, comm) -> int:
-    """Classical solve (Q1 FEM + AMG, or Godunov) against DiffNet inference, per resolution."""
-    import dataclasses
+def _training(run_dir: Path) -> tuple[float | None, int | None]:
+    """The run's training wall-clock seconds (eval.json) and its ranks (metrics.jsonl), where recorded."""
+    seconds = ranks = None
+    if (run_dir / "eval.json").is_file():
+        seconds = json.loads((run_dir / "eval.json").read_text()).get("train_seconds")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        lines = [line for line in metrics.read_text().splitlines() if line.strip()]
+        ranks = json.loads(lines[-1]).get("ranks") if lines else None
+    return seconds, ranks
 
-    run_dir = Path(args.run_dir)
-    cfg = run_config(run_dir)
+
+def _check(args: argparse.Namespace) -> list[int]:
     check_output_file(args.out, (".json",), "the report is JSON")
     if not 1 <= args.samples <= 1000:
         raise InputError(f"--samples: must be in 1..1000, got {args.samples}")
-    if not 1 <= args.threads <= 4096:
-        raise InputError(f"--threads: must be in 1..4096, got {args.threads}")
+    threads = args.threads or sorted({1, os.cpu_count() or 1})
+    for t in threads:
+        if not 1 <= t <= 4096:
+            raise InputError(f"--threads: must be in 1..4096, got {t}")
     if not 1 <= args.batch <= 1024:
         raise InputError(f"--batch: must be in 1..1024, got {args.batch}")
-    if not (math.isfinite(args.tol) and 0 < args.tol <= 1e-2):
-        raise InputError(f"--tol: must be in (0, 1e-2], got {args.tol}")
-    trained = tuple(cfg.problem.resolution)
-    grids = [(n, n) for n in args.resolution] if args.resolution else [trained]
-    for grid in grids:
-        check_resolution(grid)
+    return threads
+
+
+def run(args: argparse.Namespace, comm) -> int:
+    """The network's error and inference time, the classical sweep to equal accuracy, the report."""
+    run_dir = Path(args.run_dir)
+    cfg = run_config(run_dir)
+    threads = _check(args)
     params = _compare_instances(cfg, args.samples)
     from deepfusion.runtime import apply_threads
 
-    apply_threads(args.threads)  # before torch starts its thread pool
-    from deepfusion.compare import compare_row, markdown_table, time_inference, time_reference
+    apply_threads(threads[0])  # before torch starts its thread pool
+    import torch
+
+    from deepfusion.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
     from deepfusion.evaluate import against_floor, predict
 
     t0 = time.perf_counter()
     _, model, path = trained_model(run_dir, args.checkpoint, warn)
     load_s = time.perf_counter() - t0
-    print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, trained at {list(trained)}), checkpoint {path} "
-          f"loaded in {load_s:.3f} s; {len(params)} held-out instances; "
-          f"{args.threads} thread{'s' if args.threads > 1 else ''} for both solvers",
-          flush=True)
-    rows = []
-    for grid in grids:
-        problem = build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
-        print(f"  {grid[0]}x{grid[1]}:", flush=True)
-        ref, reference = time_reference(problem, params, args.tol, direct=not args.no_direct)
-        pred, inference = time_inference(lambda p, b: predict(model, problem, p, b), params, args.batch)
-        # The error needs a model trained at this grid; elsewhere only the timings mean something.
-        acc = against_floor(problem, params, pred, ref if cfg.problem.name == "burgers" else None) \
-            if grid == trained else None
-        rows.append(compare_row(grid, args.threads, reference, inference, acc))
-        row = rows[-1]
-        print(f"    speed-up {row['speedup_single']:.1f}x (one instance), {row['speedup_batched']:.1f}x (batched)"
-              + (f"; rel. L2 vs {acc.truth_name} mean {row['rel_l2']:.4f}, max {row['rel_l2_max']:.4f}, floor "
-                 f"{row['floor']:.4f}, ratio {row['ratio_to_floor']:.2f}" if acc is not None
-                 else "; no model trained at this grid, error not measured"), flush=True)
+    problem = build_problem(cfg)
+    grid = list(cfg.problem.resolution)
+    train_seconds, ranks = _training(run_dir)
+    print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, {grid[0]}x{grid[1]}), checkpoint {path}; "
+          f"{len(params)} held-out instances; training took "
+          + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time"), flush=True)
+
+    inference = {}
+    pred = None
+    for t in threads:
+        apply_threads(t)
+        print(f"  CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
+        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, problem, p, b), params, args.batch)
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        print(f"  GPU ({name}, a different machine's figure):", flush=True)
+        gpu_model = model.to("cuda")
+        _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu_model, problem, p, b), params,
+                                                           args.batch)
+    print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
+    acc = against_floor(problem, params, pred)
+    target = float(acc.error.mean())
+    print(f"  DiffNet error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
+          f"classical sweep to that error, coarse to fine:", flush=True)
+    points = classical_sweep(problem, params, acc.truth, target)
+    from deepfusion.equal_accuracy import cheapest
+
+    best = cheapest(points, target)
+    baseline = None if best is None else reference_row(problem, params, acc.truth, best.grid)
+    if baseline is not None:
+        print(f"    pyamg default (SA + CG to 1e-8) on the same grid: {baseline.seconds * 1e3:.2f} ms per instance, "
+              f"{baseline.seconds / best.seconds:.1f}x the multigrid's time", flush=True)
+    rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
+                        train_seconds=train_seconds) for (device, t), timing in inference.items()]
     report = {
-        "run_dir": str(run_dir),
-        "checkpoint": str(path),
-        "problem": cfg.problem.name,
-        "trained_resolution": list(trained),
+        "run_dir": str(run_dir), "checkpoint": str(path), "problem": cfg.problem.name, "resolution": grid,
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
-        "samples": len(params),
-        "instances": params.tolist(),
-        "threads": args.threads,
-        "amg_tol": args.tol,
-        "model_load_s": load_s,
-        "rows": rows,
+        "samples": len(params), "instances": params.tolist(), "model_load_s": load_s,
+        "reference": acc.truth_name, "floor_is": acc.floor_name, "train_ranks": ranks,
+        "classical_threads": "the classical solvers here are serial (numba, scipy sparse, pyamg)",
+        "rows": rows, "sweep": [p.as_dict() for p in points],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     table = args.out.with_suffix(".md")
-    table.write_text(markdown_table(rows))
-    from deepfusion.plots import plot_compare
+    table.write_text(markdown_table(rows, grid))
+    from deepfusion.plots import plot_pareto
 
-    figure = plot_compare(rows, args.out.with_suffix(".png"))
-    print(f"\n{markdown_table(rows)}\nwrote {args.out}, {table}, {figure}")
+    figure = plot_pareto(report, args.out.with_suffix(".png"))
+    print(f"\n{markdown_table(rows, grid)}\nwrote {args.out}, {table}, {figure}")
     return 0

@@ -7,7 +7,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["godunov_flux", "solve", "solve_on_grid", "characteristics_solution", "default_cells"]
+__all__ = ["godunov_flux", "solve", "solve_on_grid", "nodal_field", "characteristics_solution", "default_cells"]
 
 
 @numba.njit(cache=True, inline="always")
@@ -175,6 +175,24 @@ def default_cells(nx: int) -> int:
     return max(8192, 32 * (nx - 1))
 
 
+def nodal_field(cell_averages: np.ndarray, nx: int, c: float) -> np.ndarray:
+    """Cell averages (N_t, cells) read at nx uniform nodes of [0, 1]: the linear interpolant of the
+    averages, with u = 0 at x = 0 and a linear extrapolation at the outflow x = 1; the exact
+    initial condition at t = 0."""
+    nt, cells = cell_averages.shape
+    edges = np.linspace(0.0, 1.0, cells + 1)
+    centres = 0.5 * (edges[1:] + edges[:-1])  # as solve() returns them
+    xs = np.concatenate([[0.0], centres, [1.0]])
+    x_nodes = np.linspace(0.0, 1.0, nx)
+    field = np.empty((nt, nx))
+    for n in range(nt):
+        u = cell_averages[n]
+        right = u[-1] + 0.5 * (u[-1] - u[-2])
+        field[n] = np.interp(x_nodes, xs, np.concatenate([[0.0], u, [right]]))
+    field[0] = 0.5 * (1.0 - np.cos(2.0 * math.pi * c * x_nodes))  # the IC is known exactly
+    return field
+
+
 def solve_on_grid(
     c: float,
     resolution: tuple[int, int],
@@ -183,23 +201,11 @@ def solve_on_grid(
     cells: int | None = None,
     order: int = 2,
 ) -> np.ndarray:
-    """Fine-grid Godunov solution sampled onto the nodal (N_t, N_x) output grid.
-
-    Nodes take the linear interpolant of the cell averages, with u = 0 at x = 0 and a
-    linear extrapolation at the outflow x = 1.
-    """
+    """Fine-grid Godunov solution sampled onto the nodal (N_t, N_x) output grid (see :func:`nodal_field`)."""
     nt, nx = resolution
     cells = default_cells(nx) if cells is None else cells
-    times = np.linspace(0.0, t_final, nt)
-    centres, u = solve(c, cells, times, viscosity, order)
-    xs = np.concatenate([[0.0], centres, [1.0]])
-    x_nodes = np.linspace(0.0, 1.0, nx)
-    field = np.empty((nt, nx))
-    for n in range(nt):
-        right = u[n, -1] + 0.5 * (u[n, -1] - u[n, -2])
-        field[n] = np.interp(x_nodes, xs, np.concatenate([[0.0], u[n], [right]]))
-    field[0] = 0.5 * (1.0 - np.cos(2.0 * math.pi * c * x_nodes))  # the IC is known exactly
-    return field
+    _, u = solve(c, cells, np.linspace(0.0, t_final, nt), viscosity, order)
+    return nodal_field(u, nx, c)
 
 
 def characteristics_solution(c: float, x: np.ndarray, t: float, iters: int = 60) -> np.ndarray:

@@ -1,0 +1,155 @@
+"""``deepfusion uq``: mean and standard-deviation fields over N instances drawn from the family, through
+the Python surrogate; with ``--classical`` the same statistics from the classical solve of equal accuracy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from deepfusion.commands import warn
+from deepfusion.inputs import InputError, check_output_file
+
+__all__ = ["run"]
+
+
+def _check(args: argparse.Namespace) -> None:
+    check_output_file(args.out)
+    if not 2 <= args.samples <= 10_000_000:
+        raise InputError(f"--samples: must be in 2..10000000, got {args.samples}")
+    if not 1 <= args.batch <= 65536:
+        raise InputError(f"--batch: must be in 1..65536, got {args.batch}")
+    if not 2 <= args.reference_samples <= 100_000:
+        raise InputError(f"--reference-samples: must be in 2..100000, got {args.reference_samples}")
+
+
+def _classical(surrogate, say) -> tuple[str, int, float]:
+    """The classical configuration as accurate as the network: the refinement sweep of ``compare`` against
+    the network's mean error on (up to) 4 held-out instances of the run."""
+    from deepfusion.commands.compare import _compare_instances
+    from deepfusion.compare import classical_sweep
+    from deepfusion.equal_accuracy import cheapest
+    from deepfusion.evaluate import against_floor
+
+    cfg, problem = surrogate.config, surrogate.problem
+    held = _compare_instances(cfg, min(4, len(cfg.problem.test_c) if cfg.problem.name == "burgers"
+                                       and cfg.problem.test_c else 4))
+    acc = against_floor(problem, held, surrogate.fields(held))
+    target = float(acc.error.mean())
+    say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
+    best = cheapest(classical_sweep(problem, held, acc.truth, target, say), target)
+    if best is None:
+        raise InputError("--classical: no classical configuration in the sweep is as accurate as this network "
+                         "(below the reference's own grid); compare against the reference instead")
+    return best.method, best.grid, target
+
+
+def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.fields import write_statistics
+    from deepfusion.rundir import run_config
+    from deepfusion.surrogate import Surrogate
+    from deepfusion.uq import draw_parameters, run_study
+    from deepfusion.wiring import field_attrs
+
+    run_dir = Path(args.run_dir)
+    cfg = run_config(run_dir)
+    _check(args)
+    if cfg.problem.name == "burgers" and args.distribution != "uniform":
+        raise InputError("--distribution: Burgers runs draw c uniformly on problem.c_range")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
+    for w in caught:
+        warn(str(w.message))
+    params = draw_parameters(cfg.problem, args.samples, args.distribution, args.seed)
+    lo, hi = surrogate.parameter_range
+    outside = int(np.any((params < lo) | (params > hi), axis=tuple(range(1, params.ndim))).sum())
+    if outside:
+        warn(f"{outside} of {len(params)} drawn instances lie outside the training range [{lo:g}, {hi:g}] "
+             f"(the network extrapolates there)")
+    name = "c" if cfg.problem.name == "burgers" else "a"
+    print(f"deepfusion uq: {run_dir} ({cfg.problem.name}, {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}), "
+          f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}",
+          flush=True)
+    keep = min(args.reference_samples, args.samples) if args.classical else 0
+
+    def network(p: np.ndarray) -> tuple[np.ndarray, float]:
+        t0 = time.perf_counter()
+        u = surrogate.fields(p)
+        return u, time.perf_counter() - t0
+
+    diffnet = run_study(network, params, args.batch, "DiffNet", keep)
+    fields = {"mean": diffnet.moments.mean, "std": diffnet.moments.std}
+    summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": cfg.problem.name,
+               "samples": args.samples, "distribution": args.distribution, "seed": args.seed,
+               "diffnet_seconds": diffnet.seconds}
+    if args.classical:
+        summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir))
+    attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
+                                           "distribution": args.distribution, "seed": args.seed,
+                                           "std_divisor": "N - 1"}
+    out = write_statistics(args.out, fields, surrogate.grid, {name: params}, attrs)
+    report = Path(args.out).with_suffix(".json")
+    report.write_text(json.dumps(summary, indent=2) + "\n")
+    from deepfusion.plots import plot_statistics
+
+    axes = list(surrogate.grid)
+    figure = plot_statistics(fields, surrogate.grid, (axes[1], axes[0]), Path(args.out).with_suffix(".png"))
+    print(f"DiffNet: {args.samples} instances in {diffnet.seconds:.2f} s "
+          f"({diffnet.seconds / args.samples * 1e3:.3f} ms each)")
+    if args.classical:
+        print(f"classical ({summary['classical_method']}, grid {summary['classical_grid']}): "
+              f"{summary['classical_seconds']:.2f} s; Monte Carlo check on {keep} instances against "
+              f"{summary['reference']}: mean error DiffNet {summary['mean_error_diffnet']:.2e}, classical "
+              f"{summary['mean_error_classical']:.2e}; std error DiffNet {summary['std_error_diffnet']:.2e}, "
+              f"classical {summary['std_error_classical']:.2e}")
+        n_star = summary["break_even_samples"]
+        print("break-even for this study, training included: " + (
+            "never (the classical solve is faster per instance)" if n_star is None and summary["train_seconds"]
+            else "unknown (no training time recorded)" if n_star is None else f"{n_star:.3g} instances"))
+    print(f"wrote {out}, {out.with_suffix('.xdmf')}, {report}, {figure}")
+    return 0
+
+
+def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
+    """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
+    from deepfusion.commands.compare import _training
+    from deepfusion.equal_accuracy import break_even
+    from deepfusion.uq import Moments, relative_l2, run_study
+    from diffnet.classical import classical_solver, to_grid
+
+    method, grid, target = _classical(surrogate, print)
+    solve = classical_solver(surrogate.problem, method, grid)
+
+    def classical(p: np.ndarray) -> tuple[np.ndarray, float]:
+        out, seconds = [], 0.0
+        for row in p:
+            t0 = time.perf_counter()
+            native = solve(row)
+            seconds += time.perf_counter() - t0
+            out.append(to_grid(surrogate.problem, method, native, row))
+        return np.stack(out), seconds
+
+    study = run_study(classical, params, batch, f"classical {method} {grid}", keep)
+    fields["classical_mean"], fields["classical_std"] = study.moments.mean, study.moments.std
+    print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)
+    truth = surrogate.problem.truth(params[:keep])
+    ref, net, cls = Moments(), Moments(), Moments()
+    ref.add(truth)
+    net.add(diffnet.kept)
+    cls.add(study.kept)
+    train_seconds, _ = _training(run_dir)
+    n = len(params)
+    return {
+        "classical_method": method, "classical_grid": grid, "target_error": target,
+        "classical_seconds": study.seconds, "reference": surrogate.problem.truth_name(), "reference_samples": keep,
+        "mean_error_diffnet": relative_l2(net.mean, ref.mean), "mean_error_classical": relative_l2(cls.mean, ref.mean),
+        "std_error_diffnet": relative_l2(net.std, ref.std), "std_error_classical": relative_l2(cls.std, ref.std),
+        "train_seconds": train_seconds,
+        "break_even_samples": break_even(train_seconds, study.seconds / n, diffnet.seconds / n),
+        "total_seconds_diffnet_with_training": None if train_seconds is None else train_seconds + diffnet.seconds,
+    }

@@ -1,0 +1,91 @@
+"""The cheapest classical solve that is as accurate as a DiffNet: a refinement sweep, timed.
+
+McGreivy & Hakim (Nature Machine Intelligence, 2024) ask two things of a claim that a
+network beats a numerical method: compare at equal accuracy, and against a strong
+method. Here the network's mean error against the independent reference is the target;
+every classical configuration (grid, method) of :func:`diffnet.classical.configurations`
+is solved coarse to fine on the same instances, carried onto the network's nodes and
+measured against the same reference, until it meets the target. The cheapest
+configuration that meets it is the one a speed comparison must time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Point", "sweep", "cheapest", "break_even"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One classical configuration on the instances: mean relative L2 error against the reference
+    on the network's nodes, and median seconds per instance of the solve on its own grid."""
+
+    method: str
+    grid: int
+    error: float
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sweep(configurations: dict[str, list[int]], solve_on: Callable[[str, int], tuple[np.ndarray, list[float]]],
+          error_of: Callable[[np.ndarray], np.ndarray], target: float, say=print) -> list[Point]:
+    """Walk each method's grids coarse to fine until one meets ``target``; every point measured.
+
+    Parameters
+    ----------
+    configurations : dict
+        Method -> grids, coarse to fine.
+    solve_on : callable
+        (method, grid) -> (the instances' fields on the network's nodes, seconds of each solve).
+    error_of : callable
+        Fields -> per-instance relative L2 error against the reference.
+    target : float
+        The error to reach (the network's mean error).
+
+    Returns
+    -------
+    list of Point
+        Every configuration tried, in the order tried; a method's last point is the first
+        of its grids with mean error at or below ``target`` (or its finest grid).
+    """
+    points = []
+    for method, grids in configurations.items():
+        for grid in grids:
+            fields, seconds = solve_on(method, grid)
+            point = Point(method, grid, float(np.mean(error_of(fields))), statistics.median(seconds))
+            points.append(point)
+            say(f"    {method:9s} grid {grid:5d}: error {point.error:.4f}, {point.seconds * 1e3:8.2f} ms per instance"
+                + ("  <- meets the target" if point.error <= target else ""))
+            if point.error <= target:
+                break
+    return points
+
+
+def cheapest(points: list[Point], target: float) -> Point | None:
+    """The fastest point whose error is at or below ``target``; None when no configuration reaches it."""
+    meeting = [p for p in points if p.error <= target]
+    return min(meeting, key=lambda p: p.seconds) if meeting else None
+
+
+def break_even(train_seconds: float | None, classical_s: float, diffnet_s: float) -> float | None:
+    """Queries N* after which training plus N inferences cost less than N classical solves:
+    train / (classical - DiffNet) per instance; None ("never") when the network is not faster
+    per instance, or the training time is unknown."""
+    if train_seconds is None or classical_s <= diffnet_s:
+        return None
+    return train_seconds / (classical_s - diffnet_s)
+
+
+def timed(fn: Callable, *args) -> tuple[object, float]:
+    """``fn(*args)`` and its wall-clock seconds."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0

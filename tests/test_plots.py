@@ -1,0 +1,78 @@
+"""The figures say what they show: labelled colour bars, the difference's sign and scale, readable ticks."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from deepfusion import plots
+
+
+def _fields(inputs=None):
+    y, x = np.mgrid[0:1:32j, 0:1:32j]
+    ref = np.stack([np.sin(np.pi * x) * (1 - y), np.cos(np.pi * x) * y])
+    pred = ref + 1e-3 * np.sin(7 * x)
+    pred[:, :, -1] += 0.5  # one bad column (Burgers' outflow), far above the rest of the error
+    return plots._fields_figure(pred, ref, (0, 1, 0, 1), ["c=3", "c=4"], ("x", "t"), "Godunov",
+                                inputs, ["log10 ν, a=0.5", "log10 ν, a=1"] if inputs is not None else None), pred - ref
+
+
+def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():
+    fig, _ = _fields()
+    try:
+        image_axes = [ax for ax in fig.axes if ax.get_images()]
+        bars = [ax for ax in fig.axes if not ax.get_images()]
+        assert len(image_axes) == 6 and len(bars) == 6
+        assert [b.get_ylabel() for b in bars[:3]] == ["u", "u", "difference"]
+        assert image_axes[2].get_title().startswith("DiffNet − Godunov (max |·| 0.5")
+        assert image_axes[0].get_title() == "DiffNet, c=3" and image_axes[4].get_title() == "Godunov, c=4"
+    finally:
+        plots._pyplot().close(fig)
+
+
+def test_difference_scale_is_not_set_by_one_outflow_column():
+    fig, diff = _fields()
+    try:
+        lo, hi = [ax for ax in fig.axes if ax.get_images()][2].get_images()[0].get_clim()
+        assert lo == -hi  # symmetric: white is zero error
+        assert hi == pytest.approx(np.percentile(np.abs(diff[0, 1:-1, 1:-1]), 99))
+        assert hi < 0.1 * np.abs(diff[0]).max()
+    finally:
+        plots._pyplot().close(fig)
+
+
+def test_elliptic_rows_start_with_the_coefficient_field():
+    log_nu = np.random.default_rng(0).normal(size=(2, 32, 32))
+    fig, _ = _fields(inputs=log_nu)
+    try:
+        image_axes = [ax for ax in fig.axes if ax.get_images()]
+        assert len(image_axes) == 8
+        assert image_axes[0].get_title() == "log10 ν, a=0.5"
+        assert [ax for ax in fig.axes if not ax.get_images()][0].get_ylabel() == "log10 ν"
+    finally:
+        plots._pyplot().close(fig)
+
+
+def test_pareto_plot_shows_every_sweep_point_and_the_network():
+    report = {"problem": "burgers", "resolution": [64, 64], "reference": "Godunov (8192 cells, second order)",
+              "sweep": [{"method": "godunov1", "grid": g, "error": 1.0 / g, "seconds": 1e-6 * g} for g in (8, 16, 32)]
+              + [{"method": "godunov2", "grid": g, "error": 0.5 / g, "seconds": 1.2e-6 * g} for g in (8, 16)],
+              "rows": [{"device": "cpu", "threads": 1, "diffnet_error": 0.02, "floor": 0.015,
+                        "diffnet_s_single": 4e-3, "diffnet_s_batched": 3e-3}]}
+    fig = plots._pareto_figure(report)
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels[:2] == ["Godunov, first order", "Godunov, second order (minmod MUSCL, SSP-RK2)"]
+        assert "DiffNet, cpu, 1 thr., batched" in labels and "floor of the 64×64 grid" in labels
+        assert sorted(t.get_text() for t in ax.texts) == sorted(["8", "16", "32", "8", "16"])
+        assert ax.get_xlabel() == "seconds per instance" and "Godunov" in ax.get_ylabel()
+    finally:
+        plots._pyplot().close(fig)
+
+
+def test_plot_fields_writes_a_png(tmp_path):
+    y, x = np.mgrid[0:1:8j, 0:1:8j]
+    out = plots.plot_fields(x[None], y[None], (0, 1, 0, 1), ["c=3"], ("x", "t"), tmp_path / "f.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
