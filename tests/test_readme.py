@@ -49,6 +49,7 @@ def test_quick_start_runs_as_written(tmp_path):
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert (tmp_path / "runs" / "burgers" / "new.h5").is_file()
     assert (tmp_path / "runs" / "burgers" / "compare.json").is_file()
+    assert (tmp_path / "runs" / "burgers" / "uq.h5").is_file()
     assert "#SBATCH" in (tmp_path / "job.slurm").read_text()
     proc = subprocess.run([sys.executable, "-c", _block("python", "From Python")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -69,7 +69,7 @@ def _nearest(fine: tuple[int, int], coarse: tuple[int, int]) -> np.ndarray:
 
 @dataclass
 class GMGSolver:
-    """A multigrid hierarchy on the free (non-Dirichlet) nodes of one assembled system.
+    """A geometric multigrid hierarchy for one assembled Q1 system (Dirichlet nodes held at their values).
 
     Attributes
     ----------
