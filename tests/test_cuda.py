@@ -108,3 +108,16 @@ def test_nccl_rendezvous_over_the_communicator():
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.timeout(600)
+def test_compare_adds_a_labelled_gpu_row(tmp_path):
+    run_dir, _ = _train(tmp_path, "cmp")
+    out = tmp_path / "report.json"
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["device"].split(":")[0] for r in rows] == ["cpu", "cuda"]
+    # The same network on either device: the same error, measured once.
+    assert rows[0]["diffnet_error"] == rows[1]["diffnet_error"] and rows[1]["diffnet_s_batched"] > 0
+    assert "a different machine's figure" in proc.stdout

