@@ -11,7 +11,7 @@ from typing import Callable
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config
 from deepfusion.inputs import InputError
 
-__all__ = ["run_config", "saved_config", "config_differences", "find_resume_point", "truncate_metrics",
+__all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "truncate_metrics",
            "trained_model"]
 
 
@@ -120,3 +120,15 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
     model = build_model(cfg, build_problem(cfg))
     ckpt.restore(model)
     return cfg, model, path
+
+
+def training_time(run_dir: Path) -> tuple[float | None, int | None]:
+    """The run's training wall-clock seconds (eval.json) and its ranks (metrics.jsonl), where recorded."""
+    seconds = ranks = None
+    if (run_dir / "eval.json").is_file():
+        seconds = json.loads((run_dir / "eval.json").read_text()).get("train_seconds")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        lines = [line for line in metrics.read_text().splitlines() if line.strip()]
+        ranks = json.loads(lines[-1]).get("ranks") if lines else None
+    return seconds, ranks

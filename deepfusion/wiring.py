@@ -73,11 +73,21 @@ def training_parameters(cfg: Config) -> np.ndarray:
     return sample_parameters(cfg, cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
 
 
-def heldout_parameters(cfg: Config) -> np.ndarray:
-    """Held-out instances: Burgers' ``problem.test_c``, or else n_test random draws from another stream."""
+def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
+    """Held-out instances: Burgers' ``problem.test_c``, or else n_test random draws from another stream.
+
+    With ``count``, the first ``count`` of them (any number of draws for the elliptic
+    families: the stream's first rows do not depend on how many are drawn).
+    """
     if cfg.problem.name == "burgers" and cfg.problem.test_c:
-        return np.asarray(cfg.problem.test_c, dtype=np.float64)
-    return sample_parameters(cfg, cfg.data.n_test, "random", cfg.data.seed + 7919)
+        c = np.asarray(cfg.problem.test_c, dtype=np.float64)
+        if count is not None and count > len(c):
+            from deepfusion.inputs import InputError
+
+            raise InputError(f"--samples: this run holds out {len(c)} value{'s' if len(c) != 1 else ''} of c "
+                             f"(problem.test_c); got {count}")
+        return c if count is None else c[:count]
+    return sample_parameters(cfg, cfg.data.n_test if count is None else count, "random", cfg.data.seed + 7919)
 
 
 def parameter_name(cfg: Config) -> str:

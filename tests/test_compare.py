@@ -3,7 +3,6 @@ and the report on tiny trained runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 

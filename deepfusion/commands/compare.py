@@ -8,38 +8,12 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from deepfusion.commands import warn
-from deepfusion.config import Config
 from deepfusion.inputs import InputError, check_output_file
-from deepfusion.rundir import run_config, trained_model
-from deepfusion.wiring import build_problem, sample_parameters
+from deepfusion.rundir import run_config, trained_model, training_time
+from deepfusion.wiring import build_problem, heldout_parameters
 
 __all__ = ["run"]
-
-
-def _compare_instances(cfg: Config, samples: int) -> np.ndarray:
-    """The first ``samples`` held-out instances of the run (never training ones)."""
-    if cfg.problem.name == "burgers" and cfg.problem.test_c:
-        if samples > len(cfg.problem.test_c):
-            n = len(cfg.problem.test_c)
-            raise InputError(f"--samples: this run holds out {n} value{'s' if n != 1 else ''} of c (problem.test_c); "
-                             f"got {samples}")
-        return np.asarray(cfg.problem.test_c[:samples], dtype=np.float64)
-    return sample_parameters(cfg, samples, "random", cfg.data.seed + 7919)  # the held-out stream, see heldout_parameters
-
-
-def _training(run_dir: Path) -> tuple[float | None, int | None]:
-    """The run's training wall-clock seconds (eval.json) and its ranks (metrics.jsonl), where recorded."""
-    seconds = ranks = None
-    if (run_dir / "eval.json").is_file():
-        seconds = json.loads((run_dir / "eval.json").read_text()).get("train_seconds")
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file():
-        lines = [line for line in metrics.read_text().splitlines() if line.strip()]
-        ranks = json.loads(lines[-1]).get("ranks") if lines else None
-    return seconds, ranks
 
 
 def _check(args: argparse.Namespace) -> list[int]:
@@ -60,7 +34,7 @@ def run(args: argparse.Namespace, comm) -> int:
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
     threads = _check(args)
-    params = _compare_instances(cfg, args.samples)
+    params = heldout_parameters(cfg, args.samples)
     from deepfusion.runtime import apply_threads
 
     apply_threads(threads[0])  # before torch starts its thread pool
@@ -74,7 +48,7 @@ def run(args: argparse.Namespace, comm) -> int:
     load_s = time.perf_counter() - t0
     problem = build_problem(cfg)
     grid = list(cfg.problem.resolution)
-    train_seconds, ranks = _training(run_dir)
+    train_seconds, ranks = training_time(run_dir)
     print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, {grid[0]}x{grid[1]}), checkpoint {path}; "
           f"{len(params)} held-out instances; training took "
           + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time"), flush=True)

@@ -30,14 +30,14 @@ def _check(args: argparse.Namespace) -> None:
 def _classical(surrogate, say) -> tuple[str, int, float]:
     """The classical configuration as accurate as the network: the refinement sweep of ``compare`` against
     the network's mean error on (up to) 4 held-out instances of the run."""
-    from deepfusion.commands.compare import _compare_instances
     from deepfusion.compare import classical_sweep
     from deepfusion.equal_accuracy import cheapest
     from deepfusion.evaluate import against_floor
 
     cfg, problem = surrogate.config, surrogate.problem
-    held = _compare_instances(cfg, min(4, len(cfg.problem.test_c) if cfg.problem.name == "burgers"
-                                       and cfg.problem.test_c else 4))
+    from deepfusion.wiring import heldout_parameters
+
+    held = heldout_parameters(cfg)[:4]
     acc = against_floor(problem, held, surrogate.fields(held))
     target = float(acc.error.mean())
     say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
-    from deepfusion.commands.compare import _training
     from deepfusion.equal_accuracy import break_even
+    from deepfusion.rundir import training_time
     from deepfusion.uq import Moments, relative_l2, run_study
     from diffnet.classical import classical_solver, to_grid
 
@@ -142,7 +142,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
     ref.add(truth)
     net.add(diffnet.kept)
     cls.add(study.kept)
-    train_seconds, _ = _training(run_dir)
+    train_seconds, _ = training_time(run_dir)
     n = len(params)
     return {
         "classical_method": method, "classical_grid": grid, "target_error": target,
