@@ -14,7 +14,7 @@ import numpy as np
 
 from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep, timed
 
-__all__ = ["time_inference", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
+__all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
@@ -42,7 +42,7 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
                     "inference_batch": min(batch, len(params))}
 
 
-def _measure(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
+def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
     """Every instance solved by (method, grid), timed on its own grid, then carried onto the network's nodes."""
     from diffnet.classical import classical_solver, to_grid
 
@@ -66,8 +66,8 @@ def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: floa
 
     configs = configurations(problem)
     for method, grids in configs.items():
-        _measure(problem, params[:1], method, grids[0])
-    return sweep(configs, lambda m, g: _measure(problem, params, m, g), lambda f: relative_l2(f, truth), target, say)
+        measure_classical(problem, params[:1], method, grids[0])
+    return sweep(configs, lambda m, g: measure_classical(problem, params, m, g), lambda f: relative_l2(f, truth), target, say)
 
 
 def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
@@ -77,8 +77,8 @@ def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> 
 
     if not hasattr(problem, "fem_system"):
         return None
-    _measure(problem, params[:1], "sa-cg", grid)
-    fields, seconds = _measure(problem, params, "sa-cg", grid)
+    measure_classical(problem, params[:1], "sa-cg", grid)
+    fields, seconds = measure_classical(problem, params, "sa-cg", grid)
     return Point("sa-cg", grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds))
 
 

@@ -49,20 +49,28 @@ def write_fields(
     names = list(coords)
     if len(names) != 2 or tuple(len(coords[n]) for n in names) != u.shape[1:]:
         raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
+    datasets = {"u": u, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
+    for name, value in params.items():
+        value = np.asarray(value)
+        if value.shape[:1] != u.shape[:1]:
+            raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
+        datasets[name] = value
+    _write_atomic(path, datasets, names, u.shape[1:], attrs, _xdmf(path.name, u.shape, u.dtype, names))
+    return path
+
+
+def _write_atomic(path: Path, datasets: dict[str, np.ndarray], names: list[str], shape: tuple[int, ...],
+                  attrs: dict[str, Any], xdmf_text: str) -> None:
+    """The HDF5 file (datasets, the axes and resolution attributes, ``attrs``) and its XDMF, each written
+    to a temporary and renamed into place, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:
-            f.create_dataset("u", data=u)
-            for name in names:
-                f.create_dataset(name, data=np.asarray(coords[name], dtype=np.float64))
-            for name, value in params.items():
-                value = np.asarray(value)
-                if value.shape[:1] != u.shape[:1]:
-                    raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
-                f.create_dataset(name, data=value)
+            for key, value in datasets.items():
+                f.create_dataset(key, data=value)
             f.attrs["axes"] = ",".join(names)
-            f.attrs["resolution"] = np.asarray(u.shape[1:], dtype=np.int64)
+            f.attrs["resolution"] = np.asarray(shape, dtype=np.int64)
             for key, value in attrs.items():
                 f.attrs[key] = value
         os.replace(tmp, path)
@@ -71,9 +79,8 @@ def write_fields(
             tmp.unlink()
     xdmf = path.with_suffix(".xdmf")
     tmp_x = xdmf.with_name(f".{xdmf.name}.tmp-{os.getpid()}")
-    tmp_x.write_text(_xdmf(path.name, u.shape, u.dtype, names))
+    tmp_x.write_text(xdmf_text)
     os.replace(tmp_x, xdmf)
-    return path
 
 
 def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]) -> str:
@@ -119,36 +126,19 @@ def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: di
                      params: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
     """Write 2-D statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
     summarise, and an XDMF that shows each field as an attribute of that grid. Written like
-    :func:`write_fields`: temporaries renamed into place."""
+    :func:`write_fields`."""
     path = Path(path)
     names = list(coords)
     shape = tuple(len(coords[n]) for n in names)
     for key, value in fields.items():
         if np.shape(value) != shape:
             raise ValueError(f"{key} has shape {np.shape(value)}, the grid {shape}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            for key, value in {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names},
-                               **params}.items():
-                f.create_dataset(key, data=np.asarray(value))
-            f.attrs["axes"] = ",".join(names)
-            f.attrs["resolution"] = np.asarray(shape, dtype=np.int64)
-            for key, value in attrs.items():
-                f.attrs[key] = value
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     n0, n1 = shape
     attributes = "\n".join(
         f"""      <Attribute Name="{key}" AttributeType="Scalar" Center="Node">
         <DataItem Dimensions="{n0} {n1}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{key}</DataItem>
       </Attribute>""" for key in fields)
-    xdmf = path.with_suffix(".xdmf")
-    tmp_x = xdmf.with_name(f".{xdmf.name}.tmp-{os.getpid()}")
-    tmp_x.write_text(f"""<?xml version="1.0" ?>
+    xdmf = f"""<?xml version="1.0" ?>
 <Xdmf Version="3.0">
   <Domain>
     <Grid Name="statistics" GridType="Uniform">
@@ -161,8 +151,10 @@ def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: di
     </Grid>
   </Domain>
 </Xdmf>
-""")
-    os.replace(tmp_x, xdmf)
+"""
+    datasets = {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names},
+                **{k: np.asarray(v) for k, v in params.items()}}
+    _write_atomic(path, datasets, names, shape, attrs, xdmf)
     return path
 
 

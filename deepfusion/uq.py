@@ -99,7 +99,3 @@ def run_study(solve_batch: Callable[[np.ndarray], tuple[np.ndarray, float]], par
     study.kept = np.concatenate(kept) if kept else None
     return study
 
-
-def relative_l2(a: np.ndarray, b: np.ndarray) -> float:
-    """||a - b|| / ||b|| over all nodes."""
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(float).tiny))

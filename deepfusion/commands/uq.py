@@ -32,16 +32,16 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     the network's mean error on (up to) 4 held-out instances of the run."""
     from deepfusion.compare import classical_sweep
     from deepfusion.equal_accuracy import cheapest
-    from deepfusion.evaluate import against_floor
-
-    cfg, problem = surrogate.config, surrogate.problem
+    from deepfusion.evaluate import relative_l2
     from deepfusion.wiring import heldout_parameters
 
-    held = heldout_parameters(cfg)[:4]
-    acc = against_floor(problem, held, surrogate.fields(held))
-    target = float(acc.error.mean())
+    problem = surrogate.problem
+    held = heldout_parameters(surrogate.config)[:4]
+    # Only the error is needed here: the reference, not the floor (compare reports that).
+    truth = problem.truth(held)
+    target = float(relative_l2(surrogate.fields(held), truth).mean())
     say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
-    best = cheapest(classical_sweep(problem, held, acc.truth, target, say), target)
+    best = cheapest(classical_sweep(problem, held, truth, target, say), target)
     if best is None:
         raise InputError("--classical: no classical configuration in the sweep is as accurate as this network "
                          "(below the reference's own grid); compare against the reference instead")
@@ -119,20 +119,15 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
     from deepfusion.equal_accuracy import break_even
     from deepfusion.rundir import training_time
-    from deepfusion.uq import Moments, relative_l2, run_study
-    from diffnet.classical import classical_solver, to_grid
+    from deepfusion.evaluate import relative_l2
+    from deepfusion.uq import Moments, run_study
+    from deepfusion.compare import measure_classical
 
     method, grid, target = _classical(surrogate, print)
-    solve = classical_solver(surrogate.problem, method, grid)
 
     def classical(p: np.ndarray) -> tuple[np.ndarray, float]:
-        out, seconds = [], 0.0
-        for row in p:
-            t0 = time.perf_counter()
-            native = solve(row)
-            seconds += time.perf_counter() - t0
-            out.append(to_grid(surrogate.problem, method, native, row))
-        return np.stack(out), seconds
+        fields, seconds = measure_classical(surrogate.problem, p, method, grid)
+        return fields, sum(seconds)
 
     study = run_study(classical, params, batch, f"classical {method} {grid}", keep)
     fields["classical_mean"], fields["classical_std"] = study.moments.mean, study.moments.std
@@ -143,12 +138,16 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
     net.add(diffnet.kept)
     cls.add(study.kept)
     train_seconds, _ = training_time(run_dir)
+
+    def whole(a: np.ndarray, b: np.ndarray) -> float:  # one field's relative L2 distance
+        return float(relative_l2(a[None], b[None])[0])
+
     n = len(params)
     return {
         "classical_method": method, "classical_grid": grid, "target_error": target,
         "classical_seconds": study.seconds, "reference": surrogate.problem.truth_name(), "reference_samples": keep,
-        "mean_error_diffnet": relative_l2(net.mean, ref.mean), "mean_error_classical": relative_l2(cls.mean, ref.mean),
-        "std_error_diffnet": relative_l2(net.std, ref.std), "std_error_classical": relative_l2(cls.std, ref.std),
+        "mean_error_diffnet": whole(net.mean, ref.mean), "mean_error_classical": whole(cls.mean, ref.mean),
+        "std_error_diffnet": whole(net.std, ref.std), "std_error_classical": whole(cls.std, ref.std),
         "train_seconds": train_seconds,
         "break_even_samples": break_even(train_seconds, study.seconds / n, diffnet.seconds / n),
         "total_seconds_diffnet_with_training": None if train_seconds is None else train_seconds + diffnet.seconds,
