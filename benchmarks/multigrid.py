@@ -30,7 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
+from curves import checkpoint_curve, time_to  # noqa: E402  (benchmarks/curves.py and launch.py, beside this script)
+from launch import train_run  # noqa: E402
 
 
 def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
@@ -42,19 +43,12 @@ def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
 
 def curve(run: Path) -> dict:
     """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
-    from deepfusion.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.config import load_config
-    from deepfusion.evaluate import predict, relative_l2
     from deepfusion.fields import read_fields
-    from deepfusion.wiring import build_model, build_problem, heldout_parameters
+    from deepfusion.wiring import heldout_parameters
 
     cfg = load_config(run / "config.toml")
-    problem = build_problem(cfg)
-    model = build_model(cfg, problem)
-    test = heldout_parameters(cfg)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # Checkpoints fall between logged steps: their clock is interpolated in the records'.
-    logged = np.array([[0.0, 0.0]] + [[r["step"], r["elapsed_s"]] for r in records])
     # Where the time goes: each stage's training seconds (its last record's clock minus the previous stage's).
     ends: dict[int, tuple[list, float]] = {}
     for r in records:
@@ -67,31 +61,10 @@ def curve(run: Path) -> dict:
     # The run's own evaluation holds the floor and, in test_reference.h5, the reference fields.
     evaluation = json.loads((run / "eval.json").read_text())
     truth = read_fields(run / "test_reference.h5")["u"]
-    points = []
-    for path in reversed(checkpoint_files(run / "checkpoints")):
-        ckpt = load_checkpoint(path)
-        ckpt.restore(model)
-        error = relative_l2(predict(model, problem, test), truth)
-        seconds = float(np.interp(ckpt.step, logged[:, 0], logged[:, 1]))
-        points.append({"step": ckpt.step, "seconds": seconds, "error": float(error.mean())})
-        print(f"  {run.name} step {ckpt.step}: {points[-1]['seconds']:.0f} s, error {points[-1]['error']:.5f}",
-              file=sys.stderr, flush=True)
+    points = checkpoint_curve(run, {"error": (heldout_parameters(cfg), truth)})
     return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],
             "floor": evaluation["mean_floor"], "ratio_to_floor": evaluation["ratio_to_floor"],
             "stage_seconds": stage_seconds, "curve": points}
-
-
-def time_to(points: list[dict], target: float) -> float | None:
-    """The training time at which a curve first reaches ``target``, interpolated in log error between checkpoints."""
-    previous = {"seconds": 0.0, "error": math.inf}
-    for p in points:
-        if p["error"] <= target:
-            if not math.isfinite(previous["error"]):
-                return p["seconds"]
-            a, b = math.log(previous["error"]), math.log(p["error"])
-            return previous["seconds"] + (p["seconds"] - previous["seconds"]) * (a - math.log(target)) / (a - b)
-        previous = p
-    return None
 
 
 def main() -> None:

@@ -130,8 +130,9 @@ def _cross_checks(cfg: Config) -> None:
                                     ("cuda_graphs", par.cuda_graphs, False)):
             if value != default:
                 raise ConfigError(f"parallel.{key}: applies to parallel.device = 'cuda' only (got {_show(value)})")
-    if par.cuda_graphs and cfg.train.optimizer != "adam":
-        raise ConfigError("parallel.cuda_graphs: the graphed step is Adam's; use train.optimizer = 'adam'")
+    if par.cuda_graphs and cfg.train.optimizer not in ("adam", "sgd"):
+        raise ConfigError("parallel.cuda_graphs: the graphed step is a first-order one; use train.optimizer = "
+                          "'adam' or 'sgd'")
 
 
 def _multigrid_checks(cfg: Config) -> None:
@@ -148,8 +149,8 @@ def _multigrid_checks(cfg: Config) -> None:
         raise ConfigError(f"multigrid.levels: the last level must be the square problem.resolution "
                           f"(got levels {list(mg.levels)} for resolution {list(res)})")
     if cfg.train.optimizer == "lbfgs":
-        raise ConfigError("train.optimizer: multigrid levels are trained by Adam; use 'adam', or 'adam+lbfgs' "
-                          "for L-BFGS on the finest grid after them")
+        raise ConfigError("train.optimizer: multigrid levels are trained by Adam or SGD; use 'adam', 'sgd', or "
+                          "'adam+lbfgs' for L-BFGS on the finest grid after them")
     for b in mg.batch_size:
         if b > cfg.data.n_train:
             raise ConfigError(f"multigrid.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {b})")

@@ -49,6 +49,12 @@ class GlobalObjective:
         self.chunk = max(1, int(chunk))
         self.evaluations = 0
         self.samples = 0
+        self.reused = 0
+        # The last gradient evaluation (indices, parameters, loss, gradient). torch's L-BFGS,
+        # stepped one iteration at a time, starts each step by evaluating the point its line
+        # search has just evaluated; returning that result saves one evaluation of the
+        # objective per iteration (half the work when the first trial step is accepted).
+        self._last: tuple[np.ndarray, torch.Tensor, float, torch.Tensor] | None = None
 
     def flat(self) -> torch.Tensor:
         """The parameters as one flat vector (a copy)."""
@@ -65,6 +71,12 @@ class GlobalObjective:
     def __call__(self, indices: np.ndarray, grad: bool = True) -> tuple[float, torch.Tensor | None]:
         """Global mean loss over ``indices`` and, with ``grad``, its flat gradient (also left in ``.grad``)."""
         indices = np.asarray(indices)
+        if grad and self._last is not None:
+            idx, w, loss_value, g = self._last
+            if np.array_equal(idx, indices) and torch.equal(w, self.flat()):
+                self.reused += 1
+                self._set_grad(g)
+                return loss_value, g
         mine = np.array_split(indices, self.comm.size)[self.comm.rank]
         for p in self.params:
             p.grad = None
@@ -93,11 +105,15 @@ class GlobalObjective:
         g /= len(indices)
         loss_value = float(g[-1])
         g = g[:-1]
+        self._set_grad(g)
+        self._last = (indices.copy(), self.flat(), loss_value, g)
+        return loss_value, g
+
+    def _set_grad(self, g: torch.Tensor) -> None:
         offset = 0
         for p in self.params:
             p.grad = g[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        return loss_value, g
 
 
 def two_loop(g: torch.Tensor, s_hist: list[torch.Tensor], y_hist: list[torch.Tensor]) -> torch.Tensor:
@@ -190,6 +206,7 @@ class MultiBatchLBFGS:
         o = self.overlap
         if len(batch) < 2 * o + 1:
             raise ValueError(f"batch {len(batch)} must exceed twice the overlap {o}")
+        skipped = self.skipped_pairs
         w = self.objective.flat()
         loss, g, head_grad, tail_grad = self._grad(batch, len(batch) - o)
         # The head of this batch is the previous batch's tail: finish the previous pair.
@@ -225,7 +242,8 @@ class MultiBatchLBFGS:
         self.prev_w = w
         self.prev_overlap_grad = tail_grad
         self.n_iter += 1
-        return {"loss": loss, "step_length": t, "grad_norm": float(g.norm()), "pairs": len(self.s_hist)}
+        return {"loss": loss, "step_length": t, "grad_norm": float(g.norm()), "pairs": len(self.s_hist),
+                "pair_skipped": self.skipped_pairs > skipped}
 
     def state_dict(self) -> dict[str, Any]:
         """State in the shape of ``torch.optim.Optimizer.state_dict`` (one state entry)."""

@@ -32,7 +32,8 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     plt = _pyplot()
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
-            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "level", "grid"}
+            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "level", "grid",
+            "evaluations_per_iteration", "line_search_failures", "skipped_pairs", "stop_reason", "dtype"}
     fig, ax = plt.subplots(figsize=(6, 4))
     terms = [k for k in records[0] if k not in skip and k != "loss"]
     # The terms are drawn only when the loss is a sum of several.
@@ -45,7 +46,7 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     # Multigrid: a dashed line where each stage starts, labelled with its grid.
     prev = records[0]
     for r in records[1:]:
-        if r.get("stage", 0) != prev.get("stage", 0) and r.get("optimizer") == "adam":
+        if r.get("stage", 0) != prev.get("stage", 0) and r.get("optimizer") != "lbfgs":
             ax.axvline(prev["step"], color="tab:red", linestyle="--", alpha=0.6)
             if "grid" in r:
                 ax.annotate(f"{r['grid'][0]}²", (prev["step"], 1.0), xycoords=("data", "axes fraction"),
@@ -55,7 +56,7 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
         ax.annotate(f"{records[0]['grid'][0]}²", (0, 1.0), xycoords="axes fraction", xytext=(2, -12),
                     textcoords="offset points", fontsize=8, color="tab:red")
     switch = next((r["step"] for r in records if r.get("optimizer") == "lbfgs"), None)
-    if switch is not None and records[0].get("optimizer") == "adam":
+    if switch is not None and records[0].get("optimizer") != "lbfgs":
         ax.axvline(switch, color="grey", linestyle=":", label="Adam → L-BFGS")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss (global mean)")

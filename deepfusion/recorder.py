@@ -54,6 +54,14 @@ class Recorder:
         if self.leader:
             self.log(line)
 
+    def check_finite(self, loss_value: float, epoch: int, step: int) -> None:
+        """Raise :class:`TrainingDiverged` when the loss is NaN or Inf, naming the last checkpoint."""
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(
+                f"loss is {loss_value} at epoch {epoch} step {step}; stopping "
+                f"(last checkpoint: {self.checkpoint or 'none'})"
+            )
+
     def save(self, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str, stage: int) -> None:
         """Write the step's checkpoint (rank 0), unless it is already written; keep the last ``keep``."""
         model = self.model

@@ -104,8 +104,8 @@ def stage_at(stages: list[Stage], step: int) -> int:
 
 
 def adam_steps(t: TrainConfig, stages: list[Stage]) -> int:
-    """Optimiser steps of the Adam stages (none when ``train.optimizer`` is L-BFGS alone)."""
-    return stages[-1].end if t.optimizer in ("adam", "adam+lbfgs") else 0
+    """Optimiser steps of the first-order (Adam or SGD) stages (none when ``train.optimizer`` is L-BFGS alone)."""
+    return stages[-1].end if t.optimizer != "lbfgs" else 0
 
 
 def total_steps(t: TrainConfig, stages: list[Stage]) -> int:

@@ -138,14 +138,16 @@ class ModelConfig:
 class TrainConfig:
     """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
 
-    optimizer: str = _key(_choice("adam", "lbfgs", "adam+lbfgs"), default="adam",
-        doc="`adam`, `lbfgs`, or `adam+lbfgs` (`train.epochs` of Adam, then L-BFGS)")
+    optimizer: str = _key(_choice("adam", "sgd", "lbfgs", "adam+lbfgs"), default="adam",
+        doc="`adam`, `sgd` (with `train.momentum`), `lbfgs`, or `adam+lbfgs` (`train.epochs` of Adam, then L-BFGS)")
     lr: float = _key(_positive, default=2e-3,
         doc="peak learning rate")
     lr_schedule: str = _key(_choice("constant", "cosine", "onecycle"), default="onecycle",
         doc="`onecycle` (warm-up then cosine), `cosine` or `constant`")
     warmup: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.05,
         doc="warm-up fraction of the steps (onecycle)")
+    momentum: float = _key(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", default=0.9,
+        doc="heavy-ball momentum of `sgd`")
     batch_size: int = _key(_positive, default=16,
         doc="global batch")
     epochs: int = _key(_positive, default=100,
@@ -177,6 +179,8 @@ class TrainConfig:
         doc="L-BFGS stops when the largest gradient entry falls below this")
     lbfgs_tolerance_change: float = _key(_nonnegative, default=1e-12,
         doc="L-BFGS stops when the change of the loss falls below this")
+    lbfgs_dtype: str = _key(_choice("train", "float32", "float64"), default="train",
+        doc="precision of the L-BFGS phase (parameters, history, line search): `train` (= `train.dtype`), `float32` or `float64`; checkpoints and inference keep `train.dtype`")
     lbfgs_chunk: int = _key(_nonnegative, default=0,
         doc="samples per forward pass on a rank while evaluating the objective (0 = `train.batch_size`)")
 

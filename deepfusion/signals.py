@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Iterator
 
+import numpy as np
+
 __all__ = ["StopRequest", "stop_on_signals"]
 
 
@@ -26,6 +28,12 @@ class StopRequest:
     def requested(self) -> bool:
         """Whether a stop was asked for on this rank."""
         return self.signal is not None
+
+    def agreed(self, comm) -> bool:
+        """Whether any rank was asked to stop (one tiny Allreduce, so every rank must call it)."""
+        flag = np.array([1.0 if self.requested else 0.0])
+        comm.allreduce_(flag)
+        return bool(flag[0] > 0)
 
     def request(self, name: str) -> None:
         """Ask for a stop (what the handler does; also usable directly)."""

@@ -15,14 +15,14 @@ import torch
 from deepfusion.checkpoint import Checkpoint
 from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
-from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
+from deepfusion.lbfgs_phase import lbfgs_phase
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
 from deepfusion.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.signals import StopRequest
-from deepfusion.stepper import loss_sum, make_local_step
+from deepfusion.stepper import make_local_step
 
-__all__ = ["Problem", "TrainingDiverged", "TrainResult", "build_lbfgs", "learning_rate", "train"]
+__all__ = ["Problem", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
 
 
 class Problem(Protocol):
@@ -71,6 +71,14 @@ def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (1e-4 + (1 - 1e-4) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def _first_order(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """The first-order optimiser of ``train.optimizer``: SGD with heavy-ball ``train.momentum`` for
+    "sgd", Adam otherwise (the Adam stages of "adam+lbfgs" included)."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum)
+    return torch.optim.Adam(params, lr=lr)
+
+
 def train(
     model: torch.nn.Module,
     problem: Problem,
@@ -92,13 +100,15 @@ def train(
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
 
-    Adam (``train.optimizer`` "adam", and the first ``train.epochs`` of "adam+lbfgs"):
-    every step, rank r of P computes its contiguous slice of the global batch; the loss
+    Adam or SGD (``train.optimizer`` "adam" or "sgd", and the first ``train.epochs`` of
+    "adam+lbfgs"): every step, rank r of P computes its contiguous slice of the global batch; the loss
     is the global mean (the local sum of per-sample losses divided by the effective
     global batch), so summing gradients across ranks gives the gradient of the global
     mean. L-BFGS ("lbfgs", and the rest of "adam+lbfgs"): ``train.lbfgs_iterations``
     iterations on a global objective that every rank evaluates identically (see
-    :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one.
+    :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one, in
+    ``train.lbfgs_dtype`` (checkpoints hold them in ``train.dtype``, plus the phase's own
+    copy for an exact resume).
     Rank 0 alone writes ``metrics.jsonl`` and checkpoints and prints progress. Training
     continues from step ``start_step`` with the optimiser state of ``resume`` when given;
     the model must already hold that checkpoint's parameters. When ``stop`` is requested
@@ -107,7 +117,7 @@ def train(
 
     A multigrid run passes its ``stages`` (:func:`deepfusion.schedule.build_schedule`) and
     ``level``, which gives the generator and the problem of a level's grid; each stage
-    has its own Adam (a level's loss has its own scale), learning-rate schedule, batch and
+    has its own optimiser (a level's loss has its own scale), learning-rate schedule, batch and
     sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
     finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
 
@@ -144,11 +154,11 @@ def train(
         for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
             module, level_problem = level(stage.level)
             module.train()
-            opt = torch.optim.Adam(module.parameters(), lr=stage.lr)
+            opt = _first_order(module.parameters(), cfg, stage.lr)
             if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
-                resume.restore(None, opt)  # mid-stage: that stage's Adam moments
+                resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
             done = step
-            step, loss_value, stopped = _adam_phase(
+            step, loss_value, stopped = _first_order_phase(
                 module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
                 step=step, threads=threads, config_text=config_text, stop=stop,
             )
@@ -157,7 +167,7 @@ def train(
                 break
         if step < total and not stopped:
             module, level_problem = level(stages[-1].level)
-            step, loss_value, stopped = _lbfgs_phase(
+            step, loss_value, stopped = lbfgs_phase(
                 module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam,
                 total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
                 stop=stop,
@@ -177,29 +187,15 @@ def train(
     )
 
 
-def _check_finite(loss_value: float, epoch: int, step: int, rec: Recorder) -> None:
-    if not math.isfinite(loss_value):
-        raise TrainingDiverged(
-            f"loss is {loss_value} at epoch {epoch} step {step}; stopping "
-            f"(last checkpoint: {rec.checkpoint or 'none'})"
-        )
-
-
-def _stop_agreed(stop: StopRequest, comm) -> bool:
-    """Whether any rank was asked to stop (one tiny Allreduce)."""
-    flag = np.array([1.0 if stop.requested else 0.0])
-    comm.allreduce_(flag)
-    return bool(flag[0] > 0)
-
-
 def _stage_seed(seed: int, stage: Stage) -> int:
     """The sample-order seed of a stage: the run's own for the first, a distinct one for each later visit."""
     return seed if stage.index == 0 else seed + 1_000_003 * stage.index
 
 
-def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed, comm,
-                parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
-    """Adam steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
+def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed,
+                       comm, parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
+    """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
+    name = "sgd" if cfg.optimizer == "sgd" else "adam"
     n, b = all_params.shape[0], stage.batch_size
     b_eff = local_batch_size(b, comm.size) * comm.size
     per_epoch = steps_per_epoch(n, b)
@@ -232,7 +228,7 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder
             stopping = bool(sums[-1] > 0)
             sums = sums[:-1]
             loss_value = float(sums.sum()) / b_eff
-            _check_finite(loss_value, epoch, step, rec)
+            rec.check_finite(loss_value, epoch + 1, step)
             opt.step()
             step += 1
             if parallel.check_every and comm.size > 1 and step % parallel.check_every == 0:
@@ -247,7 +243,7 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder
                 record = {
                     "epoch": epoch + 1,  # 1-based, as the progress lines count
                     "step": step,
-                    "optimizer": "adam",
+                    "optimizer": name,
                     "stage": stage.index,
                     "level": stage.level,
                     "loss": loss_value,
@@ -273,112 +269,7 @@ def _adam_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
             if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 rec.save(opt, epoch=(step - stage.first_step) // per_epoch, step=step, config=config_text,
-                         ranks=comm.size, kind="adam", stage=stage.index)
+                         ranks=comm.size, kind=name, stage=stage.index)
     finally:
         sync.close()
     return step, loss_value, stopping and step < rec.total
-
-
-def build_lbfgs(model: torch.nn.Module, cfg: TrainConfig, objective: GlobalObjective):
-    """The L-BFGS optimiser of ``train.lbfgs_mode``: torch's (full batch) or :class:`MultiBatchLBFGS`."""
-    if cfg.lbfgs_mode == "full":
-        return torch.optim.LBFGS(
-            list(model.parameters()),
-            lr=cfg.lbfgs_lr,
-            max_iter=1,  # one iteration per training step; the state carries over
-            max_eval=cfg.lbfgs_max_eval,
-            tolerance_grad=cfg.lbfgs_tolerance_grad,
-            tolerance_change=cfg.lbfgs_tolerance_change,
-            history_size=cfg.lbfgs_history,
-            line_search_fn="strong_wolfe",
-        )
-    return MultiBatchLBFGS(objective, history=cfg.lbfgs_history, lr=cfg.lbfgs_lr, overlap=cfg.lbfgs_overlap)
-
-
-def _lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, seed, comm, step, adam_steps,
-                 total, threads, config_text, resume, stop: StopRequest) -> tuple[int, float, bool]:
-    """L-BFGS iterations ``step`` .. ``total`` - 1 on the global objective."""
-    n = all_params.shape[0]
-
-    def local_sum(idx: np.ndarray) -> torch.Tensor:
-        return loss_sum(model, problem, all_params[idx])[0]
-
-    chunk = cfg.lbfgs_chunk or cfg.batch_size
-    objective = GlobalObjective(list(model.parameters()), local_sum, comm, chunk)
-    opt = build_lbfgs(model, cfg, objective)
-    if resume is not None:
-        resume.restore(None, opt)  # the parameters were restored at the start
-    # One fixed order for the whole phase (seeded apart from Adam's epochs): the full
-    # batch is its first lbfgs_batch samples, multi-batch sweeps it with overlaps.
-    order = np.random.default_rng([seed, 104729]).permutation(n)
-    full = cfg.lbfgs_mode == "full"
-    batch_size = cfg.lbfgs_batch or (n if full else cfg.batch_size)
-    fixed = np.sort(order[:batch_size])
-    epoch_of = rec.stages[-1].epochs if adam_steps else 0
-    loss_value = float("nan")
-    last_loss = None
-    while step < total:
-        t0 = time.perf_counter()
-        samples0 = objective.samples
-        k = step - adam_steps
-        if full:
-
-            def closure() -> torch.Tensor:
-                loss, _ = objective(fixed)
-                return torch.tensor(loss, dtype=all_params.dtype)
-
-            loss_value = float(opt.step(closure))
-            state = opt.state[next(iter(model.parameters()))]
-            grad = state.get("prev_flat_grad")
-            grad_norm = float(grad.abs().max()) if grad is not None else float("nan")
-            length = float(state.get("t", 0.0))
-        else:
-            stats = opt.step(multibatch_indices(order, k, batch_size, cfg.lbfgs_overlap))
-            loss_value, grad_norm, length = stats["loss"], stats["grad_norm"], stats["step_length"]
-        _check_finite(loss_value, epoch_of, step, rec)
-        step += 1
-        if comm.size > 1:
-            check_parameters(model, comm, step)
-        seconds = time.perf_counter() - t0
-        # Converged when the gradient or the loss no longer moves (full batch only: a
-        # multi-batch loss changes with the batch).
-        converged = full and (
-            grad_norm <= cfg.lbfgs_tolerance_grad
-            or (last_loss is not None and abs(loss_value - last_loss) < cfg.lbfgs_tolerance_change)
-        )
-        last_loss = loss_value
-        stopping = _stop_agreed(stop, comm)
-        last = step == total or converged
-        if (step - adam_steps) % cfg.log_every == 0 or last or k == 0:
-            rate = (objective.samples - samples0) / seconds
-            record = {
-                "epoch": epoch_of,
-                "step": step,
-                "optimizer": "lbfgs",
-                "loss": loss_value,
-                "lr": length,
-                "grad_norm": grad_norm,
-                "evaluations": objective.evaluations,
-                "samples_evaluated": objective.samples,
-                "samples_per_s": rate,
-                "compute_s": seconds,
-                "comm_s": 0.0,
-                "ranks": comm.size,
-                "threads": threads,
-            }
-            rec.record(
-                record,
-                f"L-BFGS ({cfg.lbfgs_mode}) iteration {step - adam_steps}/{total - adam_steps} step {step}/{total} "
-                f"loss {loss_value:.4e} |g| {grad_norm:.2e} step length {length:.2e} "
-                f"({objective.evaluations} evaluations)",
-            )
-        if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            rec.save(opt, epoch=epoch_of, step=step, config=config_text, ranks=comm.size, kind="lbfgs",
-                     stage=len(rec.stages) - 1)
-        if converged:
-            if rec.leader:
-                rec.log(f"L-BFGS converged at step {step} (gradient or loss change below tolerance)")
-            break
-        if stopping and not last:
-            return step, loss_value, True
-    return step, loss_value, False

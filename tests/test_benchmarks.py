@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name != "launch.py")
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name not in ("launch.py", "curves.py"))  # those two are helpers
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -46,3 +46,41 @@ def test_scaling_benchmark_trains_on_one_two_and_four_ranks(tmp_path):
     for m in report["measured"]:
         assert m["strong"]["epoch_s"] > 0 and m["weak"]["epoch_s"] > 0
     assert report["allreduce_fit"]["bandwidth_gb_s"] > 0
+
+
+def test_curves_are_read_at_an_error_and_at_a_time():
+    sys.path.insert(0, str(BENCH))
+    from curves import time_to, value_at
+
+    points = [{"seconds": 10.0, "error": 0.1}, {"seconds": 20.0, "error": 0.01}, {"seconds": 30.0, "error": 0.02}]
+    assert time_to(points, 0.1) == 10.0
+    assert abs(time_to(points, 0.0316227766) - 15.0) < 1e-9  # halfway in log error
+    assert time_to(points, 0.001) is None
+    assert abs(value_at(points, 15.0) - 0.0316227766) < 1e-9
+    assert abs(value_at(points, 5.0) - 0.1) < 1e-15 and abs(value_at(points, 99.0) - 0.02) < 1e-15
+
+
+def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
+    """Every arm on a 16^2 Burgers problem with a tiny network, one rank, one seed, 1 s budgets."""
+    out = subprocess.run([sys.executable, str(BENCH / "optimizers.py"), "--problem", "burgers", "--seeds", "0",
+                          "--budget", "1", "--ranks", "1", "--set", "problem.resolution=[16,16]",
+                          "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
+                          "--set", "problem.test_c=[3.3,5.5]",
+                          "--plot", str(tmp_path / "opt.png")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    res = report["problems"]["burgers"]
+    assert set(res["arms"]) == {"sgd", "adam", "lbfgs", "multibatch", "adam+lbfgs"}
+    assert len(res["arms"]["adam"]["candidates"]) == 4 and len(res["arms"]["adam+lbfgs"]["candidates"]) == 3
+    # The choice is the candidate with the lowest validation error.
+    for arm in res["arms"].values():
+        ok = {k: v["validation"] for k, v in arm["candidates"].items() if not v["failed"]}
+        assert ok and arm["chosen"] == min(ok, key=ok.get)
+    lbfgs = res["arms"]["lbfgs"]["seeds"]["0"]
+    assert lbfgs["lbfgs"]["evaluations_per_iteration"] >= 1 and lbfgs["lbfgs"]["stop_reason"]
+    assert res["lbfgs_float64"]["lbfgs"]["iterations"] >= 2
+    for key in ("lbfgs_vs_sgd_time_to_error", "best_second_order_vs_adam_error_at_equal_time"):
+        assert report[key]["burgers"] is None or report[key]["burgers"] > 0
+    assert report["best_second_order_vs_adam_error_at_equal_time"]["burgers"] is not None
+    assert (tmp_path / "opt.png").stat().st_size > 10_000

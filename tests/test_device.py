@@ -61,7 +61,7 @@ def test_cuda_settings_validated(override, message):
 
 
 def test_cuda_graphs_need_adam():
-    with pytest.raises(ConfigError, match="parallel.cuda_graphs: the graphed step is Adam's"):
+    with pytest.raises(ConfigError, match="parallel.cuda_graphs: the graphed step is a first-order one"):
         load_config(CONFIG, ["multigrid.levels=[]", "parallel.device='cuda'", "parallel.cuda_graphs=true", "train.optimizer='lbfgs'"])
 
 

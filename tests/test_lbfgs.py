@@ -111,7 +111,7 @@ def test_checkpointed_lbfgs_run_resumes_to_the_same_iterates(tmp_path, mode):
     run = tmp_path / "run"
     proc = run_cli("train", POISSON, "--out", str(run), *args)
     assert proc.returncode == 0, proc.stderr
-    assert f"L-BFGS ({mode}) iteration 6/6" in proc.stdout
+    assert f"L-BFGS ({mode}, float64) iteration 6/6" in proc.stdout
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     lbfgs = [r for r in records if r["optimizer"] == "lbfgs"]
     assert len(lbfgs) == 6 and lbfgs[-1]["loss"] < records[0]["loss"]
@@ -133,7 +133,7 @@ def test_bad_lbfgs_config(tmp_path):
     proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), *SMALL, "--set", "train.optimizer=lbfgs",
                    "--set", "train.lbfgs_mode=multibatch", "--set", "train.lbfgs_overlap=4")
     assert proc.returncode == 2 and "train.lbfgs_overlap" in proc.stderr
-    proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), *SMALL, "--set", "train.optimizer=sgd")
+    proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), *SMALL, "--set", "train.optimizer=rmsprop")
     assert proc.returncode == 2 and "train.optimizer" in proc.stderr
 
 

@@ -18,8 +18,12 @@ from deepfusion.wiring import build_model, build_problem, heldout_parameters, le
 __all__ = ["run"]
 
 EXIT_DIVERGED = 3
-# Keys a finished or interrupted run may change when it is continued: a longer schedule.
-_EXTENDABLE = ("train.epochs", "multigrid.epochs")
+# Keys a finished or interrupted run may change when it is continued: a longer schedule, or
+# an L-BFGS finish added to an Adam run (its settings free until the phase has begun).
+_LBFGS_KEYS = ("train.lbfgs_mode", "train.lbfgs_history", "train.lbfgs_lr", "train.lbfgs_batch",
+               "train.lbfgs_overlap", "train.lbfgs_max_eval", "train.lbfgs_tolerance_grad",
+               "train.lbfgs_tolerance_change", "train.lbfgs_chunk", "train.lbfgs_dtype")
+_EXTENDABLE = ("train.epochs", "multigrid.epochs", "train.optimizer", "train.lbfgs_iterations", *_LBFGS_KEYS)
 
 
 def _load_run_config(args: argparse.Namespace) -> Config:
@@ -33,15 +37,27 @@ def _extension(saved: Config, cfg: Config, step: int) -> str:
     """How ``cfg`` lengthens the schedule of the run ``saved`` checkpointed at ``step`` ("" if it does not).
 
     Every stage before the checkpoint's must stay as it was, and the checkpoint's own stage
-    may only grow, so the steps already taken mean the same under the new schedule.
+    may only grow, so the steps already taken mean the same under the new schedule. An Adam
+    run may gain an L-BFGS finish (``train.optimizer`` "adam" -> "adam+lbfgs", with any
+    L-BFGS settings); once the phase has begun only its ``train.lbfgs_iterations`` may change.
     """
     from deepfusion.rundir import config_differences
-    from deepfusion.schedule import build_schedule, stage_at
+    from deepfusion.schedule import adam_steps, build_schedule, stage_at, total_steps
 
     changed = [k for k in config_differences(saved, cfg) if k in _EXTENDABLE]
     if not changed:
         return ""
     old, new = build_schedule(saved), build_schedule(cfg)
+    if "train.optimizer" in changed and (saved.train.optimizer, cfg.train.optimizer) != ("adam", "adam+lbfgs"):
+        raise InputError(f"train.optimizer: a continued run may only add an L-BFGS finish ('adam' -> 'adam+lbfgs'), "
+                         f"not {saved.train.optimizer!r} -> {cfg.train.optimizer!r}; choose another --out")
+    settings = [k for k in changed if k in _LBFGS_KEYS]
+    if settings and "lbfgs" in saved.train.optimizer and step > adam_steps(saved.train, old):
+        raise InputError(f"{', '.join(settings)}: the L-BFGS phase of this run began before step {step}; only "
+                         f"train.lbfgs_iterations may change now; choose another --out")
+    if total_steps(cfg.train, new) < step:
+        raise InputError(f"{', '.join(changed)}: a continued run may not end before its checkpoint at step {step}; "
+                         f"choose another --out")
     k = min(stage_at(old, step), len(old) - 1)
     same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
     here_ok = same_before and (new[k].level, new[k].lr, new[k].batch_size) == (old[k].level, old[k].lr, old[k].batch_size) \
@@ -50,7 +66,7 @@ def _extension(saved: Config, cfg: Config, step: int) -> str:
         raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
                          f"at step {step} on (the stages before it must stay as they were); choose another --out")
     return "; ".join(f"{k} {_value(saved, k)} -> {_value(cfg, k)}" for k in changed) + \
-        f" ({old[-1].end} -> {new[-1].end} steps)"
+        f" ({total_steps(saved.train, old)} -> {total_steps(cfg.train, new)} steps)"
 
 
 def _value(cfg: Config, key: str) -> str:
