@@ -1,5 +1,5 @@
 """Error curves of a finished run: every checkpoint's error on given instances against its training
-time, and reading such curves at an error or at a time (for the benchmark scripts)."""
+time, reading such curves at an error or at a time, and saving their figures (for the benchmark scripts)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,13 @@ def value_at(points: list[dict], when: float, key: str = "error", axis: str = "s
     xs = [p[axis] for p in points]
     logs = [math.log(p[key]) for p in points]
     return math.exp(float(np.interp(when, xs, logs)))
+
+
+def save_figure(fig, out: Path) -> None:
+    """Lay out, write (creating the folder) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

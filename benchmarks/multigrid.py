@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from curves import checkpoint_curve, time_to  # noqa: E402  (benchmarks/curves.py and launch.py, beside this script)
+from curves import checkpoint_curve, save_figure, time_to  # noqa: E402  (benchmarks/curves.py and launch.py, beside this script)
 from launch import train_run  # noqa: E402
 
 
@@ -153,10 +153,7 @@ def plot(rows: list[dict], out: Path) -> None:
         ax.set_ylabel("held-out rel. L2 error")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from curves import checkpoint_curve, time_to, value_at  # noqa: E402  (beside this script)
+from curves import checkpoint_curve, save_figure, time_to, value_at  # noqa: E402  (beside this script)
 from launch import train_run  # noqa: E402
 
 CONFIGS = {"poisson": ROOT / "configs" / "poisson.toml", "burgers": ROOT / "configs" / "burgers.toml"}
@@ -300,10 +300,7 @@ def plot(results: dict, out: Path) -> None:
         ax.set_ylabel("test rel. L2 error vs reference")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 def main() -> None:

@@ -27,6 +27,19 @@ TINY = [
     "--set", "parallel.threads_per_rank=1",
 ]
 
+# A few-second Poisson run for the optimiser tests: 16 x 16 nodes, one grid, 16 instances.
+TINY_POISSON = [
+    "--set", "problem.resolution=[16,16]",
+    "--set", "multigrid.levels=[]",
+    "--set", "model.channels=[4,8]",
+    "--set", "data.n_train=16",
+    "--set", "data.n_test=2",
+    "--set", "train.batch_size=8",
+    "--set", "train.log_every=1",
+    "--set", "parallel.threads_per_rank=1",
+    "--set", "output.plots=false",
+]
+
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m deepfusion ARGS`` in a fresh interpreter; output captured as text."""

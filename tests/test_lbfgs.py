@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, TINY_POISSON, run_cli
 from deepfusion.checkpoint import load_checkpoint
 from deepfusion.comm import SerialCommunicator
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices, two_loop
@@ -19,18 +19,7 @@ from deepfusion.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # A few-second Poisson run on 16 x 16 nodes in float64.
-SMALL = [
-    "--set", "problem.resolution=[16,16]",
-    "--set", "multigrid.levels=[]",
-    "--set", "model.channels=[4,8]",
-    "--set", "data.n_train=16",
-    "--set", "data.n_test=2",
-    "--set", "train.batch_size=8",
-    "--set", "train.dtype=float64",
-    "--set", "train.log_every=1",
-    "--set", "parallel.threads_per_rank=1",
-    "--set", "output.plots=false",
-]
+SMALL = [*TINY_POISSON, "--set", "train.dtype=float64"]
 
 
 def test_two_loop_satisfies_the_secant_equation():

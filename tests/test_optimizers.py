@@ -12,25 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, TINY_POISSON, run_cli
 from deepfusion.checkpoint import load_checkpoint
 from deepfusion.comm import SerialCommunicator
 from deepfusion.lbfgs import GlobalObjective
 from deepfusion.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
-# A few-second Poisson run on 16 x 16 nodes, trained in float32 (the default).
-SMALL = [
-    "--set", "problem.resolution=[16,16]",
-    "--set", "multigrid.levels=[]",
-    "--set", "model.channels=[4,8]",
-    "--set", "data.n_train=16",
-    "--set", "data.n_test=2",
-    "--set", "train.batch_size=8",
-    "--set", "train.log_every=1",
-    "--set", "parallel.threads_per_rank=1",
-    "--set", "output.plots=false",
-]
+SMALL = TINY_POISSON  # trained in float32, the default
 HYBRID = [*SMALL, "--set", "train.optimizer=adam+lbfgs", "--set", "train.epochs=2",
           "--set", "train.lbfgs_iterations=6", "--set", "train.checkpoint_every=2"]
 MPIEXEC = find_mpiexec()
