@@ -174,11 +174,13 @@ def hybrid_candidates(adam: tuple[str, list[str], int], lbfgs_batch: int, n: int
     return out
 
 
-def checkpoint_every(overrides: list[str], n: int, b: int) -> int:
-    get = {o.split("=")[0]: o.split("=")[1] for o in overrides}
-    steps = (int(get.get("train.epochs", 0)) * (n // b) if get["train.optimizer"] != "lbfgs" else 0)
-    steps += int(get.get("train.lbfgs_iterations", 0)) if "lbfgs" in get["train.optimizer"] else 0
-    return max(1, steps // CHECKPOINTS)
+def checkpoint_every(problem: str, overrides: list[str]) -> int:
+    """Steps between checkpoints that give a run's curve about ``CHECKPOINTS`` points."""
+    from deepfusion.config import load_config
+    from deepfusion.schedule import build_schedule, total_steps
+
+    cfg = load_config(CONFIGS[problem], overrides)
+    return max(1, total_steps(cfg.train, build_schedule(cfg)) // CHECKPOINTS)
 
 
 def summary(runs: list[dict]) -> dict:
@@ -214,7 +216,8 @@ def study(problem: str, args, work: Path) -> dict:
 
     def trial(arm: str, cand: tuple[str, list[str], int], seed: int) -> dict:
         label, overrides, b = cand
-        sets_ = [*common, *overrides, f"data.seed={seed}", f"train.checkpoint_every={checkpoint_every(overrides, n, b)}"]
+        sets_ = [*common, *overrides, f"data.seed={seed}",
+                 f"train.checkpoint_every={checkpoint_every(problem, [*common, *overrides])}"]
         run = run_arm(f"{problem}-{arm}-{label}-s{seed}", sets_, work, args.ranks)
         m = measure(run, sets, b, n)
         print(f"{problem} {arm} {label} seed {seed}: " + ("failed" if m["failed"] else

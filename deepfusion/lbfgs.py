@@ -206,7 +206,6 @@ class MultiBatchLBFGS:
         o = self.overlap
         if len(batch) < 2 * o + 1:
             raise ValueError(f"batch {len(batch)} must exceed twice the overlap {o}")
-        skipped = self.skipped_pairs
         w = self.objective.flat()
         loss, g, head_grad, tail_grad = self._grad(batch, len(batch) - o)
         # The head of this batch is the previous batch's tail: finish the previous pair.
@@ -242,8 +241,7 @@ class MultiBatchLBFGS:
         self.prev_w = w
         self.prev_overlap_grad = tail_grad
         self.n_iter += 1
-        return {"loss": loss, "step_length": t, "grad_norm": float(g.norm()), "pairs": len(self.s_hist),
-                "pair_skipped": self.skipped_pairs > skipped}
+        return {"loss": loss, "step_length": t, "grad_norm": float(g.norm()), "pairs": len(self.s_hist)}
 
     def state_dict(self) -> dict[str, Any]:
         """State in the shape of ``torch.optim.Optimizer.state_dict`` (one state entry)."""

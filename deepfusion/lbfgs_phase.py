@@ -154,7 +154,7 @@ def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, 
                 stats = opt.step(multibatch_indices(order, k, batch_size, cfg.lbfgs_overlap))
                 loss_value, grad_norm, length = stats["loss"], stats["grad_norm"], stats["step_length"]
                 diagnostics["line_search_failures"] += int(length == 0.0)
-                diagnostics["skipped_pairs"] += int(stats["pair_skipped"])
+                diagnostics["skipped_pairs"] = opt.skipped_pairs  # its own count, kept in its state
             rec.check_finite(loss_value, epoch_of, step)
             step += 1
             window["iterations"] += 1

@@ -41,11 +41,16 @@ TINY_POISSON = [
 ]
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m deepfusion ARGS`` in a fresh interpreter; output captured as text."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
+            ranks: int | None = None) -> subprocess.CompletedProcess:
+    """``python -m deepfusion ARGS`` in a fresh interpreter (under ``mpiexec -n ranks`` when
+    ``ranks`` is given; the caller skips without one); output captured as text."""
+    from deepfusion.runtime import find_mpiexec
+
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    launcher = [] if ranks is None else [find_mpiexec(), "-n", str(ranks)]
     return subprocess.run(
-        [sys.executable, "-m", "deepfusion", *args],
+        [*launcher, sys.executable, "-m", "deepfusion", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -132,13 +129,11 @@ def test_poisson_same_parameters_on_one_and_two_ranks(tmp_path):
     """The energy loss is a global mean like the residual: P = 2 follows the P = 1 trajectory."""
     from deepfusion.checkpoint import load_checkpoint
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     finals = {}
     for n in (1, 2):
         out = tmp_path / f"p{n}"
-        cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "deepfusion", "train", POISSON, "--out", str(out),
-               *SMALL, "--set", "train.dtype=float64", "--set", "train.epochs=5", "--set", "output.plots=false"]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=200)
+        proc = run_cli("train", POISSON, "--out", str(out), *SMALL, "--set", "train.dtype=float64",
+                       "--set", "train.epochs=5", "--set", "output.plots=false", ranks=n, timeout=200)
         assert proc.returncode == 0, proc.stderr
         finals[n] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
     # The first gradients agree to round-off (tests/mpi_scripts/gradients.py checks the

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -138,15 +135,13 @@ def test_lbfgs_iterates_do_not_depend_on_p(tmp_path):
     Every iteration also compares the parameters' SHA-1 across ranks; a difference would
     end the run with status 3, so status 0 means the ranks stayed bitwise identical.
     """
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     finals = {}
     for mode, ranks in (("full", (1, 2, 4)), ("multibatch", (1, 2))):
         for n in ranks:
             out = tmp_path / f"{mode}-{n}"
-            cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "deepfusion", "train", POISSON, "--out", str(out),
-                   *SMALL, "--set", "train.optimizer=lbfgs", "--set", f"train.lbfgs_mode={mode}",
-                   "--set", "train.lbfgs_iterations=10", "--set", "train.lbfgs_overlap=2"]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=250)
+            proc = run_cli("train", POISSON, "--out", str(out), *SMALL, "--set", "train.optimizer=lbfgs",
+                           "--set", f"train.lbfgs_mode={mode}", "--set", "train.lbfgs_iterations=10",
+                           "--set", "train.lbfgs_overlap=2", ranks=n, timeout=250)
             assert proc.returncode == 0, proc.stderr
             finals[mode, n] = load_checkpoint(out / "checkpoints" / "step-00000010.h5").model
         for n in ranks[1:]:

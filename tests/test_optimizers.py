@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -137,16 +134,14 @@ def test_objective_reuses_its_last_evaluation_only_at_the_same_point():
 @pytest.mark.timeout(300)
 def test_float64_phase_does_not_depend_on_p(tmp_path):
     """10 float64 L-BFGS iterations of a float32 run from the same start: P = 2 equals P = 1 to 1e-9."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     masters = {}
     for mode in ("full", "multibatch"):
         for n in (1, 2):
             out = tmp_path / f"{mode}-{n}"
-            cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "deepfusion", "train", POISSON, "--out", str(out),
-                   *SMALL, "--set", "train.optimizer=lbfgs", "--set", f"train.lbfgs_mode={mode}",
-                   "--set", "train.lbfgs_iterations=10", "--set", "train.lbfgs_overlap=2",
-                   "--set", "train.lbfgs_dtype=float64"]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=250)
+            proc = run_cli("train", POISSON, "--out", str(out), *SMALL, "--set", "train.optimizer=lbfgs",
+                           "--set", f"train.lbfgs_mode={mode}", "--set", "train.lbfgs_iterations=10",
+                           "--set", "train.lbfgs_overlap=2", "--set", "train.lbfgs_dtype=float64",
+                           ranks=n, timeout=250)
             assert proc.returncode == 0, proc.stderr
             masters[mode, n] = load_checkpoint(out / "checkpoints" / "step-00000010.h5").optimizer_state[0]["master"]
         ref = masters[mode, 1]

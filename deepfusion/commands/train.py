@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import agree, warn
-from deepfusion.config import Config, load_config, to_toml
+from deepfusion.config import Config, TrainConfig, load_config, to_toml
 from deepfusion.inputs import InputError
 from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
 
@@ -20,9 +20,8 @@ __all__ = ["run"]
 EXIT_DIVERGED = 3
 # Keys a finished or interrupted run may change when it is continued: a longer schedule, or
 # an L-BFGS finish added to an Adam run (its settings free until the phase has begun).
-_LBFGS_KEYS = ("train.lbfgs_mode", "train.lbfgs_history", "train.lbfgs_lr", "train.lbfgs_batch",
-               "train.lbfgs_overlap", "train.lbfgs_max_eval", "train.lbfgs_tolerance_grad",
-               "train.lbfgs_tolerance_change", "train.lbfgs_chunk", "train.lbfgs_dtype")
+_LBFGS_KEYS = tuple(f"train.{key}" for key in TrainConfig.__dataclass_fields__
+                    if key.startswith("lbfgs_") and key != "lbfgs_iterations")
 _EXTENDABLE = ("train.epochs", "multigrid.epochs", "train.optimizer", "train.lbfgs_iterations", *_LBFGS_KEYS)
 
 
