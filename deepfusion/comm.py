@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
 import numpy as np
+
+from deepfusion.watchdog import Watchdog
 
 __all__ = ["SerialCommunicator", "MPICommunicator", "launched_under_mpi", "world", "abort_on_error"]
 
@@ -73,6 +75,14 @@ class SerialCommunicator:
         """End every rank with exit status ``code``."""
         sys.exit(code)
 
+    def watched(self, timeout_s: float):
+        """Within it, a blocking collective that takes longer than ``timeout_s`` ends the job
+        (:class:`deepfusion.watchdog.Watchdog`; 0: never). One rank has nothing to wait for."""
+        return nullcontext()
+
+    def mark(self, where: str) -> None:
+        """Where the caller is (``"step 120"``), for the watchdog's message."""
+
     @property
     def library(self) -> str:
         """The MPI library in use."""
@@ -99,9 +109,39 @@ class MPICommunicator:
         self.local_rank = node.Get_rank()
         self.local_size = node.Get_size()
         node.Free()
+        self._watchdog: Watchdog | None = None
+
+    @contextmanager
+    def watched(self, timeout_s: float) -> Iterator[None]:
+        if timeout_s <= 0:
+            yield
+            return
+        self._watchdog = Watchdog(timeout_s, self.rank, self.abort)
+        try:
+            yield
+        finally:
+            self._watchdog.stop()
+            self._watchdog = None
+
+    def mark(self, where: str) -> None:
+        if self._watchdog is not None:
+            self._watchdog.where = where
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        dog = self._watchdog
+        if dog is None:
+            yield
+            return
+        dog.arm(what)
+        try:
+            yield
+        finally:
+            dog.disarm()
 
     def allreduce_(self, buf: Any) -> Any:
-        self.comm.Allreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
+        with self._guard("an Allreduce"):
+            self.comm.Allreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
         return buf
 
     def iallreduce_(self, buf: Any):
@@ -109,21 +149,37 @@ class MPICommunicator:
 
     def waitall(self, requests: list) -> None:
         if requests:
-            self._MPI.Request.Waitall(requests)
+            with self._guard("the gradient sum"):
+                self._MPI.Request.Waitall(requests)
 
     def testall(self, requests: list) -> None:
         if requests:
             self._MPI.Request.Testall(requests)
 
     def bcast_(self, buf: Any, root: int = 0) -> Any:
-        self.comm.Bcast(_as_array(buf), root=root)
+        with self._guard("a Bcast"):
+            self.comm.Bcast(_as_array(buf), root=root)
         return buf
 
     def allgather(self, obj: Any) -> list:
-        return self.comm.allgather(obj)
+        with self._guard("an Allgather"):
+            return self.comm.allgather(obj)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with self._guard("a Barrier"):
+            self.comm.Barrier()
+
+    def hierarchy(self) -> tuple["MPICommunicator", "MPICommunicator | None"]:
+        """(this node's ranks, one rank per node), the second on node-local rank 0 only (collective).
+
+        The node communicator groups the ranks that share memory; the leaders' communicator
+        holds each node's local rank 0, in node order, and is None elsewhere.
+        """
+        MPI = self._MPI
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        leaders = self.comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=self.rank)
+        wrap = lambda c: None if c == MPI.COMM_NULL else _sub(c, self)  # noqa: E731
+        return wrap(node), wrap(leaders)
 
     def abort(self, code: int) -> None:
         sys.stdout.flush()
@@ -133,6 +189,13 @@ class MPICommunicator:
     @property
     def library(self) -> str:
         return " ".join(self._MPI.Get_library_version().split("\n", 1)[0].split())
+
+
+def _sub(comm, parent: MPICommunicator) -> MPICommunicator:
+    """A sub-communicator sharing ``parent``'s watchdog (its blocking waits are watched too)."""
+    sub = MPICommunicator(comm)
+    sub._guard = parent._guard  # the parent's watchdog, whenever it is set
+    return sub
 
 
 def launched_under_mpi(environ: dict[str, str] | None = None) -> bool:

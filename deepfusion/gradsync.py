@@ -1,4 +1,5 @@
-"""Gradient summation across ranks: one flat Allreduce, or buckets overlapped with backward."""
+"""Gradient summation across ranks: one flat Allreduce, or buckets overlapped with backward (summed
+by MPI's Allreduce, or node by node; in the training dtype or bfloat16)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import hashlib
 
 import torch
 
+from deepfusion.hierarchical import HierarchicalReducer
 from deepfusion.reducers import make_reducer
 
-__all__ = ["GradSync", "ParameterDrift", "broadcast_parameters", "check_parameters"]
+__all__ = ["GradSync", "GRADSYNC_MODES", "ParameterDrift", "broadcast_parameters", "check_parameters"]
+
+GRADSYNC_MODES = ("bucketed", "flat", "hierarchical")
 
 
 class ParameterDrift(RuntimeError):
@@ -29,23 +33,30 @@ class GradSync:
         The replica on this rank.
     comm : communicator
         See :mod:`deepfusion.comm`.
-    mode : {"bucketed", "flat"}
+    mode : {"bucketed", "flat", "hierarchical"}
         ``flat``: one blocking Allreduce of the whole buffer after backward.
         ``bucketed``: the buffer is cut into buckets of about ``bucket_mb`` MiB; a
         non-blocking Allreduce of a bucket starts from a gradient hook as soon as its
         last gradient is accumulated, so communication overlaps the rest of backward.
+        ``hierarchical``: the same buckets, each summed within the node, then across
+        nodes among one rank per node, then broadcast within the node
+        (:mod:`deepfusion.hierarchical`).
     bucket_mb : float
         Target bucket size in MiB.
     transport : {"auto", "nccl", "mpi", "staged"}
         How the buffer is summed (:func:`deepfusion.reducers.make_reducer`): host
         buffers through MPI; device buffers through NCCL, CUDA-aware MPI or pinned host
         staging. The buckets, hooks and semantics are the same for all.
+    grad_dtype : {"train", "bfloat16"}
+        The type the sum travels in between nodes (host buffers only): the gradients' own,
+        or bfloat16 (half the bytes; each node's share is summed in float32).
     """
 
     def __init__(
-        self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0, transport: str = "auto"
+        self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0, transport: str = "auto",
+        grad_dtype: str = "train",
     ) -> None:
-        if mode not in ("bucketed", "flat"):
+        if mode not in GRADSYNC_MODES:
             raise ValueError(f"unknown gradient sync mode {mode!r}")
         self.comm = comm
         self.mode = mode
@@ -76,11 +87,15 @@ class GradSync:
         if start < offset:
             self.buckets.append((start, offset))
             self._sizes.append(members)
-        self.reducer = make_reducer(transport, comm, self.buffer) if comm.size > 1 else None
+        self.reducer = None
+        if comm.size > 1 and (mode == "hierarchical" or grad_dtype != "train"):
+            self.reducer = HierarchicalReducer(comm, self.buffer, grad_dtype, hierarchical=mode == "hierarchical")
+        elif comm.size > 1:
+            self.reducer = make_reducer(transport, comm, self.buffer)
         self._pending = [0] * len(self.buckets)
         self._requests: list = []
         self._hooks = []
-        if mode == "bucketed" and comm.size > 1:
+        if mode != "flat" and comm.size > 1:
             for p in ordered:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._ready))
 

@@ -145,6 +145,7 @@ def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, 
     iterate = _FullBatchIteration(opt, objective, fixed, dtype, diagnostics) if full else None
     try:
         while step < total:
+            comm.mark(f"step {step + 1} (L-BFGS)")
             t0 = time.perf_counter()
             samples0 = objective.samples
             k = step - adam_steps

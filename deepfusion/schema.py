@@ -230,8 +230,13 @@ class ParallelConfig:
         doc="threads per rank; 0 = cores available / ranks on the node")
     device: str = _key(_choice("cpu", "cuda"), default="cpu",
         doc="`cpu` or `cuda` (one GPU per rank; see GPU)")
-    gradsync: str = _key(_choice("bucketed", "flat"), default="bucketed",
-        doc="`bucketed` (Iallreduce per bucket, overlapped with backward) or `flat` (one Allreduce)")
+    gradsync: str = _key(_choice("bucketed", "flat", "hierarchical"), default="bucketed",
+        doc="`bucketed` (Iallreduce per bucket, overlapped with backward), `flat` (one Allreduce) or "
+            "`hierarchical` (buckets summed within the node, across nodes by one rank each, broadcast back)")
+    grad_dtype: str = _key(_choice("train", "bfloat16"), default="train",
+        doc="type of the gradient sum between nodes: `train` (`train.dtype`) or `bfloat16` (half the bytes; CPU)")
+    collective_timeout_s: float = _key(_nonnegative, default=600.0,
+        doc="a collective that takes longer ends the job on every rank it can reach, naming the step (0: never)")
     bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0,
         doc="bucket size in MiB")
     check_every: int = _key(_nonnegative, default=100,

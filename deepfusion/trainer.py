@@ -150,30 +150,32 @@ def train(
     samples = 0
     model.train()
     start = time.perf_counter()
-    try:
-        for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
-            module, level_problem = level(stage.level)
-            module.train()
-            opt = _first_order(module.parameters(), cfg, stage.lr)
-            if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
-                resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
-            done = step
-            step, loss_value, stopped = _first_order_phase(
-                module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
-                step=step, threads=threads, config_text=config_text, stop=stop,
-            )
-            samples += (step - done) * local_batch_size(stage.batch_size, comm.size) * comm.size
-            if stopped:
-                break
-        if step < total and not stopped:
-            module, level_problem = level(stages[-1].level)
-            step, loss_value, stopped = lbfgs_phase(
-                module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam,
-                total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
-                stop=stop,
-            )
-    finally:
-        rec.close()
+    # A lost rank, node or link ends the job instead of hanging it (parallel.collective_timeout_s).
+    with comm.watched(parallel.collective_timeout_s):
+        try:
+            for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
+                module, level_problem = level(stage.level)
+                module.train()
+                opt = _first_order(module.parameters(), cfg, stage.lr)
+                if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
+                    resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
+                done = step
+                step, loss_value, stopped = _first_order_phase(
+                    module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
+                    step=step, threads=threads, config_text=config_text, stop=stop,
+                )
+                samples += (step - done) * local_batch_size(stage.batch_size, comm.size) * comm.size
+                if stopped:
+                    break
+            if step < total and not stopped:
+                module, level_problem = level(stages[-1].level)
+                step, loss_value, stopped = lbfgs_phase(
+                    module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam,
+                    total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
+                    stop=stop,
+                )
+        finally:
+            rec.close()
     seconds = time.perf_counter() - start
     return TrainResult(
         steps=step - start_step,
@@ -203,7 +205,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
     seed = _stage_seed(seed, stage)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
-                    parallel.gpu_reduce)
+                    parallel.gpu_reduce, parallel.grad_dtype)
     b_loc = local_batch_size(b, comm.size)
     local_step = make_local_step(model, problem, sync, b_eff, autocast=parallel.autocast,
                                  cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc])
@@ -214,16 +216,19 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
     try:
         while step < stage.end and not stopping:
             epoch, k = divmod(step - stage.first_step, per_epoch)
+            comm.mark(f"step {step + 1}")
             t0 = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = learning_rate(step - stage.first_step, stage.steps, schedule)
             idx = local_indices(seed, epoch, k, comm.rank, comm.size, n, b)
             terms = local_step(all_params[idx])
             t1 = time.perf_counter()
-            # The loss terms' sums and this rank's stop flag, in one Allreduce.
+            # The loss terms' sums and this rank's stop flag, summed beside the gradients: one
+            # synchronisation per step, as DDP has (a blocking Allreduce of its own was a second).
             sums = np.array([t.item() for t in terms.values()] + [float(stop.requested)])
-            comm.allreduce_(sums)
+            request = comm.iallreduce_(sums)
             sync.finish()
+            comm.waitall([request])
             t2 = time.perf_counter()
             stopping = bool(sums[-1] > 0)
             sums = sums[:-1]

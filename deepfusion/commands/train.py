@@ -143,6 +143,9 @@ def _setup_device(cfg: Config, comm) -> str:
     from deepfusion.runtime import configure_cuda, select_device
 
     device = agree(comm, lambda: select_device(cfg.parallel.device, comm.local_rank, comm.local_size))
+    if device != "cpu" and (cfg.parallel.gradsync == "hierarchical" or cfg.parallel.grad_dtype != "train"):
+        raise InputError("parallel.gradsync = 'hierarchical' and parallel.grad_dtype = 'bfloat16' are for CPU ranks "
+                         "(NCCL is topology-aware on its own); use 'bucketed' and 'train' with device = 'cuda'")
     if device != "cpu":
         torch.cuda.set_device(device)
         configure_cuda(cfg.parallel.tf32)
@@ -247,6 +250,7 @@ def run(args: argparse.Namespace, comm) -> int:
             say(f"continuing with a longer schedule: {extended}")
     on = "CPU" if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})"
     sums = "flat (CUDA graph)" if cfg.parallel.cuda_graphs else cfg.parallel.gradsync
+    sums += ", bfloat16 between nodes" if cfg.parallel.grad_dtype == "bfloat16" else ""
     say(f"MPI: {comm.library}; gradients: {sums}; device: {on}\n{_rank_report(comm, threads)}")
     if start_step >= total:
         say(f"the run is complete: {run_dir} finished its {total} steps ({resume_from}); nothing to train. "

@@ -1,8 +1,8 @@
 """Run under mpiexec: allreduced gradients equal the serial full-batch gradient (float64).
 
 Exits non-zero (via MPI_Abort) on any mismatch; rank 0 prints one line per check.
-Every transport is checked: MPI on the buffer, and staging through a (pinned) host
-copy; with ``cuda`` as the argument the model and gradients live on the GPU (ranks
+Every transport is checked: MPI on the buffer, staging through a (pinned) host copy, and
+(on CPU) the node-by-node sum, also with bfloat16 on the wire; with ``cuda`` as the argument the model and gradients live on the GPU (ranks
 sharing it when there are fewer GPUs than ranks) and the transports are those given
 after it.
 """
@@ -56,17 +56,27 @@ def main(comm):
     model = replica(problem, device, comm)
     check_parameters(model, comm, 0)
     params = torch.linspace(3, 6, 16, dtype=torch.float64, device=device)
-    cases = [(m, mb, t) for t in transports for m, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]]
-    for mode, mb, transport in cases:
-        sync = GradSync(model, comm, mode, mb, transport)
+    cases = [(m, mb, t, "train") for t in transports for m, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]]
+    if device == "cpu":  # node by node, and bfloat16 on the wire (under MPIR_CVAR_NUM_CLIQUES, several "nodes")
+        cases += [("hierarchical", 4.0, "auto", "train"), ("hierarchical", 0.002, "auto", "train"),
+                  ("hierarchical", 0.002, "auto", "bfloat16"), ("bucketed", 0.002, "auto", "bfloat16"),
+                  ("flat", 4.0, "auto", "bfloat16")]
+    for mode, mb, transport, grad_dtype in cases:
+        sync = GradSync(model, comm, mode, mb, transport, grad_dtype)
+        # bfloat16 on the wire: each rank's (or node's) sum is rounded to 8 bits of mantissa.
+        tol = 1e-12 if grad_dtype == "train" else 1e-2
         for _ in range(2):  # twice: the buffers must be re-armed correctly
             err = summed_gradient_error(model, problem, params, comm, sync)
-            if not err < 1e-12:
-                raise AssertionError(f"{mode} ({len(sync.buckets)} buckets, {sync.reducer.name}): "
+            if not err < tol:
+                raise AssertionError(f"{mode} {grad_dtype} ({len(sync.buckets)} buckets, {sync.reducer.name}): "
                                      f"gradient differs by {err:.3e}")
+            same = comm.allgather(sync.buffer.numpy().tobytes())
+            if len(set(same)) != 1:
+                raise AssertionError(f"{mode} {grad_dtype}: ranks hold different summed gradients")
         sync.close()
         if comm.rank == 0:
-            print(f"OK {mode} buckets={len(sync.buckets)} transport={sync.reducer.name} rel_err={err:.2e}", flush=True)
+            print(f"OK {mode} {grad_dtype} buckets={len(sync.buckets)} transport={sync.reducer.name} "
+                  f"rel_err={err:.2e}", flush=True)
     # The drift check notices one rank's parameters changing.
     with torch.no_grad():
         if comm.rank == comm.size - 1:
