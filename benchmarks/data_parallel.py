@@ -32,13 +32,16 @@ CASES = {
     "compute": {"resolution": (128, 128), "channels": (16, 32, 64, 128), "batch": 8},
     "comm": {"resolution": (32, 32), "channels": (36, 72, 144, 288, 576), "batch": 2},
 }
-WARMUP = 3
+# Steps before timing starts, and timed steps by default: 12 timed steps after 3 gave deepfusion
+# 0.93 of DDP at 128^2 in two runs, 40 after 3 gave 1.00 on the same day (the first steps of a
+# process are slower, and for a 3.4 s window a few of them weigh); both figures are steady-state.
+WARMUP = 5
 
 
 # ----------------------------------------------------------------------------- workers
 
 
-def _setup(case: str, threads: int):
+def _setup(case: str, threads: int, batch: int | None = None):
     import torch
 
     torch.set_num_threads(threads)
@@ -51,7 +54,7 @@ def _setup(case: str, threads: int):
     model = UNet(problem.in_channels, 1, spec["channels"])
     with torch.no_grad():  # a non-trivial head, so every layer gets gradients
         model.head.weight.normal_(0, 0.01)
-    return problem, model, spec["batch"]
+    return problem, model, batch or spec["batch"]
 
 
 def _params(n: int):
@@ -60,21 +63,28 @@ def _params(n: int):
     return np.linspace(3.0, 6.0, n)
 
 
-def worker_deepfusion(case: str, threads: int, steps: int) -> dict:
+def worker_deepfusion(case: str, threads: int, steps: int, gradsync: str = "bucketed", grad_dtype: str = "train",
+                      bandwidth: bool = True, batch: int | None = None) -> dict:
+    """deepfusion's trainer on ``case``; samples/s after the warm-up, exposed communication per step
+    (the time a step waits for its sums), and with ``bandwidth`` the flat Allreduce against a raw one;
+    ``batch`` replaces the case's global batch."""
     from deepfusion.comm import world
     from deepfusion.config import ParallelConfig, TrainConfig
     from deepfusion.trainer import train
 
     comm = world()
-    problem, model, b = _setup(case, threads)
+    problem, model, b = _setup(case, threads, batch)
     cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=b, epochs=WARMUP + steps, log_every=1)
-    result = train(model, problem, _params(b), cfg, seed=0, comm=comm, parallel=ParallelConfig(check_every=0),
+    parallel = ParallelConfig(check_every=0, gradsync=gradsync, grad_dtype=grad_dtype)
+    result = train(model, problem, _params(b), cfg, seed=0, comm=comm, parallel=parallel,
                    run_dir=None, config_text="", threads=threads, log=lambda s: None)
     h = result.history
     seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]
     out = {"samples_per_s": steps * b / seconds, "ranks": comm.size, "threads": threads,
-           "comm_s_per_step": sum(r["comm_s"] for r in h[WARMUP:]) / steps}
-    if comm.size > 1:
+           "comm_s_per_step": sum(r["comm_s"] for r in h[WARMUP:]) / steps,
+           "compute_s_per_step": sum(r["compute_s"] for r in h[WARMUP:]) / steps,
+           "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+    if comm.size > 1 and bandwidth:
         out.update(_allreduce_bandwidth(model, comm))
     return out if comm.rank == 0 else {}
 
@@ -106,10 +116,10 @@ def _allreduce_bandwidth(model, comm, reps: int = 20) -> dict:
             "raw_allreduce_gbps": nbytes / t_raw / 1e9}
 
 
-def _bare_or_ddp_loop(case: str, threads: int, steps: int, ddp: bool) -> dict:
+def _bare_or_ddp_loop(case: str, threads: int, steps: int, ddp: bool, batch: int | None = None) -> dict:
     import torch
 
-    problem, model, b = _setup(case, threads)
+    problem, model, b = _setup(case, threads, batch)
     rank, size = 0, 1
     if ddp:
         import torch.distributed as dist
@@ -158,7 +168,7 @@ def _launch(kind: str, case: str, ranks: int, threads: int, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12, help="timed steps per run (after warm-up)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per run (after warm-up)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant; the best is kept")
     parser.add_argument("--worker", choices=["deepfusion", "bare", "ddp"], help=argparse.SUPPRESS)
     parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)

@@ -201,8 +201,12 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"
                    MASTER_ADDR=self.hosts[0])
         return env
 
-    def mpiexec(self, ppn: int, command: list[str], mpiexec: str | None = None) -> list[str]:
-        """The argv of ``command`` as an MPI job of ``ppn`` ranks on every node, started by hydra."""
+    def mpiexec(self, ppn: int, command: list[str], mpiexec: str | None = None, nodes: int | None = None) -> list[str]:
+        """The argv of ``command`` as an MPI job of ``ppn`` ranks on each of the first ``nodes`` nodes (all by
+        default), started by hydra."""
+        nodes = self.nodes if nodes is None else nodes
+        if not 1 <= nodes <= self.nodes:
+            raise ValueError(f"the fabric has {self.nodes} nodes, not {nodes}")
         if self._dir is None:
             raise RuntimeError("the fabric is not up (use it as a context manager)")
         if mpiexec is None:
@@ -210,8 +214,8 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"
 
             mpiexec = find_mpiexec()
         return [mpiexec, "-launcher", "ssh", "-launcher-exec", str(self._dir / "rsh"),
-                "-hosts", ",".join(self.hosts), "-localhost", self.head,
-                "-n", str(ppn * self.nodes), "-ppn", str(ppn), *command]
+                "-hosts", ",".join(self.hosts[:nodes]), "-localhost", self.head,
+                "-n", str(ppn * nodes), "-ppn", str(ppn), *command]
 
     def tx_bytes(self) -> list[int]:
         """Bytes each node has sent on its link so far."""

@@ -115,6 +115,10 @@ def train(
     on any rank (a signal), all ranks agree at the next step boundary (the flag rides on
     the loss Allreduce), a checkpoint is written and the result says ``stopped``.
 
+    With ``parallel.collective_timeout_s`` > 0, a blocking collective that takes longer (a lost
+    rank, node or link) ends the job on every rank it can reach with a line naming the step
+    (:mod:`deepfusion.watchdog`); checkpoints already written stay intact.
+
     A multigrid run passes its ``stages`` (:func:`deepfusion.schedule.build_schedule`) and
     ``level``, which gives the generator and the problem of a level's grid; each stage
     has its own optimiser (a level's loss has its own scale), learning-rate schedule, batch and

@@ -21,3 +21,20 @@ def test_serial_world_without_launcher(monkeypatch):
     buf = np.arange(4.0)
     assert comm.allreduce_(buf) is buf and buf.tolist() == [0, 1, 2, 3]
     assert comm.allgather("x") == ["x"]
+
+
+def test_watchdog_ends_the_process_when_a_collective_overstays():
+    import subprocess
+    import sys
+    import time
+
+    # An abort that does nothing (as if MPI_Abort could not get through): the hard exit still ends it.
+    code = ("import time\nfrom deepfusion.watchdog import Watchdog\n"
+            "dog = Watchdog(0.3, 1, abort=lambda status: None)\ndog.where = 'step 7'\n"
+            "dog.arm('an Allreduce'); dog.disarm()\n"  # a collective that returned in time
+            "time.sleep(0.6)\ndog.arm('the gradient sum')\ntime.sleep(30)\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 4 and time.monotonic() - t0 < 10
+    assert proc.stderr.count("\n") == 1 and "rank 1" in proc.stderr
+    assert "the gradient sum at step 7 did not complete within parallel.collective_timeout_s = 0.3 s" in proc.stderr
