@@ -45,6 +45,7 @@ class SerialCommunicator:
     size = 1
     local_rank = 0
     local_size = 1
+    thread_multiple = False
 
     def allreduce_(self, buf: Any) -> Any:
         """Sum ``buf`` (numpy array or CPU tensor) across ranks in place and return it."""
@@ -109,6 +110,8 @@ class MPICommunicator:
         self.local_rank = node.Get_rank()
         self.local_size = node.Get_size()
         node.Free()
+        # Whether MPI may be called from several threads at once (mpi4py asks for it).
+        self.thread_multiple = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self._watchdog: Watchdog | None = None
 
     @contextmanager

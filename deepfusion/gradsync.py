@@ -4,10 +4,12 @@ by MPI's Allreduce, or node by node; in the training dtype or bfloat16)."""
 from __future__ import annotations
 
 import hashlib
+from contextlib import nullcontext
 
 import torch
 
 from deepfusion.hierarchical import HierarchicalReducer
+from deepfusion.progress import ProgressThread
 from deepfusion.reducers import make_reducer
 
 __all__ = ["GradSync", "GRADSYNC_MODES", "ParameterDrift", "broadcast_parameters", "check_parameters"]
@@ -50,11 +52,14 @@ class GradSync:
     grad_dtype : {"train", "bfloat16"}
         The type the sum travels in between nodes (host buffers only): the gradients' own,
         or bfloat16 (half the bytes; each node's share is summed in float32).
+    progress_ms : float
+        With buckets, poke MPI from a background thread every ``progress_ms`` while
+        buckets are in flight (:mod:`deepfusion.progress`); 0: only from the hooks.
     """
 
     def __init__(
         self, model: torch.nn.Module, comm, mode: str = "bucketed", bucket_mb: float = 4.0, transport: str = "auto",
-        grad_dtype: str = "train",
+        grad_dtype: str = "train", progress_ms: float = 1.0,
     ) -> None:
         if mode not in GRADSYNC_MODES:
             raise ValueError(f"unknown gradient sync mode {mode!r}")
@@ -95,9 +100,13 @@ class GradSync:
         self._pending = [0] * len(self.buckets)
         self._requests: list = []
         self._hooks = []
+        self._pump = None
         if mode != "flat" and comm.size > 1:
             for p in ordered:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._ready))
+            # NCCL progresses on its own; the thread needs an MPI that takes calls from two threads.
+            if progress_ms > 0 and self.reducer.name != "nccl" and comm.thread_multiple:
+                self._pump = ProgressThread(lambda: self.reducer.poke(self._requests), progress_ms / 1e3)
 
     @property
     def numel(self) -> int:
@@ -119,11 +128,14 @@ class GradSync:
     def _ready(self, p: torch.Tensor) -> None:
         k = self._bucket_of[id(p)]
         self._pending[k] -= 1
-        if self._pending[k] == 0:
-            start, stop = self.buckets[k]
-            self._requests.append(self.reducer.start(start, stop))
-        # MPI progresses non-blocking collectives only inside MPI calls: poke it.
-        self.reducer.poke(self._requests)
+        with self._pump.lock if self._pump else nullcontext():
+            if self._pending[k] == 0:
+                start, stop = self.buckets[k]
+                self._requests.append(self.reducer.start(start, stop))
+                if self._pump:
+                    self._pump.resume()
+            # MPI progresses non-blocking collectives only inside MPI calls: poke it.
+            self.reducer.poke(self._requests)
 
     def finish(self) -> None:
         """Complete the sum: wait for the buckets, or run the flat Allreduce."""
@@ -132,22 +144,28 @@ class GradSync:
         if self.mode == "flat":
             self.reducer.allreduce()
             return
-        if any(self._pending):
-            # A parameter got no gradient this step (unused in the graph): its bucket
-            # never closed, so reduce those buckets now, in the same order on every rank.
-            for k, left in enumerate(self._pending):
-                if left:
-                    start, stop = self.buckets[k]
-                    self._requests.append(self.reducer.start(start, stop))
-                    self._pending[k] = 0
-        self.reducer.wait(self._requests)
+        if self._pump:
+            self._pump.pause()
+        with self._pump.lock if self._pump else nullcontext():  # a poke may still be under way
+            if any(self._pending):
+                # A parameter got no gradient this step (unused in the graph): its bucket
+                # never closed, so reduce those buckets now, in the same order on every rank.
+                for k, left in enumerate(self._pending):
+                    if left:
+                        start, stop = self.buckets[k]
+                        self._requests.append(self.reducer.start(start, stop))
+                        self._pending[k] = 0
+            self.reducer.wait(self._requests)
         self._requests = []
 
     def close(self) -> None:
-        """Remove the gradient hooks."""
+        """Remove the gradient hooks and end the progress thread."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self._pump:
+            self._pump.close()
+            self._pump = None
 
 
 def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

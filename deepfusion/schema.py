@@ -235,6 +235,9 @@ class ParallelConfig:
             "`hierarchical` (buckets summed within the node, across nodes by one rank each, broadcast back)")
     grad_dtype: str = _key(_choice("train", "bfloat16"), default="train",
         doc="type of the gradient sum between nodes: `train` (`train.dtype`) or `bfloat16` (half the bytes; CPU)")
+    progress_ms: float = _key(_nonnegative, default=1.0,
+        doc="with buckets, poke MPI from a background thread this often (ms) while they are in flight, so they move "
+            "during backward over a network (0: only from the gradient hooks)")
     collective_timeout_s: float = _key(_nonnegative, default=600.0,
         doc="a collective that takes longer ends the job on every rank it can reach, naming the step (0: never)")
     bucket_mb: float = _key(lambda v: None if 0 < v <= 4096 else "must be in (0, 4096]", default=4.0,

@@ -209,7 +209,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
     seed = _stage_seed(seed, stage)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
-                    parallel.gpu_reduce, parallel.grad_dtype)
+                    parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
     b_loc = local_batch_size(b, comm.size)
     local_step = make_local_step(model, problem, sync, b_eff, autocast=parallel.autocast,
                                  cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc])

@@ -3,6 +3,7 @@ same training as on one node, and no hang when a node's ranks are killed or its 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,23 @@ def test_link_down_ends_the_job_with_the_step_and_it_resumes(fabric, tmp_path):
     err, took, status = _interrupted_then_resumed(fabric, tmp_path / "run", lambda: fabric.set_link(1, False))
     assert took < TIMEOUT_S + 30 and status == 4, err  # EXIT_COLLECTIVE_TIMEOUT
     assert "did not complete within parallel.collective_timeout_s = 5 s" in err and " at step " in err, err
+
+
+@pytest.mark.timeout(400)
+def test_multinode_benchmark_measures_both_against_ddp_and_fits_the_fabric(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multinode.py"), "--fabrics", "1g", "--layouts", "2x1",
+                          "--cases", "comm", "--steps", "2"], capture_output=True, text=True, timeout=380, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    fab = report["fabrics"]["1g"]
+    assert 0.06 < fab["fit"]["bandwidth_gb_s"] < 0.13  # 1 Gb/s links: at most 0.125 GB/s
+    runs = fab["runs"]["comm_2x1"]
+    assert set(runs) == {"ddp", "bucketed", "flat", "bf16"}
+    full = runs["bucketed"]["gradient_bytes"]
+    # The gradients crossed the links, in bfloat16 about half the bytes.
+    assert runs["flat"]["link_bytes_per_step"] > 0.9 * full
+    assert 0.4 * full < runs["bf16"]["link_bytes_per_step"] < 0.7 * full
+    for name in ("bucketed", "flat", "bf16"):
+        assert runs[name]["ratio_vs_ddp"] > 0 and runs[name]["model"]["step_s"] > 0
+    assert report["projection_error"] == abs(runs["flat"]["model_relative_error"])
+    assert report["ratio_vs_ddp_comm_network_1ppn"] == runs["bucketed"]["ratio_vs_ddp"]

@@ -56,13 +56,16 @@ def main(comm):
     model = replica(problem, device, comm)
     check_parameters(model, comm, 0)
     params = torch.linspace(3, 6, 16, dtype=torch.float64, device=device)
-    cases = [(m, mb, t, "train") for t in transports for m, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]]
+    # Buckets are pushed by the progress thread (every 1 ms, the default) besides the hooks; the
+    # last case has the hooks alone.
+    cases = [(m, mb, t, "train", 1.0) for t in transports
+             for m, mb in [("flat", 4.0), ("bucketed", 4.0), ("bucketed", 0.002)]]
     if device == "cpu":  # node by node, and bfloat16 on the wire (under MPIR_CVAR_NUM_CLIQUES, several "nodes")
-        cases += [("hierarchical", 4.0, "auto", "train"), ("hierarchical", 0.002, "auto", "train"),
-                  ("hierarchical", 0.002, "auto", "bfloat16"), ("bucketed", 0.002, "auto", "bfloat16"),
-                  ("flat", 4.0, "auto", "bfloat16")]
-    for mode, mb, transport, grad_dtype in cases:
-        sync = GradSync(model, comm, mode, mb, transport, grad_dtype)
+        cases += [("hierarchical", 4.0, "auto", "train", 1.0), ("hierarchical", 0.002, "auto", "train", 1.0),
+                  ("hierarchical", 0.002, "auto", "bfloat16", 1.0), ("bucketed", 0.002, "auto", "bfloat16", 1.0),
+                  ("flat", 4.0, "auto", "bfloat16", 1.0), ("hierarchical", 0.002, "auto", "bfloat16", 0.0)]
+    for mode, mb, transport, grad_dtype, progress_ms in cases:
+        sync = GradSync(model, comm, mode, mb, transport, grad_dtype, progress_ms)
         # bfloat16 on the wire: each rank's (or node's) sum is rounded to 8 bits of mantissa.
         tol = 1e-12 if grad_dtype == "train" else 1e-2
         for _ in range(2):  # twice: the buffers must be re-armed correctly
