@@ -28,7 +28,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 __all__ = ["Fabric", "unavailable", "clean"]

@@ -52,8 +52,6 @@ class Checkpoint:
 
     def restore(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Load the stored tensors into ``model`` (and ``optimizer``), checking every shape."""
-        import torch
-
         if model is not None:
             self._restore_model(model)
         if optimizer is not None:
