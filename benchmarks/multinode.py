@@ -34,7 +34,7 @@ from pathlib import Path
 import data_parallel  # benchmarks/, beside this script
 from emunet import Fabric, unavailable
 from launch import ROOT, mpiexec, thread_env
-from scaling import fit_allreduce, ring_allreduce
+from scaling import allreduce_worker, fit_allreduce, ring_allreduce
 
 FABRICS = {"1g": ("1gbit", 50.0), "10g": ("10gbit", 20.0)}
 LAYOUTS = [(2, 1), (2, 2), (4, 1)]  # (nodes, ranks per node)
@@ -55,31 +55,6 @@ def variants(case: str, ppn: int) -> dict[str, tuple[str, str, str]]:
 def batch(case: str, ranks: int) -> int:
     """The global batch: the compute case's own (8); the communication case keeps one sample per rank."""
     return ranks if case == "comm" else data_parallel.CASES[case]["batch"]
-
-
-# ----------------------------------------------------------------------------- workers (under mpiexec)
-
-
-def sweep_worker(reps: int) -> None:
-    """Median seconds of a raw in-place float32 Allreduce for each size of SWEEP."""
-    import time
-
-    import numpy as np
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    out = {}
-    for n in SWEEP:
-        buf = np.ones(max(1, n // 4), dtype=np.float32)
-        times = []
-        for _ in range(reps):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-            times.append(time.perf_counter() - t0)
-        out[n] = sorted(times)[len(times) // 2]
-    if comm.rank == 0:
-        print(json.dumps(out))
 
 
 # ----------------------------------------------------------------------------- driver
@@ -246,8 +221,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker == "sweep":
-        sweep_worker(args.reps)
+    if args.worker == "sweep":  # median seconds of a raw Allreduce per size of SWEEP, as scaling.py measures
+        allreduce_worker(SWEEP, args.reps)
         return
     if args.worker:
         if args.worker == "deepfusion":
