@@ -33,7 +33,13 @@ from pathlib import Path
 __all__ = ["Fabric", "unavailable", "clean"]
 
 PREFIX = "dfe"  # every namespace, bridge and link this tool makes starts with it
-_RATE = re.compile(r"^\d+(\.\d+)?[kmg]?bit$")
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)bit$")
+
+
+def _bits_per_s(rate: str) -> float:
+    """``"1gbit"`` -> 1e9."""
+    number, unit = _RATE.match(rate).groups()
+    return float(number) * {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}[unit]
 
 
 def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -147,9 +153,7 @@ class Fabric:
 
     def _shape(self, dev: str, ns: str | None) -> None:
         # A token bucket of 1 ms at the rate: bursts no longer than a real NIC's queue would pass.
-        bits = float(re.match(r"[\d.]+", self.rate).group()) * {"k": 1e3, "m": 1e6, "g": 1e9}.get(
-            self.rate[re.match(r"[\d.]+", self.rate).end()], 1)
-        burst = max(32_000, int(bits / 8 / 1000))
+        burst = max(32_000, int(_bits_per_s(self.rate) / 8 / 1000))
         if self.latency_us > 0:
             got = _tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
                       f"{self.latency_us:g}us", "rate", self.rate, ns=ns)
@@ -262,7 +266,13 @@ def main() -> int:
         return 2
     if not args.command:
         parser.error("give the command to run after --")
-    with Fabric(args.nodes, args.rate, args.latency_us) as fabric:
+    if args.ppn < 1 or args.latency_us < 0:
+        parser.error("--ppn must be >= 1 and --latency-us >= 0")
+    try:
+        fabric = Fabric(args.nodes, args.rate, args.latency_us)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with fabric:
         if args.latency_us and not fabric.latency_emulated:
             print("emunet: this kernel has no netem; links are shaped in rate only", file=sys.stderr)
         before = fabric.tx_bytes()
