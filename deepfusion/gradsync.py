@@ -107,6 +107,8 @@ class GradSync:
             # NCCL progresses on its own; the thread needs an MPI that takes calls from two threads.
             if progress_ms > 0 and self.reducer.name != "nccl" and comm.thread_multiple:
                 self._pump = ProgressThread(lambda: self.reducer.poke(self._requests), progress_ms / 1e3)
+        # Serialises this thread's reducer calls with the progress thread's (none without it).
+        self._lock = self._pump.lock if self._pump else nullcontext()
 
     @property
     def numel(self) -> int:
@@ -128,7 +130,7 @@ class GradSync:
     def _ready(self, p: torch.Tensor) -> None:
         k = self._bucket_of[id(p)]
         self._pending[k] -= 1
-        with self._pump.lock if self._pump else nullcontext():
+        with self._lock:
             if self._pending[k] == 0:
                 start, stop = self.buckets[k]
                 self._requests.append(self.reducer.start(start, stop))
@@ -146,7 +148,7 @@ class GradSync:
             return
         if self._pump:
             self._pump.pause()
-        with self._pump.lock if self._pump else nullcontext():  # a poke may still be under way
+        with self._lock:  # a poke may still be under way
             if any(self._pending):
                 # A parameter got no gradient this step (unused in the graph): its bucket
                 # never closed, so reduce those buckets now, in the same order on every rank.
@@ -166,6 +168,7 @@ class GradSync:
         if self._pump:
             self._pump.close()
             self._pump = None
+            self._lock = nullcontext()
 
 
 def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

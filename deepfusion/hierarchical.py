@@ -89,8 +89,12 @@ class HierarchicalReducer:
         if self.bf16 and self.leaders is not None:
             self._scatter_comm = self.leaders.comm.Dup()
             self._gather_comm = self.leaders.comm.Dup()
-        self._MPI = comm._MPI
+        from mpi4py import MPI
+
+        self._MPI = MPI
         self._chains: list[_Chain] = []
+        # bfloat16 staging arrays of each bucket range, made on its first sum and reused every step.
+        self._staging: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
 
     # -------------------------------------------------------------- the steps of a chain
 
@@ -113,10 +117,10 @@ class HierarchicalReducer:
     def _bf16_steps(self, lo: int, hi: int) -> list[Callable[[], object]]:
         k = self.leaders.size
         chunk = math.ceil((hi - lo) / k)
-        send = np.zeros(k * chunk, dtype=np.uint16)
-        recv = np.empty_like(send)
-        mine = np.empty(chunk, dtype=np.uint16)
-        gathered = np.empty_like(send)
+        if (lo, hi) not in self._staging:  # send's padding past hi - lo stays zero
+            send = np.zeros(k * chunk, dtype=np.uint16)
+            self._staging[lo, hi] = (send, np.empty_like(send), np.empty(chunk, dtype=np.uint16), np.empty_like(send))
+        send, recv, mine, gathered = self._staging[lo, hi]
 
         def scatter():  # my values, rounded to bf16, chunk j to node j
             send[: hi - lo] = _bf16_bits(self.buffer[lo:hi])
