@@ -41,13 +41,18 @@ TINY_POISSON = [
 ]
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child process of a test: this checkout importable first, plus ``extra``."""
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
             ranks: int | None = None) -> subprocess.CompletedProcess:
     """``python -m deepfusion ARGS`` in a fresh interpreter (under ``mpiexec -n ranks`` when
     ``ranks`` is given; the caller skips without one); output captured as text."""
     from deepfusion.runtime import find_mpiexec
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     launcher = [] if ranks is None else [find_mpiexec(), "-n", str(ranks)]
     return subprocess.run(
         [*launcher, sys.executable, "-m", "deepfusion", *args],

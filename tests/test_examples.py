@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, TINY, train_once
+from conftest import ROOT, TINY, child_env, train_once
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +18,7 @@ def burgers(tmp_path_factory):
 
 
 def _run(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     return subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 

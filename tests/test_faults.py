@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli
+from conftest import ROOT, TINY, child_env, run_cli
 from deepfusion.checkpoint import checkpoint_files, latest_checkpoint, load_checkpoint
 from deepfusion.runtime import find_mpiexec
 
@@ -26,15 +26,11 @@ LONG = [*TINY, "--set", "train.epochs=60", "--set", "output.plots=false", "--set
 TOTAL = 240
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
 def _launch(run_dir: Path, ranks: int, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "deepfusion", "train", CONFIG, "--out", str(run_dir), *LONG, *extra]
     if ranks > 1:
         cmd = [find_mpiexec(), "-n", str(ranks), *cmd]
-    return subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _rank_pids(run_dir: Path) -> list[int]:
@@ -171,7 +167,7 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint_loadable(tmp_path):
     for attempt, delay in enumerate((0.05, 0.13, 0.21)):
         d = tmp_path / str(attempt)
         d.mkdir()
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(d)], env=_env(), stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(d)], env=child_env(), stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "1"  # one complete checkpoint exists
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, child_env
 from deepfusion.checkpoint import load_checkpoint
 from deepfusion.runtime import find_mpiexec
 
@@ -28,7 +27,7 @@ pytestmark = [
 
 
 def mpirun(n: int, *args: str, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
+    env = child_env(**extra_env)
     return subprocess.run(
         [MPIEXEC, "-n", str(n), *args], env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -4,7 +4,6 @@ same training as on one node, and no hang when a node's ranks are killed or its 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli
+from conftest import ROOT, TINY, child_env, run_cli
 from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
 from deepfusion.runtime import find_mpiexec
 
@@ -44,7 +43,7 @@ def _command(out: Path, args: list[str]) -> list[str]:
 
 
 def _start(fabric: Fabric, ppn: int, out: Path, args: list[str]) -> subprocess.Popen:
-    env = fabric.env(dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    env = fabric.env(child_env())
     return subprocess.Popen(fabric.mpiexec(ppn, _command(out, args)), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, child_env
 from deepfusion.runtime import find_mpiexec
 
 README = (ROOT / "README.md").read_text()
@@ -36,8 +36,7 @@ def test_readme_is_short_and_its_links_exist():
 def test_quick_start_runs_as_written(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     bindir = Path(sys.executable).parent
-    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env(PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     tiny = " ".join(shlex.quote(a) for a in [*TINY, "--set", "train.epochs=2", "--set", "output.plots=false"])
     commands = [line.split("  #")[0].strip() for line in _block("bash", "## Quick start").splitlines()]
     assert len(commands) >= 5
