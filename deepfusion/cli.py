@@ -77,6 +77,9 @@ def _add_infer(sub) -> None:
     p.add_argument("--coeffs", type=Path, help="Poisson/reaction-diffusion: .npy of KL coefficient rows (S, m)")
     p.add_argument("--nu", type=Path, help="Poisson/reaction-diffusion: .npy of diffusivity fields (S, N_y, N_x)")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
+    p.add_argument("--polish", type=int, default=0, metavar="K",
+                   help="then K classical iterations from the network's output: multigrid V-cycles (Poisson, "
+                        "reaction-diffusion) or Newton sweeps of the conservative scheme (Burgers); default 0 = the pure network")
     p.set_defaults(func=_run("infer"))
 
 
@@ -94,6 +97,9 @@ def _add_compare(sub) -> None:
                    help="CPU thread counts for the DiffNet rows (default: 1 and all cores)")
     p.add_argument("--batch", type=int, default=8, help="instances per forward pass in the batched timing")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
+    p.add_argument("--polish", type=int, nargs="*", default=[1], metavar="K",
+                   help="also report \"DiffNet + K cycles\" rows (the network's output then K V-cycles or Newton "
+                        "sweeps, timed together), each against its own classical match (default: 1; none: --polish)")
     p.set_defaults(func=_run("compare"))
 
 

@@ -90,6 +90,7 @@ def compare_row(*, device: str, threads: int, accuracy, inference: dict, points:
     best = cheapest(points, target)
     classical_s = None if best is None else best.seconds
     return {
+        "product": "DiffNet",
         "device": device,
         "threads": threads,
         "diffnet_error": target,
@@ -133,7 +134,8 @@ def markdown_table(rows: list[dict], grid: list[int]) -> str:
         n_star = ("—" if r["train_seconds"] is None or r["classical_s"] is None else "never"
                   if r["break_even_queries"] is None else f"{r['break_even_queries']:.3g}")
         lines.append("| " + " | ".join([
-            "×".join(map(str, grid)), f"{r['device']}, {r['threads']}",
+            "×".join(map(str, grid)), f"{r['device']}, {r['threads']}" + (
+                "" if r.get("product", "DiffNet") == "DiffNet" else f" — **{r['product']}**"),
             f"{r['diffnet_error']:.4f} ({r['floor']:.4f}, {r['ratio_to_floor']:.2f})", matched,
             _cell(r["classical_error"], 4), _ms(r["classical_s"]),
             f"{_ms(r['diffnet_s_single'])} / {_ms(r['diffnet_s_batched'])}", ratio, n_star]) + " |")

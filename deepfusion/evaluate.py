@@ -58,6 +58,7 @@ class FloorReport:
     floor_name: str
     truth_seconds: float
     floor_seconds: float
+    optimum: np.ndarray | None = None  # the floor's fields themselves
 
     @property
     def ratio(self) -> float:
@@ -93,7 +94,7 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
     optimum, roots = problem.discrete_optimum(params, initial=truth)
     t2 = time.perf_counter()
     return FloorReport(truth, relative_l2(pred, truth), relative_l2(optimum, truth), roots, problem.truth_name(),
-                       problem.floor_name(), t1 - t0, t2 - t1)
+                       problem.floor_name(), t1 - t0, t2 - t1, optimum)
 
 
 def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None) -> FloorReport:
@@ -102,6 +103,7 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     The error is against the independent reference and beside the grid's floor (see
     :func:`against_floor`); the table prints both and their ratio.
     """
+    from deepfusion.diagnostics import coarse_imprint, error_structure
     from deepfusion.fields import write_fields
     from deepfusion.wiring import field_attrs, heldout_parameters, parameter_name
 
@@ -113,13 +115,14 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     pred = predict(model, problem, test)
     infer_seconds = time.perf_counter() - t0
     acc = against_floor(problem, test, pred)
+    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     coords = problem.coordinates()
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
                  field_attrs(cfg, "godunov" if pname == "c" else "fem") | {"reference": acc.truth_name})
     report = {pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
               "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
-              "inference_seconds": infer_seconds}
+              "inference_seconds": infer_seconds, **structure}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     label = "   c  " if pname == "c" else "  instance"
     print(f"\n{label}  rel. L2 vs reference   floor    ratio")
@@ -132,6 +135,10 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
           f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
                                            "their least-squares optimum)") + "\n")
+    print(f"error structure: {structure['mean_low_mode_share']:.0%} of the squared error in the lowest modes "
+          f"(k_y + k_x <= {structure['low_mode_k_max']})" + (
+              f"; cosine with the coarse level's imprint {structure['mean_imprint_cosine']:.2f} "
+              f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)" if "imprint_cosine" in structure else ""))
     print(f"inference {infer_seconds:.3f} s for {len(test)} instances; reference {acc.truth_seconds:.2f} s, "
           f"floor {acc.floor_seconds:.2f} s")
     if cfg.output.plots:

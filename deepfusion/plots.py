@@ -143,7 +143,7 @@ def _pareto_figure(report: dict):
     markers = iter("^v<>Dsp")
     for row in report["rows"]:
         m = next(markers, "*")
-        who = f"DiffNet, {row['device']}, {row['threads']} thr."
+        who = f"{row.get('product', 'DiffNet')}, {row['device']}, {row['threads']} thr."
         ax.loglog([row["diffnet_s_single"]], [row["diffnet_error"]], m, mfc="none", ms=8, label=f"{who}, one")
         ax.loglog([row["diffnet_s_batched"]], [row["diffnet_error"]], m, ms=8, label=f"{who}, batched")
     row = report["rows"][0]

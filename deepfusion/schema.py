@@ -132,6 +132,9 @@ class ModelConfig:
     # Recompute each U-Net level in the backward pass instead of storing its activations.
     checkpoint_activations: bool = _key(default=False,
         doc="recompute each U-Net level in the backward pass instead of storing its activations (less memory, same result; see High resolution)")
+    output: str = _key(_choice("nodal", "multilevel"), default="nodal",
+        doc="output basis: `nodal` (one head on the finest features) or `multilevel` (one correction per decoder "
+            "resolution, summed through bilinear prolongation: the same loss, far better conditioned smooth modes)")
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,9 @@ class MultigridConfig:
         doc="`deepen`: one refinement level added on top of the generator per finer grid; `carry`: the same network on every grid")
     top_channels: int = _key(lambda v: None if 1 <= v <= 4096 else "must be in 1..4096", default=16,
         doc="width of each added refinement level")
+    coarse_loss: str = _key(_choice("rediscretised", "galerkin"), default="rediscretised",
+        doc="loss of the coarser levels: `rediscretised` (the problem on the level's own grid) or `galerkin` "
+            "(the finest grid's loss of the level's output prolonged there: no coarse discretisation error imprinted)")
 
 
 @dataclass(frozen=True)

@@ -116,14 +116,28 @@ class Surrogate:
         """The checked instance array the fields are computed from (see the class docstring)."""
         return instance_parameters(self.config.problem, c=c, coeffs=coeffs, nu=nu, names=names)
 
-    def __call__(self, c=None, *, coeffs=None, nu=None) -> np.ndarray:
-        return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu))
+    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0) -> np.ndarray:
+        return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu), polish=polish)
 
-    def fields(self, params: np.ndarray) -> np.ndarray:
-        """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time."""
+    def fields(self, params: np.ndarray, polish: int = 0) -> np.ndarray:
+        """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.
+
+        ``polish`` > 0 improves them by that many classical iterations from the network's
+        output (multigrid V-cycles for Poisson and reaction-diffusion, Newton sweeps of the
+        conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
+        the pure network (polish = 0).
+        """
         from deepfusion.evaluate import predict
 
-        return predict(self._model, self.problem, params, self.chunk)
+        if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
+            raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
+        u = predict(self._model, self.problem, params, self.chunk)
+        if polish:
+            try:
+                u = self.problem.polish(params, u, int(polish))
+            except ValueError as e:
+                raise InputError(str(e)) from None
+        return u
 
     def __repr__(self) -> str:
         p = self.config.problem

@@ -105,21 +105,30 @@ def build_model(cfg: Config, problem):
     mg = cfg.multigrid
     model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
                           cfg.model.checkpoint_activations,
-                          levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels)
+                          levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
+                          output=cfg.model.output)
     return model.to(getattr(torch, cfg.train.dtype))
 
 
 def level_models(cfg: Config, model):
-    """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid,
-    and the generator trained there (the deepened stack's level k, or the carried network)."""
+    """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid
+    (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
+    problem of the level's prolonged output), and the generator trained there (the deepened
+    stack's level k, or the carried network)."""
+    from diffnet.galerkin import GalerkinLevel
     from diffnet.networks import LevelStack
 
     problems: dict[int, object] = {}
+    levels = cfg.multigrid.levels
+
+    def on_grid(k: int):
+        grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * 2
+        return build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
 
     def level(k: int):
         if k not in problems:
-            grid = tuple(cfg.problem.resolution) if not cfg.multigrid.levels else (cfg.multigrid.levels[k],) * 2
-            problems[k] = build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
+            galerkin = cfg.multigrid.coarse_loss == "galerkin" and levels and k < len(levels) - 1
+            problems[k] = GalerkinLevel(on_grid(k), on_grid(len(levels) - 1)) if galerkin else on_grid(k)
         return (model.level(k) if isinstance(model, LevelStack) else model), problems[k]
 
     return level

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.constants import constant
+from diffnet.precision import conv2d, no_tf32
 
 __all__ = [
     "gauss_basis",
@@ -76,7 +77,7 @@ def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     torch.Tensor
         Shape (S, Q, N_y - 1, N_x - 1).
     """
-    return F.conv2d(field[:, None], _kernels(rows, field))
+    return conv2d(field[:, None], _kernels(rows, field))
 
 
 class _QuadraticEnergy(torch.autograd.Function):
@@ -96,9 +97,10 @@ class _QuadraticEnergy(torch.autograd.Function):
         # u, coeff: (S, 1, N_y, N_x); interp: (Q, 1, 1, 2, 2); ops: (Q, D, 1, 2, 2).
         ctx.save_for_backward(u, coeff, interp, ops)
         total = u.new_zeros(u.shape[0])
-        for q in range(ops.shape[0]):
-            c_q = F.conv2d(coeff, interp[q])
-            total += (c_q * F.conv2d(u, ops[q]).square()).sum(dim=(1, 2, 3))
+        with no_tf32():
+            for q in range(ops.shape[0]):
+                c_q = F.conv2d(coeff, interp[q])
+                total += (c_q * F.conv2d(u, ops[q]).square()).sum(dim=(1, 2, 3))
         return 0.5 * total
 
     @staticmethod
@@ -107,13 +109,15 @@ class _QuadraticEnergy(torch.autograd.Function):
         need_u, need_c = ctx.needs_input_grad[:2]
         grad_u = torch.zeros_like(u) if need_u else None
         grad_c = torch.zeros_like(coeff) if need_c else None
-        for q in range(ops.shape[0]):
-            c_q = F.conv2d(coeff, interp[q])
-            du = F.conv2d(u, ops[q])
-            if need_u:
-                grad_u += torch.nn.grad.conv2d_input(u.shape, ops[q], c_q * du)
-            if need_c:
-                grad_c += torch.nn.grad.conv2d_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
+        with no_tf32():
+            for q in range(ops.shape[0]):
+                c_q = F.conv2d(coeff, interp[q])
+                du = F.conv2d(u, ops[q])
+                if need_u:
+                    grad_u += torch.nn.grad.conv2d_input(u.shape, ops[q], c_q * du)
+                if need_c:
+                    grad_c += torch.nn.grad.conv2d_input(coeff.shape, interp[q],
+                                                         0.5 * du.square().sum(dim=1, keepdim=True))
         scale = grad[:, None, None, None]
         return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
 

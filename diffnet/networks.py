@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from diffnet.multilevel import prolong, synthesise
+
 __all__ = ["UNet", "LevelStack", "build_network", "parameter_count"]
 
 
@@ -51,16 +53,27 @@ class UNet(nn.Module):
         the level (resampling, concatenation, both convolutions, normalisations and
         activations) when its gradient is needed: memory per sample drops by about half,
         at the cost of a second forward pass; the result is the same.
+    output : {"nodal", "multilevel"}
+        ``nodal``: one 1x1 head on the finest features gives the output. ``multilevel``:
+        every decoder resolution (the bottom included) has its own 1x1 head, and the
+        output is their corrections summed through bilinear prolongation
+        (:func:`diffnet.multilevel.synthesise`, cell-centred as the pooling makes the
+        levels): the same function class, a far better conditioned parameterisation of
+        the smooth modes. The finest head is ``head`` in both, every head starts at zero.
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, channels: tuple[int, ...], checkpoint_activations: bool = False
+        self, in_channels: int, out_channels: int, channels: tuple[int, ...], checkpoint_activations: bool = False,
+        output: str = "nodal",
     ) -> None:
         super().__init__()
         if len(channels) < 1 or any(c < 1 for c in channels):
             raise ValueError(f"channels must be positive integers, got {channels}")
+        if output not in ("nodal", "multilevel"):
+            raise ValueError(f"unknown output {output!r}; choose 'nodal' or 'multilevel'")
         self.channels = tuple(int(c) for c in channels)
         self.checkpoint_activations = bool(checkpoint_activations)
+        self.output = output
         self.down = nn.ModuleList()
         c_prev = in_channels
         for c in self.channels:
@@ -71,16 +84,33 @@ class UNet(nn.Module):
             for i in reversed(range(len(self.channels) - 1))
         )
         self.head = nn.Conv2d(self.channels[0], out_channels, 1)
+        # The coarser levels' heads of the multilevel output, coarsest first.
+        self.coarse_heads = nn.ModuleList(
+            nn.Conv2d(c, out_channels, 1) for c in (reversed(self.channels[1:]) if output == "multilevel" else ())
+        )
         # Start from a zero correction: the generator's first field is the one its
         # boundary construction gives, not noise.
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        for head in (self.head, *self.coarse_heads):
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
+        return self.run(x)[0]
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The finest level's features (S, channels[0], H, W), before the 1x1 output head."""
+    def run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output (S, out_channels, H, W) and the finest features (S, channels[0], H, W)."""
+        if self.output == "nodal":
+            feats = self.features(x)
+            return self.head(feats), feats
+        h, w = x.shape[-2:]
+        levels = self.features(x, every_level=True)  # coarsest first, on the padded grids
+        corrections = [head(f) for head, f in zip(self.coarse_heads, levels[:-1])] + [self.head(levels[-1])]
+        out = synthesise(corrections, align_corners=False)
+        return out[..., :h, :w], levels[-1][..., :h, :w]
+
+    def features(self, x: torch.Tensor, every_level: bool = False):
+        """The finest level's features (S, channels[0], H, W), before the 1x1 output head; with
+        ``every_level``, the features of every decoder resolution, coarsest first, uncropped."""
         h, w = x.shape[-2:]
         m = 2 ** (len(self.channels) - 1)
         ph, pw = (-h) % m, (-w) % m
@@ -93,9 +123,11 @@ class UNet(nn.Module):
             x = run(_down, block, x, i > 0)
             skips.append(x)
         skips.pop()
+        levels = [x]
         for block in self.up:
             x = run(_up, block, x, skips.pop())
-        return x[..., :h, :w]
+            levels.append(x)
+        return levels if every_level else x[..., :h, :w]
 
 
 def _down(block: _Block, x: torch.Tensor, pool: bool) -> torch.Tensor:
@@ -143,7 +175,7 @@ class _Refinement(nn.Module):
 
     def forward(self, x: torch.Tensor, raw: torch.Tensor, feats: torch.Tensor, recompute: bool):
         size = x.shape[-2:]
-        up = [F.interpolate(t, size=size, mode="bilinear", align_corners=True) for t in (raw, feats)]
+        up = [prolong(t, size) for t in (raw, feats)]
         h = (_recomputed if recompute else _direct)(self.block, torch.cat([x, *up], dim=1))
         return up[0] + self.head(h), h
 
@@ -161,8 +193,7 @@ class _Levels(nn.Module):
 
     def _run(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if k == 0:
-            feats = self.base.features(x)
-            return self.base.head(feats), feats
+            return self.base.run(x)
         top = self.tops[k - 1]
         coarse = F.interpolate(x, size=top.coarse_size(x.shape[-2:]), mode="bilinear", align_corners=True)
         raw, feats = self._run(coarse, k - 1)
@@ -210,12 +241,14 @@ def build_network(
     checkpoint_activations: bool = False,
     levels: tuple[int, ...] = (),
     top_channels: int = 16,
+    output: str = "nodal",
 ) -> nn.Module:
     """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
-    of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid)."""
+    of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid; ``output``
+    the base U-Net's output basis, see :class:`UNet`)."""
     if name != "unet":
         raise ValueError(f"unknown model {name!r}; choose from ['unet']")
-    base = UNet(in_channels, 1, channels, checkpoint_activations)
+    base = UNet(in_channels, 1, channels, checkpoint_activations, output)
     if len(levels) < 2:
         return base
     ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))

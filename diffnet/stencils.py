@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from diffnet.precision import conv2d
 
 __all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels"]
 
@@ -84,4 +85,4 @@ def apply_kernels(u: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     :func:`pad_extrapolate`.
     """
     padded = pad_extrapolate(u).unsqueeze(1)
-    return F.conv2d(padded, kernels.to(dtype=u.dtype, device=u.device))
+    return conv2d(padded, kernels.to(dtype=u.dtype, device=u.device))

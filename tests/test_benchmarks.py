@@ -84,3 +84,37 @@ def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
         assert report[key]["burgers"] is None or report[key]["burgers"] > 0
     assert report["best_second_order_vs_adam_error_at_equal_time"]["burgers"] is not None
     assert (tmp_path / "opt.png").stat().st_size > 10_000
+
+
+def test_accuracy_ablation_trains_its_arms_to_one_budget(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "accuracy_ablation.py"), "--resolution", "64", "--budget-s", "4",
+                          "--n-train", "16", "--batch", "8", "--probe-steps", "3", "--n-test", "1", "--ranks", "1",
+                          "--arms", "nodal_rediscretised", "multilevel_galerkin"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert set(report["arms"]) == {"nodal_rediscretised", "multilevel_galerkin"} and report["levels"] == [32, 64]
+    for arm, row in report["arms"].items():
+        assert report[f"ratio_{arm}"] == pytest.approx(row["ratio_to_floor"], rel=1e-2)
+        assert len(row["epochs"]) == 2 and all(e >= 1 for e in row["epochs"]) and row["mean_floor"] > 0
+        assert 0 <= row["mean_low_mode_share"] <= 1 and -1 <= row["mean_imprint_cosine"] <= 1
+    assert report["best_arm"] in report["arms"]
+
+
+def test_level_change_splits_the_loss_at_a_level_change(tmp_path):
+    from conftest import ROOT, run_cli
+
+    run = tmp_path / "run"
+    proc = run_cli("train", str(ROOT / "configs" / "burgers.toml"), "--out", str(run),
+                   "--set", "problem.resolution=[16,16]", "--set", "model.channels=[8,16]", "--set", "data.n_train=8",
+                   "--set", "train.batch_size=4", "--set", "multigrid.levels=[8,16]", "--set", "multigrid.epochs=[3,2]",
+                   "--set", "multigrid.top_channels=4", "--set", "train.log_every=1", "--set", "train.keep_checkpoints=0",
+                   "--set", "problem.test_c=[4.0]", "--set", "output.plots=false", "--set", "parallel.threads_per_rank=1")
+    assert proc.returncode == 0, proc.stderr
+    out = subprocess.run([sys.executable, str(BENCH / "level_change.py"), str(run)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    (change,) = json.loads(out.stdout)["changes"]
+    assert change["from_grid"] == [8, 8] and change["to_grid"] == [16, 16] and change["step"] == 6
+    for key in ("coarse_loss", "galerkin_loss", "new_level_loss", "last_logged_loss", "first_logged_loss"):
+        assert change[key] > 0, key

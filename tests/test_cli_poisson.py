@@ -133,14 +133,19 @@ def test_poisson_same_parameters_on_one_and_two_ranks(tmp_path):
     for n in (1, 2):
         out = tmp_path / f"p{n}"
         proc = run_cli("train", POISSON, "--out", str(out), *SMALL, "--set", "train.dtype=float64",
-                       "--set", "train.epochs=5", "--set", "output.plots=false", ranks=n, timeout=200)
+                       "--set", "train.epochs=5", "--set", "output.plots=false", "--set", "model.output=nodal",
+                       ranks=n, timeout=200)
         assert proc.returncode == 0, proc.stderr
         finals[n] = load_checkpoint(out / "checkpoints" / "step-00000020.h5").model
     # The first gradients agree to round-off (tests/mpi_scripts/gradients.py checks the
     # energy's to 1e-12); 20 Adam steps then amplify that round-off where a gradient
     # component is near zero (m / sqrt(v) is sensitive there). Measured here: 7e-11 and
     # 5.5e-10 (seeds 0 and 3) with the autograd energy, 1.3e-9 and 1.0e-9 with the
-    # recomputing one -- the same order, so the bound is 1e-8, not 1e-9.
+    # recomputing one -- the same order, so the bound is 1e-8, not 1e-9. The bound was measured
+    # with the nodal output; the multilevel one (the config's) starts with more near-zero gradient
+    # entries that Adam's first steps turn into +-lr by their round-off sign (1.4e-8 to 2.0e-8 after
+    # 4 to 20 steps, not growing), so its summed gradients are checked to 1e-12 directly instead
+    # (tests/mpi_scripts/gradients.py) and its trajectory in tests/test_multigrid.py.
     for name, ref in finals[1].items():
         rel = np.abs(finals[2][name] - ref).max() / max(np.abs(ref).max(), 1e-300)
         assert rel < 1e-8, (name, rel)

@@ -40,7 +40,7 @@ def test_allreduced_gradient_equals_serial(n, nodes):
     # groups, the inter-node path between them, so the node-by-node sum runs for real.
     proc = mpirun(n, sys.executable, str(SCRIPTS / "gradients.py"), MPIR_CVAR_NUM_CLIQUES=str(nodes))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("OK ") == 14, proc.stdout  # printed once, by rank 0
+    assert proc.stdout.count("OK ") == 15, proc.stdout  # printed once, by rank 0
     assert proc.stdout.count("transport=staged") == 3 and proc.stdout.count("transport=mpi") == 3
     assert proc.stdout.count("transport=hierarchical") == 6
 

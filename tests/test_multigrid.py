@@ -36,10 +36,15 @@ def _final(run_dir):
     return load_checkpoint(checkpoint_files(run_dir / "checkpoints")[0])
 
 
-@pytest.mark.parametrize("transfer, cycle, steps", [("deepen", "half_v", 24), ("carry", "v", 36)])
-def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, cycle, steps):
+# The multilevel output basis and Galerkin coarse levels go through the same schedule, resume and P checks.
+MULTILEVEL_GALERKIN = ["--set", "model.output=multilevel", "--set", "multigrid.coarse_loss=galerkin"]
+
+
+@pytest.mark.parametrize("transfer, cycle, steps, extra", [("deepen", "half_v", 24, []), ("carry", "v", 36, []),
+                                                           ("deepen", "half_v", 24, MULTILEVEL_GALERKIN)])
+def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, cycle, steps, extra):
     run = tmp_path / "run"
-    args = [*SCHEDULE, "--set", f"multigrid.transfer={transfer}", "--set", f"multigrid.cycle={cycle}"]
+    args = [*SCHEDULE, "--set", f"multigrid.transfer={transfer}", "--set", f"multigrid.cycle={cycle}", *extra]
     proc = run_cli("train", POISSON, "--out", str(run), *args)
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -52,6 +57,10 @@ def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, 
     report = json.loads((run / "eval.json").read_text())
     assert report["resolution"] == [16, 16] and len(report["rel_l2"]) == 2
     assert report["ratio_to_floor"] == pytest.approx(report["mean_rel_l2"] / report["mean_floor"])
+    # Where the error lives: its low-mode share, and its cosine with the coarse level's imprint.
+    assert 0 <= report["mean_low_mode_share"] <= 1 and -1 <= report["mean_imprint_cosine"] <= 1
+    assert len(report["imprint_cosine"]) == 2 and report["mean_coarse_imprint_rel_l2"] > 0
+    assert "error structure:" in proc.stdout and "coarse level's imprint" in proc.stdout
     assert (run / "plots" / "loss.png").is_file()
     reference = _final(run)
     assert reference.step == steps
@@ -82,7 +91,7 @@ def test_same_model_through_a_level_change_on_one_and_two_ranks(tmp_path):
     import subprocess
     import sys
 
-    args = ["train", POISSON, *SCHEDULE, "--set", "train.dtype=float64", "--set", "output.plots=false",
+    args = ["train", POISSON, *SCHEDULE, *MULTILEVEL_GALERKIN, "--set", "train.dtype=float64", "--set", "output.plots=false",
             "--set", "multigrid.epochs=[2,2]", "--set", "train.batch_size=8", "--set", "multigrid.batch_size=[8,4]"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     one = run_cli(*args, "--out", str(tmp_path / "p1"))

@@ -117,3 +117,28 @@ def test_infer_warns_outside_the_range_on_one_line(runs, tmp_path):
     assert proc.stderr.strip() == "deepfusion: warning: --c: 7 is outside the training range [3, 6]; " \
                                   "the field is an extrapolation"
     assert "1 field (16, 16)" in proc.stdout and "from checkpoint" in proc.stdout
+
+
+def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
+    """``polish=k``: k multigrid V-cycles from the network's fields; ``infer --polish k`` writes the same."""
+    s = Surrogate.load(runs["poisson"])
+    coeffs = np.random.default_rng(4).uniform(-3, 3, size=(2, 6))
+    fem = s.problem.reference(coeffs, method="direct")
+    distance = [np.abs(s(coeffs=coeffs, polish=k) - fem).max() for k in (0, 1, 3)]
+    assert distance[1] < 0.5 * distance[0] and distance[2] < 0.5 * distance[1]
+    np.save(tmp_path / "a.npy", coeffs)
+    proc = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "1",
+                   "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert "+ 1 polish iteration" in proc.stdout
+    with h5py.File(tmp_path / "u.h5") as f:
+        assert f.attrs["polish"] == 1
+        np.testing.assert_array_equal(f["u"][()], s(coeffs=coeffs, polish=1))
+    with pytest.raises(InputError, match="polish: must be an integer"):
+        s(coeffs=coeffs, polish=-1)
+    # The tiny Burgers run trained the central (Sobel) residual: no scheme to polish with.
+    with pytest.raises(InputError, match="conservative residual"):
+        Surrogate.load(runs["burgers"])(c=[4.0], polish=1)
+    bad = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "-2",
+                  "--out", str(tmp_path / "v.h5"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["deepfusion: error: --polish: must be in 0..1000, got -2"]

@@ -26,6 +26,9 @@ def _check(args: argparse.Namespace) -> list[int]:
             raise InputError(f"--threads: must be in 1..4096, got {t}")
     if not 1 <= args.batch <= 1024:
         raise InputError(f"--batch: must be in 1..1024, got {args.batch}")
+    for k in args.polish:
+        if not 1 <= k <= 100:
+            raise InputError(f"--polish: must be in 1..100, got {k}")
     return threads
 
 
@@ -80,6 +83,8 @@ def run(args: argparse.Namespace, comm) -> int:
               f"{baseline.seconds / best.seconds:.1f}x the multigrid's time", flush=True)
     rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
                         train_seconds=train_seconds) for (device, t), timing in inference.items()]
+    for k in args.polish:
+        rows += _polished_rows(problem, model, params, acc, k, threads, args.batch, baseline, train_seconds)
     report = {
         "run_dir": str(run_dir), "checkpoint": str(path), "problem": cfg.problem.name, "resolution": grid,
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
@@ -97,3 +102,32 @@ def run(args: argparse.Namespace, comm) -> int:
     figure = plot_pareto(report, args.out.with_suffix(".png"))
     print(f"\n{markdown_table(rows, grid)}\nwrote {args.out}, {table}, {figure}")
     return 0
+
+
+def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int], batch: int, baseline,
+                   train_seconds) -> list[dict]:
+    """"DiffNet + k cycles": the network's fields then ``cycles`` classical iterations, timed together,
+    measured against the same truth and floor, and matched to its own cheapest classical solve."""
+    from deepfusion.compare import classical_sweep, compare_row, time_inference
+    from deepfusion.evaluate import against_floor, predict
+    from deepfusion.runtime import apply_threads
+
+    label = f"DiffNet + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
+    try:
+        problem.polish(params[:1], predict(model, problem, params[:1]), cycles)
+    except ValueError as e:
+        warn(f"no \"{label}\" row: {e}")
+        return []
+    timings = {}
+    for t in threads:
+        apply_threads(t)
+        print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
+        fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, problem, p, b), cycles),
+                                            params, batch)
+    polished = against_floor(problem, params, fields, truth=acc.truth)
+    target = float(polished.error.mean())
+    print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f}); "
+          f"classical sweep to that error:", flush=True)
+    points = classical_sweep(problem, params, acc.truth, target)
+    return [compare_row(device="cpu", threads=t, accuracy=polished, inference=timing, points=points, baseline=None,
+                        train_seconds=train_seconds) | {"product": label} for t, timing in timings.items()]

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.inputs import check_output_file, load_array
+from deepfusion.inputs import InputError, check_output_file, load_array
 
 __all__ = ["run"]
 
@@ -22,6 +22,8 @@ def run(args: argparse.Namespace, comm) -> int:
     run_dir = Path(args.run_dir)
     run_config(run_dir)  # "not a run directory" before anything else
     check_output_file(args.out)
+    if not 0 <= args.polish <= 1000:
+        raise InputError(f"--polish: must be in 0..1000, got {args.polish}")
     coeffs = load_array(args.coeffs, "coefficients", (1, 2)) if args.coeffs else None
     nu = load_array(args.nu, "diffusivity", (2, 3)) if args.nu else None
     names = {"c": "--c", "coeffs": str(args.coeffs), "nu": str(args.nu)}
@@ -32,12 +34,13 @@ def run(args: argparse.Namespace, comm) -> int:
     for w in caught:
         warn(str(w.message))
     t0 = time.perf_counter()
-    u = surrogate.fields(params)
+    u = surrogate.fields(params, polish=args.polish)
     seconds = time.perf_counter() - t0
-    attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint)}
+    attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
     name = "nu" if params.ndim == 3 else parameter_name(surrogate.config)
     out = write_fields(args.out, u, surrogate.problem.coordinates(), {name: params}, attrs)
     n = len(params)
+    what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
-          f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}")
+          f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}")
     return 0

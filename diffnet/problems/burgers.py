@@ -123,6 +123,7 @@ class BurgersProblem:
     name = "burgers"
     in_channels = 3
     parameter_names = ("c",)
+    polish_step = "Newton sweep"  # one iteration of :meth:`polish`
 
     @property
     def dt(self) -> float:
@@ -231,6 +232,21 @@ class BurgersProblem:
         u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
         return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order, self.flux)
                          for row in u0])
+
+    def polish(self, c: np.ndarray, fields: np.ndarray, sweeps: int) -> np.ndarray:
+        """``sweeps`` Newton iterations of the implicit conservative scheme per time row, marching from
+        the network's ``fields`` (S, N_t, N_x): "DiffNet + k Newton sweeps". Conservative residual only
+        (the central residual has no marching scheme to polish with)."""
+        if self.stencil != "conservative":
+            raise ValueError(f"polish: needs the conservative residual (problem.residual = \"conservative\"); "
+                             f"this run trained the {self.stencil} residual")
+        from diffnet.solvers.conservative import solve_scheme
+
+        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=torch.float64)
+        u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
+        return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order,
+                                      self.flux, initial=np.asarray(f, dtype=np.float64), sweeps=sweeps)
+                         for row, f in zip(u0, fields)])
 
     def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
         """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""

@@ -28,6 +28,8 @@ def solve_scheme(
     flux: str = "godunov",
     tol: float = 1e-11,
     max_newton: int = 60,
+    initial: np.ndarray | None = None,
+    sweeps: int | None = None,
 ) -> np.ndarray:
     """March the implicit scheme of :func:`diffnet.conservative.conservative_residual`.
 
@@ -48,6 +50,12 @@ def solve_scheme(
         Newton stops when the largest residual entry of the row is below ``tol``.
     max_newton : int
         Newton iterations allowed per row.
+    initial : numpy.ndarray, optional
+        (n_t, N_x): each row's Newton iteration starts from this field's row (a network's
+        output) instead of the previous time row.
+    sweeps : int, optional
+        At most this many Newton iterations per row, without the convergence check: the
+        polish of ``initial`` ("DiffNet + k Newton sweeps"), not a solve.
 
     Returns
     -------
@@ -72,6 +80,8 @@ def solve_scheme(
             window = torch.cat([past.expand(len(v), *past.shape), new], dim=1)
             return conservative_residual(window, dt, dx, viscosity, order, flux)[:, -1]
 
-        u[n, 1:] = newton_solve(row_residual, u[n - 1, 1:], reach=2, tol=tol, max_iter=max_newton,
-                                what=f"time row {n}")
+        start = u[n - 1, 1:] if initial is None else torch.as_tensor(initial[n, 1:], dtype=torch.float64)
+        u[n, 1:] = newton_solve(row_residual, start, reach=2, tol=tol,
+                                max_iter=max_newton if sweeps is None else sweeps, what=f"time row {n}",
+                                strict=sweeps is None)
     return u.numpy()

@@ -186,6 +186,17 @@ class GMGSolver:
             stats["discretisation_estimate"] = float(estimate / max(np.linalg.norm(x), np.finfo(float).tiny))
         return self._full(x)
 
+    def vcycles(self, initial: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` V(1,1)-cycles on the finest level from ``initial`` (N_y, N_x): the polish of a
+        network's output. The Dirichlet values are taken from the system, whatever ``initial`` holds there."""
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        x = np.array(initial, dtype=np.float64).reshape(-1)
+        x[self.system.fixed] = self.system.values[self.system.fixed]
+        if cycles:
+            x = self.ml.solve(self.system.rhs, x0=x, tol=0.0, maxiter=cycles, cycle="V")
+        return self._full(x)
+
     def solve(self, tol: float, maxiter: int = 200, stats: dict | None = None) -> np.ndarray:
         """Multigrid-preconditioned CG from zero to the relative residual ``tol`` (the classical use)."""
         residuals: list[float] = []

@@ -24,9 +24,9 @@ def loss_of(model, problem, c, b):
     return sum(t.sum() for t in problem.loss_terms(u, c).values()) / b
 
 
-def replica(problem, device: str, comm):
-    """A float64 U-Net with a perturbed (non-zero) head, equal on every rank after the broadcast."""
-    model = UNet(problem.in_channels, 1, (4, 8)).double().to(device)
+def replica(problem, device: str, comm, output: str = "nodal"):
+    """A float64 U-Net with perturbed (non-zero) heads, equal on every rank after the broadcast."""
+    model = UNet(problem.in_channels, 1, (4, 8), output=output).double().to(device)
     with torch.no_grad():
         for p in model.parameters():  # the zero-initialised head would make gradients trivial
             p.add_(0.05 * torch.randn_like(p))
@@ -92,18 +92,20 @@ def main(comm):
             print("OK drift detected", flush=True)
     else:
         raise AssertionError("drift not detected")
-    # The Q1 energy loss, with its own (recomputing) backward, summed over ranks.
+    # The Q1 energy loss, with its own (recomputing) backward, summed over ranks; the nodal and
+    # the multilevel output basis (its coarse heads and synthesis in the graph).
     problem = PoissonProblem((12, 10))
-    model = replica(problem, device, comm)
     params = (torch.rand(16, problem.kl_terms, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
               * 6 - 3).to(device)
-    sync = GradSync(model, comm, "bucketed", 0.002, transports[0])
-    err = summed_gradient_error(model, problem, params, comm, sync)
-    sync.close()
-    if not err < 1e-12:
-        raise AssertionError(f"Poisson energy gradient differs by {err:.3e}")
-    if comm.rank == 0:
-        print(f"OK poisson energy rel_err={err:.2e}", flush=True)
+    for output in ("nodal", "multilevel"):
+        model = replica(problem, device, comm, output)
+        sync = GradSync(model, comm, "bucketed", 0.002, transports[0])
+        err = summed_gradient_error(model, problem, params, comm, sync)
+        sync.close()
+        if not err < 1e-12:
+            raise AssertionError(f"Poisson energy gradient ({output} output) differs by {err:.3e}")
+        if comm.rank == 0:
+            print(f"OK poisson energy, {output} output, rel_err={err:.2e}", flush=True)
 
 
 if __name__ == "__main__":

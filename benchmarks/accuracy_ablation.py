@@ -1,0 +1,113 @@
+"""The output basis and the coarse levels' loss, at equal wall time: Poisson 128^2 trained four ways.
+
+Arms: ``model.output`` nodal or multilevel x ``multigrid.coarse_loss`` rediscretised or
+galerkin, otherwise the same multigrid run (configs/poisson.toml at 128^2, levels 32, 64,
+128, deepened). Equal wall time: each arm first trains a few steps per level to time
+them (the probe), then its epochs per level are the base split scaled so that the
+predicted training time is the budget. Each arm's error against the Q1 FEM 4x finer, the
+grid's floor (the same-grid FEM), their ratio, the error's share in the lowest modes and
+its cosine with the coarse imprint come from the run's own eval.json. Prints one JSON
+object with ``ratio_<arm>`` and ``best_arm``.
+
+    python benchmarks/accuracy_ablation.py [--budget-s 600] [--ranks 2] [--resolution 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
+
+ARMS = {
+    "nodal_rediscretised": ("nodal", "rediscretised"),
+    "nodal_galerkin": ("nodal", "galerkin"),
+    "multilevel_rediscretised": ("multilevel", "rediscretised"),
+    "multilevel_galerkin": ("multilevel", "galerkin"),
+}
+# Relative epochs per level (those of the 128^2 run in docs/results.md, row (e)) and peak rates.
+SPLIT = {32: 38, 64: 19, 128: 10, 256: 6}
+LR = {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}
+
+
+def _levels(resolution: int) -> list[int]:
+    levels = [n for n in (32, 64, 128, 256) if n <= resolution]
+    if levels[-1] != resolution:
+        raise SystemExit(f"accuracy_ablation.py: --resolution must be one of 64, 128, 256, got {resolution}")
+    return levels
+
+
+def _base(args, levels: list[int], arm: str) -> list[str]:
+    output, coarse = ARMS[arm]
+    return [f"problem.resolution=[{args.resolution},{args.resolution}]", f"multigrid.levels={levels}",
+            f"multigrid.lr={[LR[n] for n in levels]}", f"model.output={output}", f"multigrid.coarse_loss={coarse}",
+            f"data.n_train={args.n_train}", f"data.n_test={args.n_test}", f"train.batch_size={args.batch}",
+            "multigrid.batch_size=[]", "output.plots=false", "train.checkpoint_every=0"]
+
+
+def step_seconds(args, levels: list[int], arm: str, workdir: Path) -> list[float]:
+    """Seconds per optimiser step on each level, from a probe of ``args.probe_steps`` steps per level."""
+    run = workdir / f"probe-{arm}"
+    n = args.batch * args.probe_steps
+    train_run(ROOT / "configs" / "poisson.toml", run, args.ranks,
+              _base(args, levels, arm) + [f"data.n_train={n}", "data.n_test=1", f"multigrid.epochs={[1] * len(levels)}",
+                                          "train.log_every=1"], quiet=True)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    out = []
+    for k in range(len(levels)):
+        rates = [r["samples_per_s"] for r in records if r["level"] == k][1:]  # the first carries the warm-up
+        out.append(args.batch / statistics.median(rates))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget-s", type=float, default=600.0, help="training seconds per arm")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--resolution", type=int, default=128)
+    parser.add_argument("--n-train", type=int, default=4096)
+    parser.add_argument("--n-test", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--probe-steps", type=int, default=6)
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    args = parser.parse_args()
+    if not (args.budget_s > 0 and args.ranks >= 1 and args.probe_steps >= 2 and args.n_train >= args.batch >= 1):
+        raise SystemExit("accuracy_ablation.py: need --budget-s > 0, --ranks >= 1, --probe-steps >= 2, "
+                         "--n-train >= --batch >= 1")
+    levels = _levels(args.resolution)
+    steps_per_epoch = args.n_train // args.batch
+    result = {"resolution": args.resolution, "levels": levels, "budget_s": args.budget_s, "ranks": args.ranks,
+              "n_train": args.n_train, "batch": args.batch, "arms": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        for arm in args.arms:
+            per_step = step_seconds(args, levels, arm, workdir)
+            per_epoch = [steps_per_epoch * t for t in per_step]
+            scale = args.budget_s / sum(SPLIT[n] * e for n, e in zip(levels, per_epoch))
+            epochs = [max(1, round(scale * SPLIT[n])) for n in levels]
+            run = workdir / arm
+            train_run(ROOT / "configs" / "poisson.toml", run, args.ranks,
+                      _base(args, levels, arm) + [f"multigrid.epochs={epochs}"])
+            report = json.loads((run / "eval.json").read_text())
+            row = {"epochs": epochs, "step_seconds": [round(t, 4) for t in per_step],
+                   "train_seconds": round(report["train_seconds"], 1),
+                   "mean_rel_l2": report["mean_rel_l2"], "mean_floor": report["mean_floor"],
+                   "ratio_to_floor": report["ratio_to_floor"], "mean_low_mode_share": report["mean_low_mode_share"],
+                   "mean_imprint_cosine": report.get("mean_imprint_cosine")}
+            result["arms"][arm] = row
+            result[f"ratio_{arm}"] = round(report["ratio_to_floor"], 3)
+            print(f"{arm}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    result["best_arm"] = min(result["arms"], key=lambda a: result["arms"][a]["ratio_to_floor"])
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

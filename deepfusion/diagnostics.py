@@ -1,0 +1,72 @@
+"""Where a network's error lives: its share in the lowest modes, and how much of it is the
+coarse level's imprint (the coarse generator's output prolonged, minus the grid's optimum).
+
+A generator whose error sits in the smoothest modes and points along the coarse imprint has
+not removed the coarse level's discretisation error: the symptom the multilevel output basis
+and Galerkin coarse levels address (docs/physics.md, "The output basis").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.fft import dctn
+
+__all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
+
+# Modes (k_y, k_x) of the orthonormal 2-D cosine transform with k_y + k_x <= LOW_MODES count as "lowest".
+LOW_MODES = 8
+
+
+def low_mode_share(error: np.ndarray, k_max: int = LOW_MODES) -> np.ndarray:
+    """Per sample, the fraction of ||error||^2 in the DCT-I modes with k_y + k_x <= k_max.
+
+    The type-I cosine transform fits nodal grids that include the boundary (any field is a
+    sum of its modes; the orthonormal form keeps the squared norm).
+    """
+    error = np.asarray(error, dtype=np.float64)
+    coeff = dctn(error, type=1, axes=(-2, -1), norm="ortho")
+    ky, kx = np.indices(error.shape[-2:])
+    low = (ky + kx) <= k_max
+    total = np.square(coeff).sum(axis=(-2, -1))
+    return np.square(coeff[..., low]).sum(axis=-1) / np.maximum(total, 1e-300)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per sample, <a, b> / (|a| |b|) over all nodes (0 where either is zero)."""
+    a, b = (np.asarray(v, dtype=np.float64).reshape(len(v), -1) for v in (a, b))
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.where(norms > 0, (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0), 0.0)
+
+
+def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level)."""
+    if len(cfg.multigrid.levels) < 2:
+        return None
+    import torch
+
+    from deepfusion.evaluate import predict
+    from deepfusion.wiring import level_models
+    from diffnet.multilevel import prolong
+
+    generator, problem = level_models(cfg, model)(0)
+    coarse = predict(generator, problem, params)
+    if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
+        coarse = prolong(torch.as_tensor(coarse)[:, None], shape)[:, 0].numpy()
+    return coarse
+
+
+def error_structure(pred: np.ndarray, truth: np.ndarray, optimum: np.ndarray,
+                    coarse: np.ndarray | None) -> dict:
+    """The diagnostics ``eval.json`` carries: the low-mode share of the error against the truth,
+    and, for multigrid runs, the cosine between the network's distance from the grid's optimum
+    and the coarse imprint (prolonged coarse output minus that optimum), with the imprint's size."""
+    share = low_mode_share(pred - truth)
+    out = {"low_mode_k_max": LOW_MODES, "low_mode_share": share.tolist(), "mean_low_mode_share": float(share.mean())}
+    if coarse is not None:
+        imprint = coarse - optimum
+        cos = cosine(pred - optimum, imprint)
+        size = np.linalg.norm(imprint.reshape(len(imprint), -1), axis=1) / np.linalg.norm(
+            truth.reshape(len(truth), -1), axis=1)
+        out |= {"imprint_cosine": cos.tolist(), "mean_imprint_cosine": float(cos.mean()),
+                "coarse_imprint_rel_l2": size.tolist(), "mean_coarse_imprint_rel_l2": float(size.mean())}
+    return out

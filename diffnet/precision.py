@@ -1,0 +1,58 @@
+"""The losses in float32 proper on CUDA: no TF32 inside the PDE's convolutions, whatever the network uses.
+
+TF32 keeps 10 mantissa bits. In the Q1 energy's gradient that rounding is equivalent to a
+relative solution error of about 3e-4 (measured on the Poisson family), above the 256^2
+grid's own discretisation error (1e-4), while float32 proper is equivalent to about 3e-8.
+cuDNN enables TF32 for convolutions by default on Ampere and later, and
+``parallel.tf32 = true`` enables it for the network on purpose; the loss convolutions
+therefore switch it off around themselves, in the forward and in the backward pass (an
+autograd function, since the backward runs outside any context the forward sets). On a
+CPU the flags change nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["no_tf32", "conv2d"]
+
+
+@contextlib.contextmanager
+def no_tf32() -> Iterator[None]:
+    """cuDNN convolutions and CUDA matrix products in full float32 inside the block; restored after."""
+    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = cudnn
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+
+
+class _Conv2d(torch.autograd.Function):
+    """``F.conv2d`` with constant weights, forward and backward under :func:`no_tf32`."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        ctx.shape = x.shape
+        with no_tf32():
+            return F.conv2d(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (weight,) = ctx.saved_tensors
+        with no_tf32():
+            return torch.nn.grad.conv2d_input(ctx.shape, weight, grad), None
+
+
+def conv2d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A loss convolution (no padding, stride 1) of ``x`` with constant ``weight``, never in TF32."""
+    if weight.requires_grad:
+        raise ValueError("loss convolutions take constant weights")
+    return _Conv2d.apply(x, weight)
