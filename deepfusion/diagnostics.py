@@ -43,15 +43,17 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     if len(cfg.multigrid.levels) < 2:
         return None
     import torch
+    import torch.nn.functional as F
 
     from deepfusion.evaluate import predict
     from deepfusion.wiring import level_models
-    from diffnet.multilevel import prolong
 
     generator, problem = level_models(cfg, model)(0)
     coarse = predict(generator, problem, params)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
-        coarse = prolong(torch.as_tensor(coarse)[:, None], shape)[:, 0].numpy()
+        # Bilinear between nodal grids, the transfer the multigrid levels use (diffnet.multilevel.prolong).
+        coarse = F.interpolate(torch.as_tensor(coarse)[:, None], size=tuple(shape), mode="bilinear",
+                               align_corners=True)[:, 0].numpy()
     return coarse
 
 

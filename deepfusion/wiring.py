@@ -118,18 +118,20 @@ def level_models(cfg: Config, model):
     from diffnet.galerkin import GalerkinLevel
     from diffnet.networks import LevelStack
 
-    problems: dict[int, object] = {}
+    grids: dict[int, object] = {}  # the problem on each level's own grid, built once
     levels = cfg.multigrid.levels
+    finest = len(levels) - 1
 
     def on_grid(k: int):
-        grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * 2
-        return build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
+        if k not in grids:
+            grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * 2
+            grids[k] = build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
+        return grids[k]
 
     def level(k: int):
-        if k not in problems:
-            galerkin = cfg.multigrid.coarse_loss == "galerkin" and levels and k < len(levels) - 1
-            problems[k] = GalerkinLevel(on_grid(k), on_grid(len(levels) - 1)) if galerkin else on_grid(k)
-        return (model.level(k) if isinstance(model, LevelStack) else model), problems[k]
+        galerkin = cfg.multigrid.coarse_loss == "galerkin" and k < finest
+        problem = GalerkinLevel(on_grid(k), on_grid(finest)) if galerkin else on_grid(k)
+        return (model.level(k) if isinstance(model, LevelStack) else model), problem
 
     return level
 

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, comm) -> int:
     rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
                         train_seconds=train_seconds) for (device, t), timing in inference.items()]
     for k in args.polish:
-        rows += _polished_rows(problem, model, params, acc, k, threads, args.batch, baseline, train_seconds)
+        rows += _polished_rows(problem, model, params, acc, k, threads, args.batch, train_seconds)
     report = {
         "run_dir": str(run_dir), "checkpoint": str(path), "problem": cfg.problem.name, "resolution": grid,
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int], batch: int, baseline,
+def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int], batch: int,
                    train_seconds) -> list[dict]:
     """"DiffNet + k cycles": the network's fields then ``cycles`` classical iterations, timed together,
     measured against the same truth and floor, and matched to its own cheapest classical solve."""

@@ -220,18 +220,22 @@ class BurgersProblem:
             return f"the conservative scheme's own solution (order {self.scheme_order}, {self.flux} flux)"
         return f"the {self.stencil} residual's nodal optimum"
 
-    def scheme_solution(self, c: np.ndarray) -> np.ndarray:
+    def scheme_solution(self, c: np.ndarray, initial: np.ndarray | None = None,
+                        sweeps: int | None = None) -> np.ndarray:
         """The exact solutions of the conservative scheme on this grid (zero residual), (S, N_t, N_x).
 
         Their error against :meth:`reference` is the floor a network trained on the
-        conservative residual can reach.
+        conservative residual can reach. With ``initial`` fields (S, N_t, N_x) each row's
+        Newton iteration starts from theirs, and with ``sweeps`` it stops after that many
+        (:func:`diffnet.solvers.conservative.solve_scheme`).
         """
         from diffnet.solvers.conservative import solve_scheme
 
         x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=torch.float64)
         u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
-        return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order, self.flux)
-                         for row in u0])
+        starts = [None] * len(u0) if initial is None else np.asarray(initial, dtype=np.float64)
+        return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order, self.flux,
+                                      initial=start, sweeps=sweeps) for row, start in zip(u0, starts)])
 
     def polish(self, c: np.ndarray, fields: np.ndarray, sweeps: int) -> np.ndarray:
         """``sweeps`` Newton iterations of the implicit conservative scheme per time row, marching from
@@ -240,13 +244,7 @@ class BurgersProblem:
         if self.stencil != "conservative":
             raise ValueError(f"polish: needs the conservative residual (problem.residual = \"conservative\"); "
                              f"this run trained the {self.stencil} residual")
-        from diffnet.solvers.conservative import solve_scheme
-
-        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=torch.float64)
-        u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
-        return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order,
-                                      self.flux, initial=np.asarray(f, dtype=np.float64), sweeps=sweeps)
-                         for row, f in zip(u0, fields)])
+        return self.scheme_solution(c, initial=fields, sweeps=sweeps)
 
     def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
         """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""
