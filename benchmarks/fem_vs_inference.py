@@ -1,21 +1,25 @@
 """The strongest Poisson solver we run against pyamg's default, and DiffNet against it at equal accuracy.
 
-1. **Solver race** at 256^2, 512^2 and 1024^2 nodes (``--grids``), KL instances of the
+1. **Solver race** at 257^2, 513^2 and 1025^2 nodes (``--grids``), KL instances of the
    Poisson family, one thread: the geometric multigrid (FMG to discretisation accuracy,
-   :mod:`diffnet.solvers.gmg`) against pyamg's smoothed aggregation with its default
-   settings, CG-accelerated. Equal accuracy: pyamg's tolerance is swept (1e-3 .. 1e-10)
-   and the cheapest tolerance whose solution is as close to the exact discrete solution
-   (a tight solve of the same system) as a tenth of the grid's discretisation error --
-   the multigrid's stopping rule -- is timed. Both include their
-   setup; the shared structured assembly is timed apart. Key: ``gmg_vs_pyamg_default_1024``
-   (pyamg seconds / multigrid seconds; goal >= 3).
-2. **DiffNet at equal accuracy** for each trained run in ``--runs``: ``deepfusion compare``
+   :mod:`diffnet.solvers.gmg`, compiled stencil kernels) against pyamg's smoothed
+   aggregation with its default settings, CG-accelerated. Equal accuracy: pyamg's
+   tolerance is swept (1e-3 .. 1e-10) and the cheapest tolerance whose solution is as
+   close to the exact discrete solution (a tight solve of the same system) as a tenth of
+   the grid's discretisation error -- the multigrid's stopping rule -- is timed. Both
+   include their setup. The whole pipeline is timed too: our assembly (stencil) + multigrid
+   against the same assembly with its CSR matrix + pyamg. Keys:
+   ``gmg_vs_pyamg_default_<grid>`` (solve only; goal >= 3) and
+   ``pipeline_vs_pyamg_default_<grid>`` (assembly + solve; goal >= 10 at 1025^2).
+2. **Time per unknown** of the whole multigrid pipeline from 33^2 to 1025^2 (``--scaling``),
+   the best of repeats per instance: ``scaling``.
+3. **DiffNet at equal accuracy** for each trained run in ``--runs``: ``deepfusion compare``
    (the refinement sweep of the classical solver to the network's error), under the keys
    ``equal_accuracy.<run name>.ratio_equal_accuracy`` and ``...break_even_queries``.
 
 Prints one JSON object.
 
-    python benchmarks/fem_vs_inference.py [--grids 256 512 1024] [--runs RUN_DIR ...] [--out DIR]
+    python benchmarks/fem_vs_inference.py [--grids 257 513 1025] [--scaling 33 65 ...] [--runs RUN_DIR ...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -38,42 +42,56 @@ from launch import thread_env  # noqa: E402  (benchmarks/launch.py, beside this 
 TOLERANCES = (1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6, 1e-7, 1e-8, 1e-10)
 
 
+def pipeline(problem, a):
+    """Assembly, hierarchy and FMG to discretisation accuracy for one instance: the classical solve as a user runs it."""
+    from diffnet.solvers.gmg import GMGSolver
+
+    stats: dict = {}
+    u = GMGSolver.build(problem.fem_system(a)).fmg(cycles=1, to_discretisation=True, stats=stats)
+    return u, stats
+
+
 def race(grid: int, a, say) -> dict:
     """Multigrid vs pyamg default on one instance at ``grid``^2: seconds and algebraic errors at equal accuracy."""
     import numpy as np
     import pyamg
 
+    from deepfusion.equal_accuracy import best_time
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.solvers.gmg import GMGSolver
 
     problem = PoissonProblem((grid, grid))
-    t0 = time.perf_counter()
-    system = problem.fem_system(a)
-    assembly = time.perf_counter() - t0
+    system, assembly = best_time(problem.fem_system, a)
+    csr = best_time(lambda: problem.fem_system(a).A)[1]  # assembly with the CSR matrix pyamg needs
     free = ~system.fixed
     exact = GMGSolver.build(system).solve(1e-12).ravel()  # the discrete solution, to the last digits
 
     def error(u):
         return float(np.linalg.norm(u.ravel() - exact) / np.linalg.norm(exact))
 
-    t0 = time.perf_counter()
-    stats: dict = {}
-    u = GMGSolver.build(system).fmg(cycles=1, to_discretisation=True, stats=stats)
-    gmg_s = time.perf_counter() - t0
+    def solve():
+        stats: dict = {}
+        return GMGSolver.build(system).fmg(cycles=1, to_discretisation=True, stats=stats), stats
+
+    (u, stats), gmg_s = best_time(solve)
+    (_, _), whole_s = best_time(pipeline, problem, a)
     gmg_error = error(u)
-    say(f"  {grid}^2: assembly {assembly:.3f} s; multigrid {gmg_s:.3f} s ({stats['finest_cycles']} cycles on the "
-        f"finest level), algebraic error {gmg_error:.2e} (discretisation error about "
-        f"{stats['discretisation_estimate']:.1e})")
+    say(f"  {grid}^2: assembly {assembly:.3f} s (with CSR {csr:.3f} s); multigrid {gmg_s:.3f} s "
+        f"({stats['finest_cycles']} cycles on the finest level), whole pipeline {whole_s:.3f} s; algebraic error "
+        f"{gmg_error:.2e} (discretisation error about {stats['discretisation_estimate']:.1e})")
     # Equal accuracy for both: an algebraic error at most a tenth of the grid's discretisation
     # error (the multigrid's own estimate, ||u_h - I u_2h|| / 3), where a solve is complete.
     target = 0.1 * stats["discretisation_estimate"]
     sweep = []
     for tol in TOLERANCES:
-        t0 = time.perf_counter()
-        ml = pyamg.smoothed_aggregation_solver(system.A)
         residuals: list[float] = []
-        x = ml.solve(system.rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
-        seconds = time.perf_counter() - t0
+
+        def default(tol=tol, residuals=residuals):
+            residuals.clear()
+            ml = pyamg.smoothed_aggregation_solver(system.A)
+            return ml.solve(system.rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
+
+        x, seconds = best_time(default)  # the best of repeats, as for the multigrid
         x[system.fixed] = system.values[system.fixed]
         sweep.append({"tol": tol, "seconds": seconds, "iterations": len(residuals) - 1, "error": error(x)})
         say(f"    pyamg default, tol {tol:.0e}: {seconds:.3f} s, {len(residuals) - 1} CG iterations, "
@@ -81,13 +99,31 @@ def race(grid: int, a, say) -> dict:
         if sweep[-1]["error"] <= target:
             break
     matched = next((s for s in sweep if s["error"] <= target), None)
-    return {"grid": grid, "unknowns": int(free.sum()), "assembly_s": assembly, "gmg_s": gmg_s,
+    pyamg_s = None if matched is None else matched["seconds"]
+    return {"grid": grid, "unknowns": int(free.sum()), "assembly_s": assembly, "assembly_with_csr_s": csr,
+            "gmg_s": gmg_s, "pipeline_s": whole_s,
             "gmg_finest_cycles": stats["finest_cycles"], "gmg_error": gmg_error, "target_error": target,
             "gmg_meets_target": gmg_error <= target,
             "discretisation_estimate": stats["discretisation_estimate"], "pyamg_default_sweep": sweep,
-            "pyamg_default_s": None if matched is None else matched["seconds"],
+            "pyamg_default_s": pyamg_s,
             "pyamg_default_tol": None if matched is None else matched["tol"],
-            "pyamg_over_gmg": None if matched is None else matched["seconds"] / gmg_s}
+            "pyamg_over_gmg": None if matched is None else pyamg_s / gmg_s,
+            "pyamg_pipeline_over_pipeline": None if matched is None else (csr + pyamg_s) / whole_s}
+
+
+def scaling(grids: list[int], coeffs, say) -> list[dict]:
+    """Seconds per unknown of the whole multigrid pipeline per grid: the median over instances of the best of repeats."""
+    from deepfusion.equal_accuracy import best_time
+    from diffnet.problems.poisson import PoissonProblem
+
+    rows = []
+    for grid in grids:
+        problem = PoissonProblem((grid, grid))
+        pipeline(problem, coeffs[0])  # compilation and first-touch, once
+        seconds = statistics.median(best_time(pipeline, problem, a, budget_s=1.0)[1] for a in coeffs)
+        rows.append({"grid": grid, "seconds": seconds, "seconds_per_unknown": seconds / grid**2})
+        say(f"  pipeline {grid}^2: {seconds * 1e3:.2f} ms, {seconds / grid**2 * 1e9:.1f} ns per unknown")
+    return rows
 
 
 def compare_run(run_dir: Path, out: Path, samples: int, env: dict) -> dict:
@@ -100,7 +136,9 @@ def compare_run(run_dir: Path, out: Path, samples: int, env: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grids", type=int, nargs="+", default=[256, 512, 1024], help="nodes per side of the race")
+    parser.add_argument("--grids", type=int, nargs="+", default=[257, 513, 1025], help="nodes per side of the race")
+    parser.add_argument("--scaling", type=int, nargs="*", default=[33, 65, 129, 257, 513, 1025],
+                        help="nodes per side of the time-per-unknown sweep")
     parser.add_argument("--instances", type=int, default=3, help="KL instances per grid in the race")
     parser.add_argument("--runs", type=Path, nargs="*", default=[], help="trained run directories to compare")
     parser.add_argument("--samples", type=int, default=4, help="held-out instances per run")
@@ -117,11 +155,16 @@ def main() -> None:
         print(line, file=sys.stderr, flush=True)
 
     coeffs = sample_coefficients((-3.0, 3.0), 6, args.instances, "random", 2024)
+    say("time per unknown of the multigrid pipeline (assembly + hierarchy + FMG to discretisation accuracy):")
+    per_unknown = scaling(args.scaling, coeffs, say)
     races = {}
     for grid in args.grids:
+        say(f"race at {grid}^2:")
         rows = [race(grid, a, say) for a in coeffs]
-        ratios = [r["pyamg_over_gmg"] for r in rows if r["pyamg_over_gmg"] is not None]
-        races[str(grid)] = {"instances": rows, "median_pyamg_over_gmg": statistics.median(ratios) if ratios else None}
+        solve = [r["pyamg_over_gmg"] for r in rows if r["pyamg_over_gmg"] is not None]
+        whole = [r["pyamg_pipeline_over_pipeline"] for r in rows if r["pyamg_pipeline_over_pipeline"] is not None]
+        races[str(grid)] = {"instances": rows, "median_pyamg_over_gmg": statistics.median(solve) if solve else None,
+                            "median_pyamg_pipeline_over_pipeline": statistics.median(whole) if whole else None}
     equal = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
@@ -135,12 +178,18 @@ def main() -> None:
                 "diffnet_s_batched", "ratio_equal_accuracy", "ratio_equal_accuracy_single", "break_even_queries")}
             equal[run_dir.name]["problem"] = report["problem"]
             equal[run_dir.name]["resolution"] = report["resolution"]
-    top = races.get("1024", {}).get("median_pyamg_over_gmg")
+    keys = {}
+    for grid, race_ in races.items():
+        for key, value in (("gmg_vs_pyamg_default", race_["median_pyamg_over_gmg"]),
+                           ("pipeline_vs_pyamg_default", race_["median_pyamg_pipeline_over_pipeline"])):
+            keys[f"{key}_{grid}"] = None if value is None else round(value, 2)
     print(json.dumps({
         "benchmark": "fem_vs_inference",
+        "scaling": per_unknown,
         "race": races,
-        "gmg_vs_pyamg_default_1024": None if top is None else round(top, 2),
-        "goal_gmg_vs_pyamg_default_1024": 3.0,
+        **keys,
+        "goal_gmg_vs_pyamg_default_1025": 3.0,
+        "goal_pipeline_vs_pyamg_default_1025": 10.0,
         "equal_accuracy": equal,
         "numpy": np.__version__,
     }, indent=2))

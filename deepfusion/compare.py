@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep, timed
+from deepfusion.equal_accuracy import Point, best_time, break_even, cheapest, sweep, timed
 
 __all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
@@ -43,13 +43,14 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
 
 def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
-    """Every instance solved by (method, grid), timed on its own grid, then carried onto the network's nodes."""
+    """Every instance solved by (method, grid), timed on its own grid (the best of repeats), then carried
+    onto the network's nodes."""
     from diffnet.classical import classical_solver, to_grid
 
     solver = classical_solver(problem, method, grid)
     fields, seconds = [], []
     for row in params:
-        native, dt = timed(solver, row)
+        native, dt = best_time(solver, row)
         seconds.append(dt)
         fields.append(to_grid(problem, method, native, row))
     return np.stack(fields), seconds

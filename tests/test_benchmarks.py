@@ -118,3 +118,17 @@ def test_level_change_splits_the_loss_at_a_level_change(tmp_path):
     assert change["from_grid"] == [8, 8] and change["to_grid"] == [16, 16] and change["step"] == 6
     for key in ("coarse_loss", "galerkin_loss", "new_level_loss", "last_logged_loss", "first_logged_loss"):
         assert change[key] > 0, key
+
+
+def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "fem_vs_inference.py"), "--grids", "33", "--scaling", "17", "33",
+                          "--instances", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    (row,) = report["race"]["33"]["instances"]
+    # Both sides at the same accuracy: a tenth of the grid's discretisation error.
+    assert row["gmg_meets_target"] and row["pyamg_default_sweep"][-1]["error"] <= row["target_error"]
+    assert row["pipeline_s"] >= row["gmg_s"] > 0 and row["assembly_with_csr_s"] >= 0
+    assert report["pipeline_vs_pyamg_default_33"] == round(row["pyamg_pipeline_over_pipeline"], 2) > 0
+    assert [r["grid"] for r in report["scaling"]] == [17, 33]
+    assert all(r["seconds_per_unknown"] > 0 for r in report["scaling"])
