@@ -85,7 +85,11 @@ def q1_stencil(nu: np.ndarray, stiff: np.ndarray, mass: np.ndarray, values: np.n
 @numba.njit(cache=True)
 def apply_dirichlet(S: np.ndarray, rhs: np.ndarray, fixed: np.ndarray, g: np.ndarray) -> None:
     """In place: rows of fixed nodes become identity rows with right-hand side ``g``; couplings of free
-    nodes to fixed ones move to the right-hand side. The operator stays symmetric."""
+    nodes to fixed ones move to the right-hand side. The operator stays symmetric.
+
+    (The same cut as :func:`_finish`'s, in one pass with the right-hand side: as a second
+    pass through _finish it took 3x as long at 1025^2.)
+    """
     ny, nx, k, _ = S.shape
     w = k // 2
     for i in range(ny):
@@ -294,128 +298,6 @@ def q1_galerkin(nu: np.ndarray, stiff: np.ndarray, mass: np.ndarray, values: np.
     fixed coarse nodes afterwards gives the same operator as :func:`galerkin`.
     """
     out = _q1_elements(nu, stiff, mass, values, 2)
-    _finish(out, fixed_coarse, False)
-    return out
-
-
-@numba.njit(cache=True)
-def _parents(left: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per fine node of one dimension: how many coarse nodes it interpolates from (1 or 2), which, and the weights."""
-    n = left.size
-    count = np.empty(n, dtype=np.int64)
-    index = np.empty((n, 2), dtype=np.int64)
-    value = np.empty((n, 2))
-    for i in range(n):
-        if weight[i] == 0.0 or weight[i] == 1.0:
-            count[i], index[i, 0], value[i, 0] = 1, left[i] + int(weight[i]), 1.0
-        else:
-            count[i] = 2
-            index[i, 0], index[i, 1] = left[i], left[i] + 1
-            value[i, 0], value[i, 1] = 1.0 - weight[i], weight[i]
-    return count, index, value
-
-
-@numba.njit(cache=True)
-def galerkin(S: np.ndarray, fixed: np.ndarray, fixed_coarse: np.ndarray, ly: np.ndarray, wy: np.ndarray,
-             lx: np.ndarray, wx: np.ndarray, width: int) -> np.ndarray:
-    """The coarse operator Pᵀ S P of width ``width``, P bilinear without rows at fixed fine nodes
-    or columns at fixed coarse nodes (corrections vanish there); fixed coarse rows become identity rows.
-
-    Dropping P's columns only drops rows and columns of Pᵀ S P, so the product is formed
-    with all columns and the fixed coarse ones cut afterwards: no test in the inner loops.
-    ``S`` is symmetric, so only the couplings to coarse rows K >= I are summed and the
-    others copied from their mirror (the product took 1.5x as long in full; summing each
-    coarse row in a local array, or unrolling the interior's stencil, was no faster).
-    """
-    ny, nx, k, _ = S.shape
-    w = k // 2
-    nyc, nxc = fixed_coarse.shape
-    out = np.zeros((nyc, nxc, 2 * width + 1, 2 * width + 1))
-    cy, iy, vy = _parents(ly, wy)
-    cx, ix, vx = _parents(lx, wx)
-    for i in range(ny):
-        for j in range(nx):
-            if fixed[i, j]:
-                continue
-            for di in range(max(-w, -i), min(w, ny - 1 - i) + 1):
-                for dj in range(max(-w, -j), min(w, nx - 1 - j) + 1):
-                    a = S[i, j, w + di, w + dj]
-                    i2, j2 = i + di, j + dj
-                    if a == 0.0 or fixed[i2, j2]:
-                        continue
-                    # Row parents (I, J) of (i, j), column parents (K, L) of (i2, j2).
-                    for s in range(cy[i]):
-                        I = iy[i, s]
-                        for t in range(cx[j]):
-                            J = ix[j, t]
-                            pa = vy[i, s] * vx[j, t] * a
-                            for u in range(cy[i2]):
-                                K = iy[i2, u]
-                                if K < I:  # the lower half is the upper half's mirror (below)
-                                    continue
-                                pk = pa * vy[i2, u]
-                                for v in range(cx[j2]):
-                                    out[I, J, width + K - I, width + ix[j2, v] - J] += pk * vx[j2, v]
-    _finish(out, fixed_coarse, True)
-    return out
-
-
-@numba.njit(cache=True)
-def _finish(out: np.ndarray, fixed: np.ndarray, mirror: bool) -> None:
-    """Cut the fixed nodes out of a coarse operator: identity rows, no couplings to them; with
-    ``mirror`` the couplings to rows above (K < I) are copied from their symmetric entries."""
-    ny, nx, k, _ = out.shape
-    width = k // 2
-    for I in range(ny):
-        for J in range(nx):
-            if fixed[I, J]:
-                out[I, J, :, :] = 0.0
-                out[I, J, width, width] = 1.0
-                continue
-            for dI in range(max(-width, -I), min(width, ny - 1 - I) + 1):
-                for dJ in range(max(-width, -J), min(width, nx - 1 - J) + 1):
-                    if fixed[I + dI, J + dJ]:
-                        out[I, J, width + dI, width + dJ] = 0.0
-                    elif mirror and dI < 0:  # symmetric: (I, J) -> (K, L) is (K, L) -> (I, J), summed above
-                        out[I, J, width + dI, width + dJ] = out[I + dI, J + dJ, width - dI, width - dJ]
-
-
-@numba.njit(cache=True)
-def q1_galerkin(nu: np.ndarray, stiff: np.ndarray, mass: np.ndarray, values: np.ndarray,
-                fixed_coarse: np.ndarray) -> np.ndarray:
-    """Pᵀ A P for the Q1 matrix A of :func:`q1_stencil` on nested grids (N = 2 N_c - 1 per side), straight
-    from the nodal ``nu``: element by coarse element.
-
-    Nested bilinear coarse functions are fine Q1 functions, so the coarse operator is the
-    sum over coarse elements of T_sᵀ A_e T_s over their four fine elements e (T_s: the
-    coarse element's bilinear values at sub-element s's corners). With A_e = sum_q nu_q
-    stiff_q + mass, ``stiff`` (4 sub-elements, Q, 4, 4) holds T_sᵀ stiff_q T_s and ``mass``
-    (4, 4, 4) T_sᵀ mass T_s. One pass over the fine elements like the assembly's, where the
-    stencil product (:func:`galerkin`) took 3x as long at 1025^2. The caller checks that
-    the fine Dirichlet nodes interpolate only from fixed coarse ones, so that cutting the
-    fixed coarse nodes afterwards gives the same operator as :func:`galerkin`.
-    """
-    ny, nx = fixed_coarse.shape
-    out = np.zeros((ny, nx, 3, 3))
-    nu_q = np.empty(4)
-    element = np.empty((4, 4))
-    for I in range(ny - 1):
-        for J in range(nx - 1):
-            element[:, :] = 0.0
-            for sub in range(4):
-                i, j = 2 * I + _DY[sub], 2 * J + _DX[sub]
-                for q in range(4):
-                    nu_q[q] = (values[q, 0] * nu[i, j] + values[q, 1] * nu[i, j + 1]
-                               + values[q, 2] * nu[i + 1, j] + values[q, 3] * nu[i + 1, j + 1])
-                for a in range(4):
-                    for b in range(4):
-                        v = mass[sub, a, b]
-                        for q in range(4):
-                            v += nu_q[q] * stiff[sub, q, a, b]
-                        element[a, b] += v
-            for a in range(4):
-                for b in range(4):
-                    out[I + _DY[a], J + _DX[a], 1 + _DY[b] - _DY[a], 1 + _DX[b] - _DX[a]] += element[a, b]
     _finish(out, fixed_coarse, False)
     return out
 
