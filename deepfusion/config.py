@@ -109,6 +109,9 @@ def _cross_checks(cfg: Config) -> None:
                 f"data.n_train: must equal the length of problem.c_values "
                 f"({len(cfg.problem.c_values)}) when data.sampling = 'list' (got {cfg.data.n_train})"
             )
+    if cfg.problem.preconditioner != "none" and cfg.problem.residual != "conservative":
+        raise ConfigError(f"problem.preconditioner: applies to the conservative Burgers residual "
+                          f"(problem.residual = 'conservative'; got {cfg.problem.residual!r})")
     t = cfg.train
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")

@@ -76,6 +76,8 @@ class ProblemConfig:
         doc="conservative residual: 1 (backward Euler, first-order states) or 2 (BDF2, minmod MUSCL states)")
     flux: str = _key(_choice("godunov", "engquist_osher"), default="godunov",
         doc="conservative residual: `godunov` or `engquist_osher` numerical flux")
+    preconditioner: str = _key(_choice("none", "implicit_diffusion"), default="none",
+        doc="conservative residual: `implicit_diffusion` weights each residual row by (I − ν Δt D_xx)⁻¹ before squaring (same zero, better conditioned; docs/physics.md)")
     boundary: str = _key(_choice("exact", "penalty"), default="exact",
         doc="IC/BC by construction, u = u₀(x) + M·N(·) with M = 0 on the IC row and inflow column; or `\"penalty\"`")
     penalty: float = _key(_positive, default=1.0,

@@ -35,6 +35,7 @@ def build_problem(cfg: Config):
             stencil=p.residual,
             scheme_order=p.scheme_order,
             flux=p.flux,
+            preconditioner=p.preconditioner,
             boundary=p.boundary,
             penalty=p.penalty,
         )
@@ -145,7 +146,8 @@ def field_attrs(cfg: Config, source: str) -> dict:
             "viscosity": p.viscosity,
             "t_final": p.t_final,
             "residual": p.residual,
-            **({"scheme_order": p.scheme_order, "flux": p.flux} if p.residual == "conservative" else {}),
+            **({"scheme_order": p.scheme_order, "flux": p.flux, "preconditioner": p.preconditioner}
+               if p.residual == "conservative" else {}),
         }
     attrs = {"problem": p.name, "source": source, "diffusivity": p.diffusivity, "kl_terms": p.kl_terms, "kl_eta": p.kl_eta}
     if p.diffusivity == "constant":

@@ -54,6 +54,8 @@ def test_parse_override_forms():
         ({"output": {"plots": "yes"}}, "output.plots: expected true or false"),
         ({"model": {"channels": []}}, "model.channels"),
         ({"problem": "burgers"}, "problem: must be a table"),
+        ({"problem": {"preconditioner": "implicit_diffusion"}}, "problem.preconditioner: applies to the conservative"),
+        ({"problem": {"preconditioner": "jacobi"}}, "problem.preconditioner: must be one of"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):

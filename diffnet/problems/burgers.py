@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.conservative import conservative_residual
+from diffnet.conservative import conservative_residual, implicit_diffusion_inverse
 from diffnet.constants import constant
 from diffnet.stencils import apply_kernels, derivative_kernels
 
@@ -109,6 +109,10 @@ class BurgersProblem:
         Impose the IC and BC by construction of the field, or by a penalty term.
     penalty : float
         Weight lambda of the boundary term when ``boundary == "penalty"``.
+    preconditioner : {"none", "implicit_diffusion"}
+        With the conservative residual: weight each residual row by the inverse of the
+        implicit diffusion operator, (I - nu dt D_xx)^-1, before squaring
+        (:func:`diffnet.conservative.implicit_diffusion_inverse`).
     """
 
     resolution: tuple[int, int]
@@ -119,6 +123,7 @@ class BurgersProblem:
     penalty: float = 1.0
     scheme_order: int = 2
     flux: str = "godunov"
+    preconditioner: str = "none"
 
     name = "burgers"
     in_channels = 3
@@ -173,6 +178,8 @@ class BurgersProblem:
         """
         if self.stencil == "conservative":
             r = conservative_residual(u, self.dt, self.dx, self.viscosity, self.scheme_order, self.flux)
+            if self.preconditioner == "implicit_diffusion":
+                r = r @ implicit_diffusion_inverse(self.resolution[1], self.dt, self.dx, self.viscosity, r).T
         else:
             r = residual(u, self.dt, self.dx, self.viscosity, self.stencil)
         terms = {"residual": r.pow(2).mean(dim=(1, 2))}
