@@ -102,11 +102,13 @@ def conservative_residual(
 
 
 @lru_cache(maxsize=16)
-def _inverse(n_x: int, ratio: float) -> np.ndarray:
+def _inverse(n_x: int, ratio: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # Cached as the tensor the loss uses: built, converted and copied to the device once per
+    # grid, not at every loss evaluation.
     n = n_x - 1
     D = np.diag(np.full(n, -2.0)) + np.diag(np.ones(n - 1), 1) + np.diag(np.ones(n - 1), -1)
     D[-1, -1] = -1.0  # the zero-gradient ghost beyond x = 1
-    return np.linalg.inv(np.eye(n) - ratio * D)
+    return torch.as_tensor(np.linalg.inv(np.eye(n) - ratio * D), dtype=dtype, device=device)
 
 
 def implicit_diffusion_inverse(n_x: int, dt: float, dx: float, viscosity: float, like: torch.Tensor) -> torch.Tensor:
@@ -117,6 +119,7 @@ def implicit_diffusion_inverse(n_x: int, dt: float, dx: float, viscosity: float,
     preconditioned loss of ``problem.preconditioner = "implicit_diffusion"``: the same
     zero (the inverse is nonsingular), with the high spatial frequencies that the viscous
     term makes stiff damped by up to 1 / (1 + 4 nu dt / dx^2). A fixed linear map of the
-    residual, so its gradient is a true gradient of the new loss.
+    residual, so its gradient is a true gradient of the new loss. The tensor is cached per
+    grid, dtype and device and shared: read it, do not modify it.
     """
-    return torch.as_tensor(_inverse(n_x, viscosity * dt / dx**2), dtype=like.dtype, device=like.device)
+    return _inverse(n_x, viscosity * dt / dx**2, like.dtype, like.device)

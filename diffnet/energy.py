@@ -21,11 +21,16 @@ from diffnet.constants import constant
 from diffnet.precision import conv2d, no_tf32
 
 __all__ = [
+    "ELEMENT_NODES",
     "gauss_basis",
     "at_gauss_points",
     "dirichlet_energy",
     "reaction_diffusion_energy",
 ]
+
+# An element's nodes as (dy, dx) offsets from its lower-left node: the order of gauss_basis's
+# columns, and of every element matrix built from it (diffnet/solvers/).
+ELEMENT_NODES = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 # Gauss points of the 2-point rule on [0, 1]; each carries weight 1/2.
 _G = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
@@ -48,7 +53,7 @@ def gauss_basis(hx: float, hy: float) -> tuple[np.ndarray, np.ndarray, np.ndarra
     gx = np.empty((4, 4))
     gy = np.empty((4, 4))
     for q, (eta, xi) in enumerate((e, x) for e in _G for x in _G):
-        for a, (dy, dx) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+        for a, (dy, dx) in enumerate(ELEMENT_NODES):
             fx = xi if dx else 1.0 - xi
             fy = eta if dy else 1.0 - eta
             values[q, a] = fx * fy

@@ -68,11 +68,12 @@ def _nearest(fine: int, coarse: int) -> np.ndarray:
     return np.rint(np.linspace(0, fine - 1, coarse)).astype(np.int64)
 
 
-def _q1_coarsening(fine: tuple[int, int], coarse: tuple[int, int], level: "_Level", fixed_coarse: np.ndarray) -> bool:
-    """Whether the first coarse operator may be formed element by element from the Q1 data:
-    nested grids, and every fixed fine node interpolating only from fixed coarse nodes (then
-    P's rows at fixed fine nodes lie in the columns cut anyway; true for boundary lines)."""
-    if any(f != 2 * c - 1 for f, c in zip(fine, coarse)):
+def _q1_coarsening(level: "_Level", fixed_coarse: np.ndarray) -> bool:
+    """Whether the coarse operator below ``level`` may be formed element by element from the Q1
+    data: nested grids, and every fixed fine node interpolating only from fixed coarse nodes
+    (then P's rows at fixed fine nodes lie in the columns cut anyway; true for boundary lines)."""
+    fine = level.fixed.shape
+    if any(f != 2 * c - 1 for f, c in zip(fine, fixed_coarse.shape)):
         return False
     reach = np.zeros(fine)
     kernels.interpolate((~fixed_coarse).astype(np.float64), *level.y, *level.x, np.zeros(fine, dtype=bool), reach)
@@ -142,14 +143,15 @@ class GMGSolver:
             # coincide on every grid; interior coarse nodes fall on or between interior ones.
             iy, ix = _nearest(fine[0], coarse[0]), _nearest(fine[1], coarse[1])
             fixed = np.ascontiguousarray(level.fixed[np.ix_(iy, ix)])
-            width = max(kernels.coarse_width(level.S.shape[2] // 2, *level.y),
-                        kernels.coarse_width(level.S.shape[3] // 2, *level.x))
-            S = None
-            if len(levels) == 1 and system.q1 is not None and _q1_coarsening(fine, coarse, level, fixed):
+            if len(levels) == 1 and system.q1 is not None and _q1_coarsening(level, fixed):
                 S = coarse_q1_stencil(*system.q1, fixed)
-            if S is None:
+            else:
+                width = max(kernels.coarse_width(level.S.shape[2] // 2, *level.y),
+                            kernels.coarse_width(level.S.shape[3] // 2, *level.x))
                 S = kernels.galerkin(level.S, level.fixed, fixed, *level.y, *level.x, width)
-            level = _Level(S, fixed, np.where(fixed, level.values[np.ix_(iy, ix)], 0.0))
+            # Values are zero off the fixed nodes on every level, so reading them at the
+            # nearest fine nodes keeps them zero off the coarse fixed nodes.
+            level = _Level(S, fixed, level.values[np.ix_(iy, ix)])
             levels.append(level)
         lu = splu(kernels.to_csr(levels[-1].S).tocsc())
         return cls(system, levels, lu)
@@ -205,7 +207,7 @@ class GMGSolver:
         rhs = [self.system.rhs.reshape(self.system.shape)]
         for level, coarse in zip(levels, levels[1:]):
             # The level's problem with the coarse Dirichlet data lifted onto it (and its own on its fixed nodes).
-            lift = np.where(level.fixed, level.values, 0.0)
+            lift = level.values.copy()
             level.up(coarse.values, lift)
             r = np.empty_like(lift)
             kernels.residual(level.S, lift, rhs[-1], r)
@@ -214,7 +216,7 @@ class GMGSolver:
             rhs.append(b)
         x = self._coarse_solve(rhs[-1])
         for k in range(len(levels) - 2, -1, -1):
-            start = np.where(levels[k].fixed, levels[k].values, 0.0)
+            start = levels[k].values.copy()
             levels[k].up(x, start)
             x = self._cycles(k, start.copy(), rhs[k], cycles)
         done = cycles
@@ -268,7 +270,7 @@ class GMGSolver:
         def count(_):
             iterations[0] += 1
 
-        x, info = cg(LinearOperator((n, n), matvec), self.system.rhs, rtol=tol, atol=0.0, maxiter=maxiter,
+        x, _ = cg(LinearOperator((n, n), matvec), self.system.rhs, rtol=tol, atol=0.0, maxiter=maxiter,
                      M=LinearOperator((n, n), precondition), callback=count)
         if stats is not None:
             stats["iterations"] = iterations[0]

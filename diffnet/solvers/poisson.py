@@ -14,14 +14,12 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from diffnet.energy import gauss_basis
+from diffnet.energy import ELEMENT_NODES, gauss_basis
 from diffnet.solvers.stencil import apply_dirichlet, q1_galerkin, q1_stencil, to_csr
 
 __all__ = ["FEMSystem", "assemble", "coarse_q1_stencil", "dirichlet_system", "poisson_system", "reaction_diffusion_system",
            "poisson_fem", "reaction_diffusion_fem"]
 
-# Element nodes as (dy, dx) offsets from the lower-left node, in gauss_basis order.
-_NODES = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 
 def _element(hx: float, hy: float, kappa: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -38,10 +36,10 @@ def coarse_q1_stencil(nu: np.ndarray, hx: float, hy: float, kappa: float, fixed_
     stiff, mass, values = _element(hx, hy, kappa)
     # T[s, a, A]: coarse bilinear basis A at corner a of fine sub-element s, in the coarse element's unit square.
     T = np.empty((4, 4, 4))
-    for sub, (sy, sx) in enumerate(_NODES):
-        for a, (dy, dx) in enumerate(_NODES):
+    for sub, (sy, sx) in enumerate(ELEMENT_NODES):
+        for a, (dy, dx) in enumerate(ELEMENT_NODES):
             eta, xi = (sy + dy) / 2, (sx + dx) / 2
-            for A, (cy, cx) in enumerate(_NODES):
+            for A, (cy, cx) in enumerate(ELEMENT_NODES):
                 T[sub, a, A] = (xi if cx else 1.0 - xi) * (eta if cy else 1.0 - eta)
     sub_stiff = np.einsum("saA,qab,sbB->sqAB", T, stiff, T)
     sub_mass = np.einsum("saA,ab,sbB->sAB", T, mass, T)
@@ -68,9 +66,9 @@ def _load(f: np.ndarray | float, shape: tuple[int, int], hx: float, hy: float) -
         return b
     values, _, _, w = gauss_basis(hx, hy)
     f = np.broadcast_to(np.asarray(f, dtype=np.float64), shape)
-    corners = np.stack([f[dy : ny - 1 + dy, dx : nx - 1 + dx].ravel() for dy, dx in _NODES])
+    corners = np.stack([f[dy : ny - 1 + dy, dx : nx - 1 + dx].ravel() for dy, dx in ELEMENT_NODES])
     fe = (w * values.T @ values) @ corners  # (a, pixel): sum_q w f_q N_a(q)
-    for a, (dy, dx) in enumerate(_NODES):
+    for a, (dy, dx) in enumerate(ELEMENT_NODES):
         b[dy : ny - 1 + dy, dx : nx - 1 + dx] += fe[a].reshape(ny - 1, nx - 1)
     return b
 

@@ -26,12 +26,14 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from diffnet.energy import ELEMENT_NODES
+
 __all__ = ["q1_stencil", "q1_galerkin", "apply_dirichlet", "residual", "gauss_seidel", "interpolate", "restrict",
            "galerkin", "coarse_width", "to_csr", "interpolation_weights"]
 
-# Element nodes as (dy, dx) offsets from the lower-left node, in gauss_basis order.
-_DY = (0, 0, 1, 1)
-_DX = (0, 1, 0, 1)
+# The element's node offsets split by axis (tuples: compile-time constants for numba).
+_DY = tuple(dy for dy, _ in ELEMENT_NODES)
+_DX = tuple(dx for _, dx in ELEMENT_NODES)
 
 
 def interpolation_weights(n_fine: int, n_coarse: int) -> tuple[np.ndarray, np.ndarray]:
