@@ -3,7 +3,7 @@ and the grid's discretisation floor.
 
 Prints one JSON object: for each config, the mean, max and per-instance relative L2
 error on the held-out instances against the independent reference (converged Godunov for
-Burgers; for Poisson and reaction-diffusion the Q1 FEM on a grid ``problem.truth_refine``
+Burgers; for Poisson and reaction-diffusion the Q1 FEM on a grid ``poisson.truth_refine``
 times finer), the floor of the same grid (the zero-residual field of the trained residual,
 or the same-grid FEM, against that reference) and their ratio -- the baseline measured in
 the same run -- with training time, samples/s, ranks and threads.

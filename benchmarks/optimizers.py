@@ -57,7 +57,7 @@ def validation_parameters(cfg) -> np.ndarray:
     """Instances for choosing among candidates, apart from training and test ones."""
     from deepfusion.wiring import sample_parameters
 
-    if cfg.problem.name == "burgers":
+    if cfg.problem.family == "burgers":
         return np.array([3.15, 3.6, 4.4, 5.2, 5.75])
     return sample_parameters(cfg, 16, "random", cfg.data.seed + 31337)
 

@@ -44,7 +44,7 @@ def epoch_time(resolution: int, ranks: int, batch: int, samples: int, epochs: in
     steps = samples // batch
     sets = {
         # One level: the shipped config's multigrid schedule would time other grids' epochs too.
-        "problem.resolution": f"[{resolution},{resolution}]", "multigrid.levels": "[]", "problem.test_c": "[4.0]", "data.n_train": samples,
+        "problem.resolution": f"[{resolution},{resolution}]", "multigrid.levels": "[]", "burgers.test_c": "[4.0]", "data.n_train": samples,
         "data.sampling": "random", "train.batch_size": batch, "train.epochs": epochs, "train.log_every": steps,
         "train.checkpoint_every": 100000, "parallel.threads_per_rank": 1, "output.plots": "false",
         "parallel.device": device,

@@ -73,13 +73,16 @@ def _add_infer(sub) -> None:
                        description="Solve new instances with a trained run: one forward pass per chunk of instances.")
     p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5; an .xdmf is written beside)")
-    p.add_argument("--c", type=float, action="append", help="Burgers: initial-condition parameter c (repeatable)")
-    p.add_argument("--coeffs", type=Path, help="Poisson/reaction-diffusion: .npy of KL coefficient rows (S, m)")
-    p.add_argument("--nu", type=Path, help="Poisson/reaction-diffusion: .npy of diffusivity fields (S, N_y, N_x)")
+    p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
+                                                           "(repeatable)")
+    p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
+    p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
+                                           "family takes them")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
     p.add_argument("--polish", type=int, default=0, metavar="K",
-                   help="then K classical iterations from the network's output: multigrid V-cycles (Poisson, "
-                        "reaction-diffusion) or Newton sweeps of the conservative scheme (Burgers); default 0 = the pure network")
+                   help="then K iterations of the family's polish step from the network's output (multigrid "
+                        "V-cycles for the Q1 families, Newton sweeps of the conservative Burgers scheme); default 0 = "
+                        "the pure network")
     p.set_defaults(func=_run("infer"))
 
 
@@ -113,8 +116,9 @@ def _add_uq(sub) -> None:
     p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
     p.add_argument("--samples", type=int, required=True, help="instances to draw (N)")
     p.add_argument("--out", type=Path, required=True, help="statistics file (.h5)")
-    p.add_argument("--distribution", choices=["uniform", "normal"], default="uniform",
-                   help="KL coefficients uniform on the training range or standard normal (Burgers: c uniform)")
+    p.add_argument("--distribution", default="uniform",
+                   help="the family's law of the instances: uniform on the training range (every family), or one "
+                        "it declares, e.g. normal KL coefficients (default uniform)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
     p.add_argument("--batch", type=int, default=64, help="instances per batch (default 64)")
     p.add_argument("--classical", action="store_true", help="also the classical solver at equal accuracy")
@@ -141,29 +145,23 @@ def _add_jobs(sub) -> None:
 
 
 def _add_reference(sub) -> None:
-    p = sub.add_parser("reference", help="classical reference solutions (Godunov, Q1 FEM) of given instances")
-    rsub = p.add_subparsers(dest="problem", required=True, parser_class=_Parser)
-    r = rsub.add_parser("burgers", help="converged Godunov finite-volume solutions on the nodal grid")
-    r.add_argument("--c", type=float, action="append", required=True, help="IC parameter c (repeatable; required)")
-    r.add_argument("--resolution", type=int, nargs=2, default=[64, 64], metavar=("NT", "NX"),
-                   help="nodes in t and x (default 64 64)")
-    r.add_argument("--viscosity", type=float, default=0.01, help="nu (default 0.01; 0 for inviscid)")
-    r.add_argument("--t-final", type=float, default=1.0 / 3.0, help="end time (default 1/3)")
-    r.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5)")
-    r.set_defaults(func=_run("reference", "burgers"))
-    for name, title in (("poisson", "-div(nu grad u) = 0"), ("reaction_diffusion", "-div(nu grad u) + kappa^2 u = f")):
-        r = rsub.add_parser(name, help=f"Q1 finite-element solutions of {title} on the nodal grid")
-        r.add_argument("--coeffs", type=Path, help=".npy of KL coefficient rows (S, m)")
-        r.add_argument("--nu", type=Path, help=".npy of nodal diffusivity fields (S, N_y, N_x)")
-        r.add_argument("--resolution", type=int, nargs="+", default=[64], metavar="N", help="N, or N_Y N_X")
-        r.add_argument("--kl-terms", type=int, default=6, help="KL terms m (default 6)")
-        r.add_argument("--kl-eta", type=float, default=0.5, help="KL correlation length (default 0.5)")
-        if name == "reaction_diffusion":
-            r.add_argument("--kappa", type=float, default=1.0, help="reaction coefficient (default 1)")
-            r.add_argument("--source", type=float, default=1.0, help="constant source f (default 1)")
-        r.add_argument("--method", choices=["amg", "direct"], default="amg", help="AMG-preconditioned CG or sparse LU")
-        r.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5)")
-        r.set_defaults(func=_run("reference", "elliptic"))
+    p = sub.add_parser("reference", help="the family's classical solutions (Godunov, Q1 FEM, a plugin's solver) of "
+                                         "given instances",
+                       description="Solve given instances of a family with its own reference solver and write an "
+                                   "HDF5 field file (+ XDMF). The family's keys are set with --set, as in a config.")
+    p.add_argument("family", help="a registered family (e.g. burgers, poisson, reaction_diffusion, or an installed "
+                                  "one) or package.module:Class")
+    p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
+                                                           "(repeatable)")
+    p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
+    p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
+                                           "family takes them")
+    p.add_argument("--resolution", type=int, nargs="+", default=[64], metavar="N",
+                   help="nodes per axis: N, or one count per axis (default 64)")
+    p.add_argument("--set", action="append", default=[], metavar="FAMILY.KEY=VALUE",
+                   help="a key of the family's table, e.g. burgers.viscosity=0 (repeatable)")
+    p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5)")
+    p.set_defaults(func=_run("reference"))
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -45,42 +45,41 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
     """Every instance solved by (method, grid), timed on its own grid (the best of repeats), then carried
     onto the network's nodes."""
-    from diffnet.classical import classical_solver, to_grid
-
-    solver = classical_solver(problem, method, grid)
+    solver = problem.classical_solver(method, grid)
     fields, seconds = [], []
     for row in params:
         native, dt = best_time(solver, row)
         seconds.append(dt)
-        fields.append(to_grid(problem, method, native, row))
+        fields.append(problem.classical_to_grid(method, native, row))
     return np.stack(fields), seconds
 
 
 def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:
-    """The refinement sweep of :func:`diffnet.classical.configurations` on ``params`` against ``truth``.
+    """The refinement sweep of the family's ``classical_configurations()`` on ``params`` against ``truth``.
 
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
     compilation are a one-off cost of the process, not of a solve.
     """
     from deepfusion.evaluate import relative_l2
-    from diffnet.classical import configurations
 
-    configs = configurations(problem)
+    configs = problem.classical_configurations()
     for method, grids in configs.items():
         measure_classical(problem, params[:1], method, grids[0])
     return sweep(configs, lambda m, g: measure_classical(problem, params, m, g), lambda f: relative_l2(f, truth), target, say)
 
 
 def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
-    """pyamg's default smoothed aggregation + CG on the equal-accuracy grid (Q1 families only): the
-    baseline the geometric multigrid is measured against."""
+    """The family's ``classical_baseline`` method (e.g. pyamg's default smoothed aggregation + CG for the
+    Q1 families) on the equal-accuracy grid, the baseline its best classical solver is measured against;
+    None where the family names none."""
     from deepfusion.evaluate import relative_l2
 
-    if not hasattr(problem, "fem_system"):
+    method = problem.classical_baseline
+    if method is None:
         return None
-    measure_classical(problem, params[:1], "sa-cg", grid)
-    fields, seconds = measure_classical(problem, params, "sa-cg", grid)
-    return Point("sa-cg", grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds))
+    measure_classical(problem, params[:1], method, grid)
+    fields, seconds = measure_classical(problem, params, method, grid)
+    return Point(method, grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds))
 
 
 def compare_row(*, device: str, threads: int, accuracy, inference: dict, points: list[Point],

@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from deepfusion.registry import DEFAULT_FAMILY
 from deepfusion.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 
@@ -25,13 +26,16 @@ __all__ = [
     "OutputConfig",
     "MultigridConfig",
     "load_config",
+    "family_table",
     "config_from_dict",
     "parse_override",
     "to_toml",
     "toml_value",
 ]
 
-_SECTIONS: dict[str, type] = typing.get_type_hints(Config)
+# The engine's own sections; the family's table (named after the family) is added per config.
+_SECTIONS: dict[str, type] = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+_COMMON = tuple(f.name for f in dataclasses.fields(ProblemConfig))
 
 
 def _coerce(key: str, value: Any, hint: Any) -> Any:
@@ -68,8 +72,8 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _build_section(section: str, values: dict[str, Any]) -> Any:
-    cls = _SECTIONS[section]
+def _build_section(section: str, values: dict[str, Any], cls: type | None = None) -> Any:
+    cls = cls or _SECTIONS[section]
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -86,32 +90,16 @@ def _build_section(section: str, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def _cross_checks(cfg: Config) -> None:
+def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
-    if cfg.problem.name != "burgers":
-        if cfg.data.sampling == "list":
-            raise ConfigError("data.sampling: 'list' is for Burgers (problem.c_values); use uniform, random or sobol")
-        m, n = cfg.problem.kl_terms, cfg.data.n_train
-        if cfg.data.sampling == "uniform" and round(n ** (1.0 / m)) ** m != n:
-            raise ConfigError(
-                f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
-                f"n_train = k^{m} (got {n}); use sampling = 'sobol' or 'random'"
-            )
-        if cfg.problem.name == "poisson" and cfg.problem.diffusivity == "constant":
-            raise ConfigError("problem.diffusivity: 'constant' leaves Poisson with a single solution u = 1 - x; use 'kl'")
-        if cfg.problem.diffusivity == "constant" and cfg.problem.viscosity <= 0:
-            raise ConfigError("problem.viscosity: the constant diffusivity must be > 0 (got 0)")
-    if cfg.data.sampling == "list":
-        if not cfg.problem.c_values:
-            raise ConfigError("problem.c_values: must list the training c when data.sampling = 'list'")
-        if len(cfg.problem.c_values) != cfg.data.n_train:
-            raise ConfigError(
-                f"data.n_train: must equal the length of problem.c_values "
-                f"({len(cfg.problem.c_values)}) when data.sampling = 'list' (got {cfg.data.n_train})"
-            )
-    if cfg.problem.preconditioner != "none" and cfg.problem.residual != "conservative":
-        raise ConfigError(f"problem.preconditioner: applies to the conservative Burgers residual "
-                          f"(problem.residual = 'conservative'; got {cfg.problem.residual!r})")
+    if cfg.data.sampling not in family.samplings:
+        raise ConfigError(f"data.sampling: the {family.name} family samples its instances by "
+                          f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
+    try:
+        family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling)
+    except ValueError as e:
+        message = str(e)
+        raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
     t = cfg.train
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
@@ -159,17 +147,69 @@ def _multigrid_checks(cfg: Config) -> None:
             raise ConfigError(f"multigrid.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {b})")
 
 
-def config_from_dict(data: dict[str, Any]) -> Config:
-    """Validate a nested ``{section: {key: value}}`` mapping and build a :class:`Config`."""
-    sections = {}
+def _family(data: dict[str, Any]) -> type:
+    from deepfusion.registry import FamilyError, family_class
+
+    spec = data.get("problem", {}).get("family", DEFAULT_FAMILY)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"problem.family: expected a family name or 'package.module:Class', got {_show(spec)}")
+    try:
+        return family_class(spec)
+    except FamilyError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _sort_problem_keys(data: dict[str, Any], family: type, saved: bool) -> None:
+    """Keys of the family found in ``[problem]`` move to the family's table when the file is of the
+    flat layout before families had tables (``problem.name``); in a file of that layout stored by
+    a run (``saved``) the other families' keys, which it listed too, are dropped. Any key left in
+    ``[problem]`` that is not a common one is refused by name."""
+    problem, table = data["problem"], data.setdefault(family.name, {})
+    own = {f.name for f in dataclasses.fields(family.Options)}
+    legacy = "name" in problem
+    for key in [k for k in problem if k not in _COMMON]:
+        if legacy and key in own:
+            table.setdefault(key, problem.pop(key))
+        elif legacy and (saved or key == "name"):
+            problem.pop(key)
+        elif key in own:
+            raise ConfigError(f"problem.{key}: a key of the {family.name} family; set it in its table "
+                              f"[{family.name}] ({family.name}.{key})")
+        else:
+            raise ConfigError(f"problem.{key}: not a key of [problem] ({', '.join(_COMMON)}) nor of the "
+                              f"{family.name} family ({', '.join(sorted(own))})")
+
+
+def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
+    """Validate a nested ``{section: {key: value}}`` mapping and build a :class:`Config`.
+
+    ``[problem]`` names the family; its keys are in the table of the family's name. A file
+    of the older flat layout (``problem.name``, the family's keys in ``[problem]``) is read
+    too; ``saved`` marks one written by a run, whose ``[problem]`` listed every family's keys.
+    """
+    from deepfusion.registry import known_families
+
     for section, values in data.items():
-        if section not in _SECTIONS:
-            raise ConfigError(f"{section}: unknown section (known: {', '.join(_SECTIONS)})")
         if not isinstance(values, dict):
             raise ConfigError(f"{section}: must be a table of keys, got {_show(values)}")
+    data = {section: dict(values) for section, values in data.items()}
+    problem = data.setdefault("problem", {})
+    if "name" in problem and "family" not in problem:
+        problem["family"] = problem["name"]
+    family = _family(data)
+    _sort_problem_keys(data, family, saved)
+    sections = {}
+    for section, values in data.items():
+        if section == family.name:
+            continue
+        if section not in _SECTIONS:
+            if section in known_families():
+                raise ConfigError(f"{section}: the table of another family (problem.family is "
+                                  f"{problem.get('family', DEFAULT_FAMILY)!r}, whose keys go in [{family.name}])")
+            raise ConfigError(f"{section}: unknown section (known: {', '.join(_SECTIONS)}, {family.name})")
         sections[section] = _build_section(section, values)
-    cfg = Config(**sections)
-    _cross_checks(cfg)
+    cfg = Config(**sections, family=_build_section(family.name, data[family.name], family.Options))
+    _cross_checks(cfg, family)
     return cfg
 
 
@@ -188,8 +228,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return parts[0], parts[1], value
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides."""
+def load_config(path: str | Path | None, overrides: list[str] = (), *, saved: bool = False) -> Config:
+    """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides
+    (``saved``: a run's own resolved config, see :func:`config_from_dict`)."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -209,7 +250,14 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         if not isinstance(table, dict):
             raise ConfigError(f"{section}: must be a table of keys")
         table[key] = value
-    return config_from_dict(data)
+    return config_from_dict(data, saved=saved)
+
+
+def family_table(cfg: Config) -> str:
+    """The name of the config's family table (the family's ``name``)."""
+    from deepfusion.registry import family_class
+
+    return family_class(cfg.problem.family).name
 
 
 def toml_value(value: Any) -> str:
@@ -228,9 +276,9 @@ def toml_value(value: Any) -> str:
 def to_toml(cfg: Config) -> str:
     """The fully resolved config as TOML text that :func:`load_config` reads back unchanged."""
     lines = []
-    for section in _SECTIONS:
+    for section in ("problem", family_table(cfg), *list(_SECTIONS)[1:]):
         lines.append(f"[{section}]")
-        obj = getattr(cfg, section)
+        obj = cfg.family if section == family_table(cfg) else getattr(cfg, section)
         for f in dataclasses.fields(obj):
             lines.append(f"{f.name} = {toml_value(getattr(obj, f.name))}")
         lines.append("")

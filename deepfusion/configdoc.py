@@ -20,8 +20,13 @@ an unknown key is an error. `deepfusion train CONFIG --set SECTION.KEY=VALUE` ov
 key (TOML syntax: `--set 'multigrid.levels=[32,64]'`, `--set train.lr=1e-3`). The run
 directory's `config.toml` holds the fully resolved config the run was trained with.
 
+`[problem]` names the family and the grid; the family's own keys go in a table of the
+family's name (`[burgers]`, `[poisson]`, `[reaction_diffusion]`, or a plugin's, see
+[families](families.md)), and another family's keys are refused.
+
 The shipped configs in `configs/` are the starting points; see the [user guide](user-guide.md).
-This page is generated from `deepfusion/schema.py` (`python -m deepfusion.configdoc`).
+This page is generated from `deepfusion/schema.py` and the built-in families' `Options`
+(`python -m deepfusion.configdoc`).
 """
 
 
@@ -34,10 +39,14 @@ def _type_name(hint) -> str:
 def markdown() -> str:
     """The configuration reference as markdown."""
     from deepfusion.config import toml_value
+    from deepfusion.registry import builtin_families, family_class
     from deepfusion.schema import Config
 
+    engine = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+    families = {name: family_class(name).Options for name in builtin_families()}
+    sections = {"problem": engine.pop("problem"), **families, **engine}
     out = [_INTRO]
-    for section, cls in typing.get_type_hints(Config).items():
+    for section, cls in sections.items():
         hints = typing.get_type_hints(cls)
         text = " ".join(cls.__doc__.split()).replace("``", "`").removeprefix(f"`[{section}]`: ")
         out.append(f"## `[{section}]`\n\n{text[0].upper()}{text[1:]}\n")

@@ -57,14 +57,14 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     return coarse
 
 
-def error_structure(pred: np.ndarray, truth: np.ndarray, optimum: np.ndarray,
+def error_structure(pred: np.ndarray, truth: np.ndarray, optimum: np.ndarray | None,
                     coarse: np.ndarray | None) -> dict:
     """The diagnostics ``eval.json`` carries: the low-mode share of the error against the truth,
     and, for multigrid runs, the cosine between the network's distance from the grid's optimum
     and the coarse imprint (prolonged coarse output minus that optimum), with the imprint's size."""
     share = low_mode_share(pred - truth)
     out = {"low_mode_k_max": LOW_MODES, "low_mode_share": share.tolist(), "mean_low_mode_share": float(share.mean())}
-    if coarse is not None:
+    if coarse is not None and optimum is not None:
         imprint = coarse - optimum
         cos = cosine(pred - optimum, imprint)
         size = np.linalg.norm(imprint.reshape(len(imprint), -1), axis=1) / np.linalg.norm(

@@ -3,7 +3,7 @@
 McGreivy & Hakim (Nature Machine Intelligence, 2024) ask two things of a claim that a
 network beats a numerical method: compare at equal accuracy, and against a strong
 method. Here the network's mean error against the independent reference is the target;
-every classical configuration (grid, method) of :func:`diffnet.classical.configurations`
+every classical configuration (grid, method) of a family's ``classical_configurations()``
 is solved coarse to fine on the same instances, carried onto the network's nodes and
 measured against the same reference, until it meets the target. The cheapest
 configuration that meets it is the one a speed comparison must time.

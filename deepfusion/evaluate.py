@@ -47,7 +47,8 @@ class FloorReport:
     ``error`` is each instance's relative L2 distance to the truth (``truth_name``);
     ``floor`` the same for the best field the grid allows under the trained loss
     (``floor_name``: the zero-residual field or energy minimiser); ``ratio`` is mean error
-    over mean floor, 1 when the network has done all its grid allows.
+    over mean floor, 1 when the network has done all its grid allows. A family that
+    declares no floor gets NaN floors and ratio.
     """
 
     truth: np.ndarray
@@ -82,7 +83,8 @@ class FloorReport:
 
 def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray | None = None,
                   progress=None) -> FloorReport:
-    """Measure ``pred`` (S, ...) against ``problem.truth`` and the floor ``problem.discrete_optimum``.
+    """Measure ``pred`` (S, ...) against ``problem.truth`` and the floor ``problem.discrete_optimum``
+    (the family's ``reference`` and ``floor`` capabilities; without a floor, NaN floors).
 
     The floor's direct solve starts from the truth, so where the trained loss has several
     optima (the central Burgers residual) the one nearest the truth is taken.
@@ -91,17 +93,30 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
     if truth is None:
         truth = problem.truth(params, progress)
     t1 = time.perf_counter()
-    optimum, roots = problem.discrete_optimum(params, initial=truth)
+    if problem.has("floor"):
+        optimum, roots = problem.discrete_optimum(params, initial=truth)
+        floor, floor_name = relative_l2(optimum, truth), problem.floor_name()
+    else:
+        optimum, roots, floor, floor_name = None, np.zeros(len(truth), dtype=bool), np.full(len(truth), np.nan), "none"
     t2 = time.perf_counter()
-    return FloorReport(truth, relative_l2(pred, truth), relative_l2(optimum, truth), roots, problem.truth_name(),
-                       problem.floor_name(), t1 - t0, t2 - t1, optimum)
+    return FloorReport(truth, relative_l2(pred, truth), floor, roots, problem.truth_name(), floor_name,
+                       t1 - t0, t2 - t1, optimum)
 
 
-def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None) -> FloorReport:
+def _labels(problem, params: np.ndarray) -> list[str]:
+    """One short label per instance: ``c = 4.1`` for a scalar parameter, ``a #3`` otherwise."""
+    spec = problem.parameters
+    if spec.shape == () and params.ndim == 1:
+        return [f"{spec.name} = {v:g}" for v in params]
+    return [f"{spec.name} #{k}" for k in range(len(params))]
+
+
+def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None) -> FloorReport | None:
     """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
 
     The error is against the independent reference and beside the grid's floor (see
-    :func:`against_floor`); the table prints both and their ratio.
+    :func:`against_floor`); the table prints both and their ratio. A family without a
+    reference solver gets its held-out loss instead (and None is returned).
     """
     from deepfusion.diagnostics import coarse_imprint, error_structure
     from deepfusion.fields import write_fields
@@ -109,55 +124,78 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
 
     test = heldout_parameters(cfg)
     pname = parameter_name(cfg)
-    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
-          f"{problem.floor_name()} ...", flush=True)
     t0 = time.perf_counter()
     pred = predict(model, problem, test)
     infer_seconds = time.perf_counter() - t0
-    acc = against_floor(problem, test, pred)
-    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     coords = problem.coordinates()
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
+    if not problem.has("reference"):
+        return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
+    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
+          f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
+    acc = against_floor(problem, test, pred)
+    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
-                 field_attrs(cfg, "godunov" if pname == "c" else "fem") | {"reference": acc.truth_name})
+                 field_attrs(cfg, "reference") | {"reference": acc.truth_name})
     report = {pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
               "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
               "inference_seconds": infer_seconds, **structure}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    label = "   c  " if pname == "c" else "  instance"
-    print(f"\n{label}  rel. L2 vs reference   floor    ratio")
-    names = [f"{ck:6.3f}" for ck in test] if pname == "c" else [f"{k:10d}" for k in range(len(test))]
+    names = _labels(problem, test)
+    width = max(10, max(len(n) for n in names))
+    print(f"\n{'instance':>{width}}   rel. L2 vs reference   floor    ratio")
     for name, ek, fk in zip(names, acc.error, acc.floor):
-        print(f"{name}   {ek:.4f}               {fk:.4f}   {ek / fk:5.2f}")
-    print(f"  mean   {acc.error.mean():.4f}               {acc.floor.mean():.4f}   {acc.ratio:5.2f}"
+        print(f"{name:>{width}}   {ek:.4f}               {fk:.4f}   {ek / fk:5.2f}")
+    print(f"{'mean':>{width}}   {acc.error.mean():.4f}               {acc.floor.mean():.4f}   {acc.ratio:5.2f}"
           f"   (max error {acc.error.max():.4f})")
-    print(f"grid {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}; reference: {acc.truth_name}; "
-          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() else
+    print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
+          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not problem.has("floor") else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
                                            "their least-squares optimum)") + "\n")
-    print(f"error structure: {structure['mean_low_mode_share']:.0%} of the squared error in the lowest modes "
-          f"(k_y + k_x <= {structure['low_mode_k_max']})" + (
-              f"; cosine with the coarse level's imprint {structure['mean_imprint_cosine']:.2f} "
-              f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)" if "imprint_cosine" in structure else ""))
+    if structure:
+        print(f"error structure: {structure['mean_low_mode_share']:.0%} of the squared error in the lowest modes "
+              f"(k_y + k_x <= {structure['low_mode_k_max']})" + (
+                  f"; cosine with the coarse level's imprint {structure['mean_imprint_cosine']:.2f} "
+                  f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)"
+                  if "imprint_cosine" in structure else ""))
     print(f"inference {infer_seconds:.3f} s for {len(test)} instances; reference {acc.truth_seconds:.2f} s, "
           f"floor {acc.floor_seconds:.2f} s")
     if cfg.output.plots:
-        from deepfusion.plots import plot_fields, plot_loss
-
-        plots = run_dir / "plots"
-        plots.mkdir(exist_ok=True)
-        plot_loss(run_dir / "metrics.jsonl", plots / "loss.png")
-        axes = list(coords)
-        extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
-        shown = min(len(test), 6)
-        labels = [f"{pname} #{k}, rel. L2 {acc.error[k]:.3f}" if pname == "a" else
-                  f"c = {test[k]:g}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
-        inputs = input_labels = None
-        if pname == "a":  # the instance itself: its diffusivity field and KL coefficients
-            inputs = np.log10(problem.diffusivity_numpy(test[:shown]))
-            input_labels = ["ν, a = (" + ", ".join(f"{v:.1f}" for v in test[k]) + ")" for k in range(shown)]
-        plot_fields(pred[:shown], acc.truth[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png",
-                    ref_name="Godunov" if pname == "c" else "fine FEM", inputs=inputs, input_labels=input_labels)
-        print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
+        _plots(cfg, problem, test, pred, acc, names, run_dir / "plots")
     print(f"run directory: {run_dir}")
     return acc
+
+
+def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:
+    """The held-out loss terms of a family that declares no reference solver."""
+    terms = problem.loss_terms(torch.as_tensor(pred), torch.as_tensor(test, dtype=torch.float64))
+    losses = {k: v.detach().numpy().tolist() for k, v in terms.items()}
+    report = {"resolution": list(problem.resolution), "heldout_loss": losses, "train_seconds": train_seconds,
+              "inference_seconds": infer_seconds}
+    (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    total = sum(np.asarray(v) for v in losses.values())
+    print(f"the {problem.name} family declares no reference solver: held-out loss {np.mean(total):.4e} "
+          f"on {len(test)} instances (eval.json)")
+    print(f"run directory: {run_dir}")
+    return None
+
+
+def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
+    from deepfusion.plots import plot_fields, plot_loss
+
+    plots.mkdir(exist_ok=True)
+    plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
+    if len(cfg.problem.resolution) != 2:
+        print(f"plots: {plots / 'loss.png'}")
+        return
+    coords = problem.coordinates()
+    axes = list(coords)
+    extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
+    shown = min(len(test), 6)
+    labels = [f"{names[k]}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
+    inputs = input_labels = None
+    if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
+        inputs, input_labels = problem.input_fields(test[:shown])
+    plot_fields(pred[:shown], acc.truth[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png",
+                ref_name="reference", inputs=inputs, input_labels=input_labels)
+    print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

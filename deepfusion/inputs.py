@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["InputError", "ParameterRangeWarning", "positive_finite", "load_array", "instance_parameters",
-           "check_output_file", "check_resolution"]
+           "check_output_file", "check_resolution", "require"]
 
 
 class InputError(ValueError):
@@ -67,51 +67,65 @@ def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def instance_parameters(problem_cfg, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
-    """The instances to solve as one array, checked against the run's ``[problem]`` section.
+def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
+    """The instances to solve as one array, checked against the family's :class:`~diffnet.family.ParameterSpec`.
 
-    Burgers takes ``c`` (S,); the elliptic families take ``coeffs`` (S, m) KL rows or ``nu``
-    (S, N_y, N_x) nodal diffusivity fields (one row or one field may drop the leading axis).
-    Values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps
-    ``c``/``coeffs``/``nu`` to what the caller calls them in messages (the CLI: ``--c``, a file).
+    A family with a scalar parameter takes ``c`` (S,); one with a vector parameter takes
+    ``coeffs`` (S, *shape) rows; one that declares a field input (``spec.field``, e.g.
+    the diffusivity) also takes ``nu`` (S, *resolution) positive nodal fields instead. One
+    row or one field may drop the leading axis. Values outside the training range raise a
+    :class:`ParameterRangeWarning`. ``names`` maps ``c``/``coeffs``/``nu`` to what the
+    caller calls them in messages (the CLI: ``--c``, a file).
     """
     names = {"c": "c", "coeffs": "coeffs", "nu": "nu"} | (names or {})
-    p = problem_cfg
+    spec = problem.parameters
     given = [k for k, v in (("c", c), ("coeffs", coeffs), ("nu", nu)) if v is not None]
-    if p.name == "burgers":
-        if given != ["c"]:
-            raise InputError(f"{'/'.join(names[k] for k in given if k != 'c') or names['c']}: this run is Burgers; "
-                             f"give {names['c']} (the initial-condition parameter) and nothing else")
-        arr = positive_finite(names["c"], _numeric(names["c"], c, (0, 1)))
-        lo, hi = p.c_range
-        outside = arr[(arr < lo) | (arr > hi)]
-        if outside.size:
-            warnings.warn(f"{names['c']}: {outside[0]:g} is outside the training range [{lo:g}, {hi:g}]; "
-                          "the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
-        return arr
-    if "c" in given:
-        raise InputError(f"{names['c']}: this run is {p.name}; give {names['coeffs']} (KL rows) or {names['nu']} (fields)")
-    if len(given) != 1:
-        raise InputError(f"give exactly one of {names['coeffs']} (rows of KL coefficients) or {names['nu']} (fields)")
-    if coeffs is not None:
-        a = _numeric(names["coeffs"], coeffs, (1, 2))
-        a = a if a.ndim == 2 else a[None]
-        if a.shape[1] != p.kl_terms:
-            raise InputError(f"{names['coeffs']}: coefficient rows must have {p.kl_terms} entries (problem.kl_terms), "
-                             f"got {a.shape[1]}")
-        lo, hi = p.coeff_range
-        if ((a < lo) | (a > hi)).any():
-            warnings.warn(f"{names['coeffs']}: coefficients outside the training range [{lo:g}, {hi:g}]; "
-                          "the fields are extrapolations", ParameterRangeWarning, stacklevel=3)
-        return a
-    field = _numeric(names["nu"], nu, (2, 3))
-    field = field if field.ndim == 3 else field[None]
-    if field.shape[1:] != tuple(p.resolution):
-        raise InputError(f"{names['nu']}: fields must be {tuple(p.resolution)} (the run's resolution), "
-                         f"got {field.shape[1:]}")
-    if not (field > 0).all():
-        raise InputError(f"{names['nu']}: diffusivity must be > 0 everywhere (min {field.min():g})")
-    return field
+    takes = ["c"] if spec.shape == () else ["coeffs"]
+    takes += ["nu"] if spec.field else []
+    what = {"c": f"{names['c']} ({spec.description or spec.name})",
+            "coeffs": f"{names['coeffs']} (rows of {spec.description or spec.name})",
+            "nu": f"{names['nu']} (nodal {spec.field} fields)"}
+    wrong = [k for k in given if k not in takes]
+    if wrong or len(given) != 1:
+        head = f"{names[wrong[0]]}: " if wrong else ""
+        raise InputError(f"{head}this run's family ({problem.name}) takes exactly one of " +
+                         " or ".join(what[k] for k in takes))
+    if nu is not None:
+        field = _numeric(names["nu"], nu, (len(problem.resolution), len(problem.resolution) + 1))
+        field = field if field.ndim == len(problem.resolution) + 1 else field[None]
+        if field.shape[1:] != tuple(problem.resolution):
+            raise InputError(f"{names['nu']}: fields must be {tuple(problem.resolution)} (the run's resolution), "
+                             f"got {field.shape[1:]}")
+        if not (field > 0).all():
+            raise InputError(f"{names['nu']}: {spec.field} must be > 0 everywhere (min {field.min():g})")
+        return field
+    key = given[0]
+    rank = len(spec.shape)
+    arr = _numeric(names[key], c if key == "c" else coeffs, (rank, rank + 1))
+    arr = arr if arr.ndim == rank + 1 else arr[None]
+    if arr.shape[1:] != tuple(spec.shape):
+        raise InputError(f"{names[key]}: each instance must have shape {tuple(spec.shape)} "
+                         f"({spec.description or spec.name}), got {arr.shape[1:]}")
+    if spec.positive:
+        bad = arr[~(arr > 0)]
+        if bad.size:
+            raise InputError(f"{names[key]}: values must be finite and > 0, got {bad[0]:g}")
+    if ((arr < spec.low) | (arr > spec.high)).any():
+        first = arr[(arr < spec.low) | (arr > spec.high)][0]
+        warnings.warn(f"{names[key]}: {first:g} is outside the training range [{spec.low:g}, {spec.high:g}]; "
+                      "the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
+    return arr
+
+
+_NEEDS = {"reference": "reference solver", "floor": "floor (discrete optimum)",
+          "classical": "classical solvers to compare with", "polish": "polish step", "input_fields": "input fields"}
+
+
+def require(problem, capability: str, what: str) -> None:
+    """Refuse, in one line, a command or option that needs a capability the family does not declare."""
+    if not problem.has(capability):
+        raise InputError(f"{what}: the {problem.name} family (as configured) declares no {_NEEDS[capability]} "
+                         f"(capability {capability!r}; see docs/families.md)")
 
 
 def check_output_file(path: Path, suffixes: tuple[str, ...] = (".h5", ".hdf5"), what: str = "field files are HDF5") -> None:

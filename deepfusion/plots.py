@@ -130,13 +130,12 @@ def plot_pareto(report: dict, out: Path) -> Path:
 
 
 def _pareto_figure(report: dict):
-    from diffnet.classical import METHODS
-
     plt = _pyplot()
+    names = report.get("methods", {})  # method -> what it is, as the family's classical capability names them
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for method in dict.fromkeys(p["method"] for p in report["sweep"]):
         pts = [p for p in report["sweep"] if p["method"] == method]
-        ax.loglog([p["seconds"] for p in pts], [p["error"] for p in pts], "o-", ms=4, label=METHODS[method])
+        ax.loglog([p["seconds"] for p in pts], [p["error"] for p in pts], "o-", ms=4, label=names.get(method, method))
         for p in pts:
             ax.annotate(str(p["grid"]), (p["seconds"], p["error"]), xytext=(3, 3), textcoords="offset points",
                         fontsize=6)

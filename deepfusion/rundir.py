@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Callable
 
-from deepfusion.config import Config, ConfigError, config_from_dict, load_config
+from deepfusion.config import Config, ConfigError, config_from_dict, family_table, load_config
 from deepfusion.inputs import InputError
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "truncate_metrics",
@@ -19,23 +19,26 @@ def run_config(run_dir: Path) -> Config:
     """The resolved config a run directory was trained with."""
     if not (run_dir / "config.toml").is_file():
         raise InputError(f"{run_dir}: not a run directory (no config.toml)")
-    return load_config(run_dir / "config.toml")
+    return load_config(run_dir / "config.toml", saved=True)
 
 
 def saved_config(ckpt, path: Path) -> Config:
     """The resolved config a checkpoint was written with."""
     try:
-        return config_from_dict(tomllib.loads(ckpt.config))
+        return config_from_dict(tomllib.loads(ckpt.config), saved=True)
     except (tomllib.TOMLDecodeError, ConfigError) as exc:
         raise InputError(f"{path}: the checkpoint's stored config is unusable ({exc})") from None
 
 
 def config_differences(old: Config, new: Config) -> list[str]:
     """``section.key`` of every key whose value differs between two configs, in config order."""
+    if old.problem.family != new.problem.family:
+        return ["problem.family"]
     out = []
     for section in old.__dataclass_fields__:
         a, b = getattr(old, section), getattr(new, section)
-        out += [f"{section}.{key}" for key in a.__dataclass_fields__ if getattr(a, key) != getattr(b, key)]
+        name = family_table(old) if section == "family" else section
+        out += [f"{name}.{key}" for key in a.__dataclass_fields__ if getattr(a, key) != getattr(b, key)]
     return out
 
 
@@ -82,7 +85,7 @@ def truncate_metrics(path: Path, step: int) -> None:
 def _architecture(cfg: Config) -> tuple:
     """What a checkpoint's weights depend on: the problem, the model and the multigrid levels it deepened."""
     mg = cfg.multigrid
-    return cfg.problem, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else ()
+    return cfg.problem, cfg.family, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else ()
 
 
 def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Callable[[str], None] = lambda s: None):
@@ -113,8 +116,8 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
     saved = saved_config(ckpt, path)
     if _architecture(saved) != _architecture(cfg):
         raise InputError(
-            f"{path}: checkpoint of {saved.problem.name} {list(saved.problem.resolution)} {saved.model.name} "
-            f"{list(saved.model.channels)} does not belong to this run ({cfg.problem.name} "
+            f"{path}: checkpoint of {saved.problem.family} {list(saved.problem.resolution)} {saved.model.name} "
+            f"{list(saved.model.channels)} does not belong to this run ({cfg.problem.family} "
             f"{list(cfg.problem.resolution)} {cfg.model.name} {list(cfg.model.channels)}, or other problem settings)"
         )
     model = build_model(cfg, build_problem(cfg))

@@ -7,27 +7,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepfusion.registry import DEFAULT_FAMILY
+from diffnet.options import all_positive as _positive_all
+from diffnet.options import nonnegative as _nonnegative
+from diffnet.options import one_of as _choice
+from diffnet.options import option
+from diffnet.options import positive as _positive
+
 __all__ = ["ConfigError", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
            "MultigridConfig", "ParallelConfig", "OutputConfig"]
 
 
 class ConfigError(ValueError):
     """A user-supplied configuration value is unknown, mistyped or impossible."""
-
-
-def _choice(*allowed: str):
-    def check(v: str) -> str | None:
-        return None if v in allowed else f"must be one of {list(allowed)}"
-
-    return check
-
-
-def _positive(v: float) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def _nonnegative(v: float) -> str | None:
-    return None if v >= 0 else "must be >= 0"
 
 
 def _resolution(v: tuple[int, ...]) -> str | None:
@@ -38,16 +30,6 @@ def _resolution(v: tuple[int, ...]) -> str | None:
     return None
 
 
-def _range(v: tuple[float, ...]) -> str | None:
-    if len(v) != 2 or not v[0] < v[1]:
-        return "must be [low, high] with low < high"
-    return None
-
-
-def _positive_all(v: tuple[float, ...]) -> str | None:
-    return None if all(x > 0 for x in v) else "every value must be > 0"
-
-
 def _channels(v: tuple[int, ...]) -> str | None:
     if not 1 <= len(v) <= 8 or any(c < 1 or c > 4096 for c in v):
         return "must be 1 to 8 widths, each 1..4096"
@@ -56,57 +38,20 @@ def _channels(v: tuple[int, ...]) -> str | None:
 
 def _key(check=None, *, default, doc: str):
     """A config key: its default, a check returning an error text or None, and its meaning
-    (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configdoc`)."""
-    return field(default=default, metadata={"check": check, "doc": doc})
+    (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configdoc`):
+    the same declaration a family's keys use (:func:`diffnet.options.option`)."""
+    return option(default, doc, check)
 
 
 @dataclass(frozen=True)
 class ProblemConfig:
-    """``[problem]``: which PDE family, on which grid."""
+    """``[problem]``: which PDE family, on which grid (the family's own keys are in its table)."""
 
-    name: str = _key(_choice("burgers", "poisson", "reaction_diffusion"), default="burgers",
-        doc="the PDE family")
+    family: str = _key(lambda v: None if v.strip() else "must not be empty", default=DEFAULT_FAMILY,
+        doc="the PDE family: a registered name (built-in or installed, see docs/families.md) or "
+            "`\"package.module:Class\"`; its keys go in a table of its name")
     resolution: tuple[int, ...] = _key(_resolution, default=(64, 64),
-        doc="`[N_t, N_x]` nodes, boundary included")
-    viscosity: float = _key(_nonnegative, default=0.01,
-        doc="ν ≥ 0")
-    residual: str = _key(_choice("sobel", "scharr", "conservative"), default="sobel",
-        doc="Burgers loss: 3×3 central kernels with `sobel` (1,2,1) or `scharr` (3,10,3) weights, or `conservative` (an implicit finite-volume scheme; see docs/physics.md)")
-    scheme_order: int = _key(lambda v: None if v in (1, 2) else "must be 1 or 2", default=2,
-        doc="conservative residual: 1 (backward Euler, first-order states) or 2 (BDF2, minmod MUSCL states)")
-    flux: str = _key(_choice("godunov", "engquist_osher"), default="godunov",
-        doc="conservative residual: `godunov` or `engquist_osher` numerical flux")
-    preconditioner: str = _key(_choice("none", "implicit_diffusion"), default="none",
-        doc="conservative residual: `implicit_diffusion` weights each residual row by (I − ν Δt D_xx)⁻¹ before squaring (same zero, better conditioned; docs/physics.md)")
-    boundary: str = _key(_choice("exact", "penalty"), default="exact",
-        doc="IC/BC by construction, u = u₀(x) + M·N(·) with M = 0 on the IC row and inflow column; or `\"penalty\"`")
-    penalty: float = _key(_positive, default=1.0,
-        doc="λ of the boundary term with `boundary = \"penalty\"`")
-    t_final: float = _key(_positive, default=1.0 / 3.0,
-        doc="T")
-    c_range: tuple[float, ...] = _key(_range, default=(3.0, 6.0),
-        doc="range of the IC parameter c")
-    c_values: tuple[float, ...] = _key(_positive_all, default=(),
-        doc="a fixed list of training c (with `data.sampling = \"list\"`)")
-    test_c: tuple[float, ...] = _key(_positive_all, default=(3.3, 4.1, 4.77, 5.5, 5.9),
-        doc="held-out c for the accuracy table (random draws when empty)")
-    # Poisson and reaction-diffusion: the Karhunen-Loeve diffusivity family.
-    diffusivity: str = _key(_choice("kl", "constant"), default="kl",
-        doc="Poisson/reaction-diffusion ν: the KL family, or `\"constant\"` (= `problem.viscosity`; reaction-diffusion only)")
-    kl_terms: int = _key(lambda v: None if 1 <= v <= 64 else "must be in 1..64", default=6,
-        doc="m, KL terms")
-    kl_eta: float = _key(_positive, default=0.5,
-        doc="correlation length η (the roots ω_i are computed for any η)")
-    coeff_range: tuple[float, ...] = _key(_range, default=(-3.0, 3.0),
-        doc="range of each coefficient a_i")
-    kappa: float = _key(_nonnegative, default=1.0,
-        doc="κ of reaction-diffusion (reaction term κ²u)")
-    source: float = _key(lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)", default=1.0,
-        doc="constant source f of reaction-diffusion (non-zero)")
-    # Poisson and reaction-diffusion evaluation: the independent reference is the Q1 FEM on
-    # a grid with this many times the intervals in each direction (its nodes include ours).
-    truth_refine: int = _key(lambda v: None if 2 <= v <= 16 else "must be in 2..16", default=4,
-        doc="Poisson/reaction-diffusion evaluation: the independent reference is the Q1 FEM on a grid with this many times the intervals (2..16)")
+        doc="`[N_t, N_x]` or `[N_y, N_x]` nodes, boundary included")
 
 
 @dataclass(frozen=True)
@@ -116,9 +61,9 @@ class DataConfig:
     n_train: int = _key(_positive, default=64,
         doc="training instances")
     n_test: int = _key(_positive, default=5,
-        doc="held-out random instances when `problem.test_c` is empty")
+        doc="held-out random instances (for a family without a fixed held-out set, e.g. `burgers.test_c` empty)")
     sampling: str = _key(_choice("uniform", "random", "sobol", "list"), default="uniform",
-        doc="`uniform` (equispaced; for m coefficients a tensor grid, n_train = k^m), `random`, `sobol` (scrambled) or `list` (Burgers)")
+        doc="`uniform` (equispaced; for m parameters a tensor grid, n_train = k^m), `random`, `sobol` (scrambled) or `list` (a family's fixed list, e.g. `burgers.c_values`)")
     seed: int = _key(_nonnegative, default=0,
         doc="seeds sampling, the per-epoch permutation and the initial weights")
 
@@ -268,7 +213,7 @@ class ParallelConfig:
 class OutputConfig:
     """``[output]``: where the run directory goes and whether to draw plots."""
 
-    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/burgers",
+    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/diffnet",
         doc="run directory (`--out` overrides)")
     plots: bool = _key(default=True,
         doc="write PNG plots")
@@ -279,12 +224,19 @@ class Config:
     """The whole run configuration; every key has a default."""
 
     problem: ProblemConfig = field(default_factory=ProblemConfig)
+    family: Any = None  # the family's own keys (its Options dataclass; None: its defaults)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     multigrid: MultigridConfig = field(default_factory=MultigridConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self) -> None:
+        if self.family is None:  # the family's defaults
+            from deepfusion.registry import family_class
+
+            object.__setattr__(self, "family", family_class(self.problem.family).Options())
 
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections replaced."""

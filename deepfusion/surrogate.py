@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepfusion.inputs import InputError, instance_parameters
+from deepfusion.inputs import InputError, instance_parameters, require
 
 __all__ = ["Surrogate"]
 
@@ -20,10 +20,11 @@ _LIVE_CHANNELS_PER_WIDTH = 6
 class Surrogate:
     """A trained generator and its problem: ``surrogate(c=[...])`` returns the fields.
 
-    Use :meth:`load`. Calling it with the problem's parameters returns float64 fields of
-    shape (S, N_0, N_1) on the run's grid: ``c`` (S,) for Burgers (fields over (t, x)),
-    ``coeffs`` (S, m) KL coefficient rows or ``nu`` (S, N_y, N_x) nodal diffusivities for
-    Poisson and reaction-diffusion (fields over (y, x)). Bad input raises
+    Use :meth:`load`. Calling it with the family's instances returns float64 fields of
+    shape (S, *resolution) on the run's grid: ``c`` (S,) for a scalar parameter (Burgers'
+    c; fields over (t, x)), ``coeffs`` (S, *shape) rows for a vector one (KL coefficients)
+    or ``nu`` (S, *resolution) nodal fields where the family takes them (the diffusivity
+    families; fields over (y, x)); see :func:`deepfusion.inputs.instance_parameters`. Bad input raises
     :class:`~deepfusion.inputs.InputError` (a ``ValueError``) with the CLI's message;
     parameters outside the training range warn with
     :class:`~deepfusion.inputs.ParameterRangeWarning`.
@@ -103,18 +104,19 @@ class Surrogate:
 
     @property
     def parameter_name(self) -> str:
-        """``"c"`` (Burgers) or ``"coeffs"`` (KL rows; ``nu`` fields are accepted too)."""
-        return "c" if self.config.problem.name == "burgers" else "coeffs"
+        """The keyword the family's instances go by: ``"c"`` (a scalar parameter, e.g. Burgers) or
+        ``"coeffs"`` (rows, e.g. KL coefficients; a family with a field input takes ``nu`` too)."""
+        return "c" if self.problem.parameters.shape == () else "coeffs"
 
     @property
     def parameter_range(self) -> tuple[float, float]:
-        """The training range of c (Burgers) or of every KL coefficient."""
-        p = self.config.problem
-        return tuple(p.c_range if p.name == "burgers" else p.coeff_range)
+        """The training range of the parameter (of every entry of a vector parameter)."""
+        spec = self.problem.parameters
+        return (spec.low, spec.high)
 
     def instances(self, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
         """The checked instance array the fields are computed from (see the class docstring)."""
-        return instance_parameters(self.config.problem, c=c, coeffs=coeffs, nu=nu, names=names)
+        return instance_parameters(self.problem, c=c, coeffs=coeffs, nu=nu, names=names)
 
     def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0) -> np.ndarray:
         return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu), polish=polish)
@@ -133,6 +135,7 @@ class Surrogate:
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
         u = predict(self._model, self.problem, params, self.chunk)
         if polish:
+            require(self.problem, "polish", "polish")
             try:
                 u = self.problem.polish(params, u, int(polish))
             except ValueError as e:
@@ -141,7 +144,7 @@ class Surrogate:
 
     def __repr__(self) -> str:
         p = self.config.problem
-        return (f"Surrogate({p.name} {list(p.resolution)}, {self.config.model.name} "
+        return (f"Surrogate({self.problem.name} {list(p.resolution)}, {self.config.model.name} "
                 f"{list(self.config.model.channels)}, checkpoint={str(self.checkpoint)!r}, device={self.device!r})")
 
 

@@ -16,21 +16,14 @@ import numpy as np
 __all__ = ["draw_parameters", "Moments", "run_study"]
 
 
-def draw_parameters(problem_cfg, n: int, distribution: str, seed: int) -> np.ndarray:
-    """N instances of the family: Burgers c uniform on ``c_range``; KL coefficients uniform on
-    ``coeff_range`` or standard normal (the Karhunen-Loève expansion's own law)."""
-    rng = np.random.default_rng(seed)
-    if problem_cfg.name == "burgers":
-        if distribution != "uniform":
-            raise ValueError("Burgers draws c uniformly on problem.c_range")
-        lo, hi = problem_cfg.c_range
-        return rng.uniform(lo, hi, n)
-    if distribution == "uniform":
-        lo, hi = problem_cfg.coeff_range
-        return rng.uniform(lo, hi, (n, problem_cfg.kl_terms))
-    if distribution == "normal":
-        return rng.standard_normal((n, problem_cfg.kl_terms))
-    raise ValueError(f"unknown distribution {distribution!r}; choose 'uniform' or 'normal'")
+def draw_parameters(problem, n: int, distribution: str, seed: int) -> np.ndarray:
+    """N instances of the family from one of its laws (``problem.parameters.distributions``; uniform on
+    the training range for every family, standard normal for the KL families' coefficients)."""
+    spec = problem.parameters
+    if distribution not in spec.distributions:
+        raise ValueError(f"the {problem.name} family draws its instances from {', '.join(spec.distributions)} "
+                         f"(got {distribution!r})")
+    return problem.draw(n, distribution, seed)
 
 
 @dataclass

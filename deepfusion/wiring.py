@@ -22,78 +22,45 @@ __all__ = [
 
 
 
-def build_problem(cfg: Config):
-    """The diffnet problem instance named by ``[problem]``."""
-    p = cfg.problem
-    if p.name == "burgers":
-        from diffnet.problems.burgers import BurgersProblem
+def build_problem(cfg: Config, resolution: tuple[int, ...] | None = None):
+    """The family of ``problem.family`` (:mod:`deepfusion.registry`) with the keys of its table, on
+    ``problem.resolution`` or on ``resolution``."""
+    from deepfusion.registry import family_class
 
-        return BurgersProblem(
-            resolution=tuple(p.resolution),
-            viscosity=p.viscosity,
-            t_final=p.t_final,
-            stencil=p.residual,
-            scheme_order=p.scheme_order,
-            flux=p.flux,
-            preconditioner=p.preconditioner,
-            boundary=p.boundary,
-            penalty=p.penalty,
-        )
-    family = {
-        "resolution": tuple(p.resolution),
-        "kl_terms": p.kl_terms,
-        "eta": p.kl_eta,
-        "coeff_range": tuple(p.coeff_range),
-        "constant": p.viscosity if p.diffusivity == "constant" else 0.0,
-        "truth_refine": p.truth_refine,
-    }
-    if p.name == "poisson":
-        from diffnet.problems.poisson import PoissonProblem
-
-        return PoissonProblem(**family)
-    from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-
-    return ReactionDiffusionProblem(**family, kappa=p.kappa, source=p.source)
+    cls = family_class(cfg.problem.family)
+    return cls.from_options(cfg.family, tuple(resolution or cfg.problem.resolution))
 
 
 def sample_parameters(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
-    p = cfg.problem
-    if p.name == "burgers":
-        from diffnet.problems.burgers import sample_c
-
-        return sample_c(tuple(p.c_range), n, sampling, seed)
-    from diffnet.problems.poisson import sample_coefficients
-
-    return sample_coefficients(tuple(p.coeff_range), p.kl_terms, n, sampling, seed)
+    return build_problem(cfg).sample(n, sampling, seed)
 
 
 def training_parameters(cfg: Config) -> np.ndarray:
     """Instance parameters of the training set, one row per sample."""
-    if cfg.data.sampling == "list":
-        return np.asarray(cfg.problem.c_values, dtype=np.float64)
     return sample_parameters(cfg, cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
 
 
 def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
-    """Held-out instances: Burgers' ``problem.test_c``, or else n_test random draws from another stream.
+    """Held-out instances: the family's own fixed set (e.g. ``burgers.test_c``), or else ``data.n_test``
+    random draws from another stream.
 
-    With ``count``, the first ``count`` of them (any number of draws for the elliptic
-    families: the stream's first rows do not depend on how many are drawn).
+    With ``count``, the first ``count`` of them (any number of draws: the stream's first rows
+    do not depend on how many are drawn).
     """
-    if cfg.problem.name == "burgers" and cfg.problem.test_c:
-        c = np.asarray(cfg.problem.test_c, dtype=np.float64)
-        if count is not None and count > len(c):
+    fixed = build_problem(cfg).fixed_heldout()
+    if fixed is not None:
+        if count is not None and count > len(fixed):
             from deepfusion.inputs import InputError
 
-            raise InputError(f"--samples: this run holds out {len(c)} value{'s' if len(c) != 1 else ''} of c "
-                             f"(problem.test_c); got {count}")
-        return c if count is None else c[:count]
+            raise InputError(f"--samples: this run holds out {len(fixed)} instance{'s' if len(fixed) != 1 else ''} "
+                             f"(its family's fixed held-out set); got {count}")
+        return fixed if count is None else fixed[:count]
     return sample_parameters(cfg, cfg.data.n_test if count is None else count, "random", cfg.data.seed + 7919)
 
 
 def parameter_name(cfg: Config) -> str:
-    """The field-file dataset holding the instance parameters: ``c`` or ``a``."""
-    return "c" if cfg.problem.name == "burgers" else "a"
+    """The field-file dataset holding the instance parameters (the family's, e.g. ``c`` or ``a``)."""
+    return build_problem(cfg).parameters.name
 
 
 def build_model(cfg: Config, problem):
@@ -126,7 +93,7 @@ def level_models(cfg: Config, model):
     def on_grid(k: int):
         if k not in grids:
             grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * 2
-            grids[k] = build_problem(cfg.replace(problem=dataclasses.replace(cfg.problem, resolution=grid)))
+            grids[k] = build_problem(cfg, grid)
         return grids[k]
 
     def level(k: int):
@@ -138,20 +105,13 @@ def level_models(cfg: Config, model):
 
 
 def field_attrs(cfg: Config, source: str) -> dict:
-    p = cfg.problem
-    if p.name == "burgers":
-        return {
-            "problem": p.name,
-            "source": source,
-            "viscosity": p.viscosity,
-            "t_final": p.t_final,
-            "residual": p.residual,
-            **({"scheme_order": p.scheme_order, "flux": p.flux, "preconditioner": p.preconditioner}
-               if p.residual == "conservative" else {}),
-        }
-    attrs = {"problem": p.name, "source": source, "diffusivity": p.diffusivity, "kl_terms": p.kl_terms, "kl_eta": p.kl_eta}
-    if p.diffusivity == "constant":
-        attrs["nu"] = p.viscosity
-    if p.name == "reaction_diffusion":
-        attrs |= {"kappa": p.kappa, "f": p.source}
+    """Attributes of a field file: the family, where the fields come from, and every key of the family's
+    table as ``<family>.<key>``."""
+    from deepfusion.config import family_table
+
+    table = family_table(cfg)
+    attrs = {"problem": table, "source": source}
+    for f in dataclasses.fields(cfg.family):
+        value = getattr(cfg.family, f.name)
+        attrs[f"{table}.{f.name}"] = np.asarray(value, dtype=np.float64) if isinstance(value, tuple) else value
     return attrs

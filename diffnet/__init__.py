@@ -1,3 +1,43 @@
-"""DiffNet: data-free convolutional generators whose loss is the discretised PDE."""
+"""DiffNet: data-free convolutional generators whose loss is the discretised PDE.
 
-__all__: list[str] = []
+The public API a user's family is written against (docs/families.md): the family protocol
+(:class:`Family`, :class:`ParameterSpec`, :func:`sample_box`, :data:`CAPABILITIES`), the
+declaration of its configuration keys (:func:`option` and the checks), and the Q1
+quadrature as convolutions (:func:`gauss_basis`, :func:`at_gauss_points`,
+:func:`dirichlet_energy`, :func:`reaction_diffusion_energy`). Names are imported on first
+use, so ``import diffnet`` loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "CAPABILITIES": "diffnet.family",
+    "Family": "diffnet.family",
+    "ParameterSpec": "diffnet.family",
+    "sample_box": "diffnet.family",
+    "option": "diffnet.options",
+    "one_of": "diffnet.options",
+    "positive": "diffnet.options",
+    "nonnegative": "diffnet.options",
+    "interval": "diffnet.options",
+    "all_positive": "diffnet.options",
+    "integer_in": "diffnet.options",
+    "gauss_basis": "diffnet.energy",
+    "at_gauss_points": "diffnet.energy",
+    "dirichlet_energy": "diffnet.energy",
+    "reaction_diffusion_energy": "diffnet.energy",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'diffnet' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

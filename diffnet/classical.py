@@ -2,8 +2,9 @@
 and its field carried onto the network's output grid so the two are judged at the same nodes.
 
 A configuration is (grid, method): nodes per side and a multigrid variant for the Q1
-families, cells and scheme order for Burgers. :func:`configurations` lists the sweep a
-comparison at equal accuracy walks through, coarse to fine.
+families, cells and scheme order for Burgers. The families' ``classical`` capability
+(:mod:`diffnet.family`) is built from these functions: ``*_configurations`` lists the
+sweep a comparison at equal accuracy walks through, coarse to fine.
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["METHODS", "configurations", "classical_solver", "to_grid"]
+__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "godunov_configurations", "godunov_solver",
+           "godunov_to_grid"]
 
-# Method name -> what it is, for reports. "fmg1": full multigrid (geometric, Galerkin coarse
-# operators), one V-cycle per level; "fmg": the same, then V-cycles until the algebraic
-# error is a tenth of the discretisation error; "sa-cg": pyamg's default smoothed
-# aggregation preconditioning CG to a relative residual of 1e-8 (the reference row);
-# "godunov1"/"godunov2": Godunov's scheme, first order or minmod MUSCL with SSP-RK2.
-METHODS = {
+# "fmg1": full multigrid (geometric, Galerkin coarse operators), one V-cycle per level; "fmg":
+# the same, then V-cycles until the algebraic error is a tenth of the discretisation error;
+# "sa-cg": pyamg's default smoothed aggregation preconditioning CG to a relative residual of
+# 1e-8 (the reference row).
+Q1_METHODS = {
     "fmg1": "geometric multigrid, FMG, 1 V(1,1)-cycle per level",
     "fmg": "geometric multigrid, FMG to discretisation accuracy",
     "sa-cg": "pyamg default smoothed aggregation + CG to 1e-8",
-    "godunov1": "Godunov, first order",
-    "godunov2": "Godunov, second order (minmod MUSCL, SSP-RK2)",
 }
 
 # Grids of the sweep, about a factor 1.5 apart: (2^k + 1) nodes and halfway between.
@@ -33,19 +32,61 @@ _NODES = (5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 102
 _CELLS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
-def configurations(problem) -> dict[str, list[int]]:
-    """Per method, the grids (FEM nodes per side, or Godunov cells) to sweep, coarse to fine.
+def q1_configurations(problem) -> dict[str, list[int]]:
+    """FEM nodes per side to sweep, coarse to fine, for "fmg1" and "fmg".
 
-    Q1 grids stop below the independent reference's grid and Godunov below its cells:
-    at those a classical solve *is* the reference, and its error against it means nothing.
+    The grids stop below the independent reference's grid (``problem.truth_refine`` times
+    finer): there a classical solve *is* the reference, and its error against it means nothing.
     """
-    if hasattr(problem, "fem_system"):
-        n = max(problem.resolution)
-        finest = problem.truth_refine * (n - 1) + 1
-        # The network's own grid is a candidate too: there the Q1 solve is the floor itself,
-        # while a neighbouring grid pays an interpolation error to reach these nodes.
-        grids = sorted({g for g in _NODES if g < finest} | {n})
-        return {"fmg1": grids, "fmg": grids}
+    n = max(problem.resolution)
+    finest = problem.truth_refine * (n - 1) + 1
+    # The network's own grid is a candidate too: there the Q1 solve is the floor itself,
+    # while a neighbouring grid pays an interpolation error to reach these nodes.
+    grids = sorted({g for g in _NODES if g < finest} | {n})
+    return {"fmg1": grids, "fmg": grids}
+
+
+def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+    """A function of one instance's parameters returning its Q1 solution on a grid x grid mesh.
+
+    Everything a user of that solver pays per instance happens inside the call (the Q1
+    assembly and the multigrid setup included), so timing the call times the solve.
+    A non-square network grid is matched by its longer side.
+    """
+    if method not in Q1_METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
+    coarse = dataclasses.replace(problem, resolution=(grid, grid))
+
+    def fem(params: np.ndarray) -> np.ndarray:
+        system = coarse.fem_system(params)
+        if method == "sa-cg":
+            import pyamg
+
+            ml = pyamg.smoothed_aggregation_solver(system.A)
+            u = ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500)
+            u[system.fixed] = system.values[system.fixed]
+            return u.reshape(system.shape)
+        from diffnet.solvers.gmg import GMGSolver
+
+        return GMGSolver.build(system).fmg(cycles=1, to_discretisation=method == "fmg")
+
+    return fem
+
+
+def q1_to_grid(problem, native: np.ndarray) -> np.ndarray:
+    """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are bilinear on their elements,
+    so evaluating them at other nodes is bilinear interpolation (the multigrid's own prolongation)."""
+    from diffnet.solvers.gmg import interpolation_1d
+
+    ny, nx = problem.resolution
+    if native.shape == (ny, nx):
+        return native
+    py, px = interpolation_1d(ny, native.shape[0]), interpolation_1d(nx, native.shape[1])
+    return py @ (px @ native.T).T
+
+
+def godunov_configurations(problem) -> dict[str, list[int]]:
+    """Godunov cells to sweep, coarse to fine, first and second order; below the reference's cells."""
     from diffnet.solvers.burgers import default_cells
 
     nx = problem.resolution[1]
@@ -53,59 +94,25 @@ def configurations(problem) -> dict[str, list[int]]:
     return {"godunov1": cells, "godunov2": cells}
 
 
-def classical_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A function of one instance's parameters returning its classical solution on its own grid.
+def godunov_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Godunov's scheme ("godunov1": first order; "godunov2": minmod MUSCL with SSP-RK2) on ``grid`` cells,
+    read at the network's time rows."""
+    if method not in ("godunov1", "godunov2"):
+        raise ValueError(f"unknown method {method!r}; choose from godunov1, godunov2")
+    from diffnet.solvers.burgers import solve
 
-    Everything a user of that solver pays per instance happens inside the call (the Q1
-    assembly and the multigrid setup included), so timing the call times the solve.
-    """
-    if method in ("fmg1", "fmg", "sa-cg"):
-        # Square grids; a non-square network grid is matched by its longer side.
-        coarse = dataclasses.replace(problem, resolution=(grid, grid))
+    times = np.linspace(0.0, problem.t_final, problem.resolution[0])
 
-        def fem(params: np.ndarray) -> np.ndarray:
-            system = coarse.fem_system(params)
-            if method == "sa-cg":
-                import pyamg
+    def godunov(c: np.ndarray) -> np.ndarray:
+        return solve(float(np.asarray(c).reshape(())), grid, times, problem.viscosity, order=int(method[-1]))[1]
 
-                ml = pyamg.smoothed_aggregation_solver(system.A)
-                u = ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500)
-                u[system.fixed] = system.values[system.fixed]
-                return u.reshape(system.shape)
-            from diffnet.solvers.gmg import GMGSolver
-
-            return GMGSolver.build(system).fmg(cycles=1, to_discretisation=method == "fmg")
-
-        return fem
-    if method in ("godunov1", "godunov2"):
-        from diffnet.solvers.burgers import solve
-
-        times = np.linspace(0.0, problem.t_final, problem.resolution[0])
-
-        def godunov(c: np.ndarray) -> np.ndarray:
-            return solve(float(np.asarray(c).reshape(())), grid, times, problem.viscosity, order=int(method[-1]))[1]
-
-        return godunov
-    raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    return godunov
 
 
-def to_grid(problem, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
-    """A classical solution carried onto ``problem``'s output nodes.
-
-    Q1 solutions are bilinear on their elements, so evaluating them at other nodes is
-    bilinear interpolation (the multigrid's own prolongation). Godunov cell averages are
-    read at the nodes as :func:`diffnet.solvers.burgers.solve_on_grid` reads its
-    reference: linear between cell centres, u = 0 at x = 0, extrapolated at the outflow,
-    and the exact initial condition at t = 0.
-    """
-    if method in ("fmg1", "fmg", "sa-cg"):
-        from diffnet.solvers.gmg import interpolation_1d
-
-        ny, nx = problem.resolution
-        if native.shape == (ny, nx):
-            return native
-        py, px = interpolation_1d(ny, native.shape[0]), interpolation_1d(nx, native.shape[1])
-        return py @ (px @ native.T).T
+def godunov_to_grid(problem, native: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Godunov cell averages read at the network's nodes as :func:`diffnet.solvers.burgers.solve_on_grid`
+    reads its reference: linear between cell centres, u = 0 at x = 0, extrapolated at the outflow,
+    and the exact initial condition at t = 0."""
     from diffnet.solvers.burgers import nodal_field
 
-    return nodal_field(native, problem.resolution[1], float(np.asarray(params).reshape(())))
+    return nodal_field(native, problem.resolution[1], float(np.asarray(c).reshape(())))

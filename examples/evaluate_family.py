@@ -21,12 +21,8 @@ def main() -> None:
     surrogate = Surrogate.load(args.run)
     rng = np.random.default_rng(1)
     lo, hi = surrogate.parameter_range
-    if surrogate.parameter_name == "c":
-        params = np.sort(rng.uniform(lo, hi, args.samples))
-        fields = surrogate(c=params)
-    else:
-        params = rng.uniform(lo, hi, (args.samples, surrogate.config.problem.kl_terms))
-        fields = surrogate(coeffs=params)
+    params = rng.uniform(lo, hi, (args.samples, *surrogate.problem.parameters.shape))
+    fields = surrogate.fields(surrogate.instances(**{surrogate.parameter_name: params}))
     # The independent reference (Godunov or a finer FEM) and the best field the grid allows.
     report = against_floor(surrogate.problem, params, fields)
     print(f"{surrogate}\nreference: {report.truth_name}\nfloor: {report.floor_name}")

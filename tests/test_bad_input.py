@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli, train_once
+from conftest import ROOT, TINY, run_cli, tiny, train_once
 from deepfusion.checkpoint import latest_checkpoint
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -20,8 +20,8 @@ POISSON = str(ROOT / "configs" / "poisson.toml")
 def inputs(tmp_path_factory):
     """Two tiny trained runs (Burgers, Poisson at 16^2) and the hostile files the cases use."""
     burgers, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "train.epochs=2",
-                            "--set", "output.plots=false", "--set", "problem.test_c=[4.1]")
-    poisson, _ = train_once(tmp_path_factory, POISSON, "poisson", *TINY, "--set", "train.epochs=2",
+                            "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]")
+    poisson, _ = train_once(tmp_path_factory, POISSON, "poisson", *tiny(POISSON), "--set", "train.epochs=2",
                             "--set", "data.n_test=2", "--set", "output.plots=false")
     d = tmp_path_factory.mktemp("inputs")
     (d / "bad.toml").write_text("[train\nlr =\n")
@@ -48,16 +48,25 @@ CASES = [
     # configuration files and --set values
     (["train", "missing.toml"], "cannot read config"),
     (["train", "{in}/bad.toml"], "invalid TOML"),
-    (["train", BURGERS, "--set", "problem.viscosity=-1"], "problem.viscosity: must be >= 0"),
+    (["train", BURGERS, "--set", "burgers.viscosity=-1"], "burgers.viscosity: must be >= 0"),
     (["train", BURGERS, "--set", "train.epochs=many"], "train.epochs: expected an integer"),
     (["train", BURGERS, "--set", "nonsense"], "expected section.key=value"),
     (["train", BURGERS, "--set", "train.nosuchkey=1"], "train.nosuchkey: unknown key"),
     (["train", BURGERS, "--set", "problem.resolution=[2,64]"], "problem.resolution"),
     (["train", BURGERS, "--set", "train.optimizer=rmsprop"], "train.optimizer: must be one of"),
-    (["train", BURGERS, "--set", "problem.name=heat"], "problem.name: must be one of"),
+    (["train", BURGERS, "--set", "problem.family=heat"], "problem.family: unknown family 'heat' (known: burgers, poisson"),
     (["train", BURGERS, "--set", "train.batch_size=0"], "train.batch_size: must be > 0"),
     (["train", BURGERS, "--set", "train.keep_checkpoints=-1"], "train.keep_checkpoints"),
-    (["train", BURGERS, "--set", "problem.c_range=[6,3]"], "problem.c_range"),
+    (["train", BURGERS, "--set", "burgers.c_range=[6,3]"], "burgers.c_range"),
+    # another family's keys, in [problem] or in its table
+    (["train", POISSON, "--set", "problem.t_final=5.0"], "problem.t_final: not a key of [problem] (family, resolution) "
+                                                        "nor of the poisson family"),
+    (["train", POISSON, "--set", "burgers.residual=scharr"], "burgers: the table of another family"),
+    (["train", BURGERS, "--set", "problem.viscosity=0.1"], "problem.viscosity: a key of the burgers family; set it in "
+                                                         "its table [burgers]"),
+    (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--set", "burgers.viscosity=0", "--out", "x.h5"],
+     "burgers: the table of another family"),
+    (["reference", "heat", "--c", "1", "--out", "x.h5"], "problem.family: unknown family 'heat' (known: burgers, "),
     # command-line arguments
     (["frobnicate"], "invalid choice"),
     (["train", BURGERS, "--out", "fresh", "--resume"], "--resume: no checkpoint"),
@@ -65,23 +74,23 @@ CASES = [
     (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
     (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--out", "x.txt"], "--out"),
     (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
-    (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "this run is Burgers"),
-    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "this run is poisson"),
+    (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "a5.npy: this run's family (burgers) takes exactly one of --c"),
+    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "--c: this run's family (poisson) takes exactly one of"),
     (["compare", "{poisson}", "--out", "r.txt"], "the report is JSON"),
     (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
     (["compare", "{poisson}", "--out", "r.json", "--threads", "1", "0"], "--threads: must be in 1..4096, got 0"),
     (["compare", "{poisson}", "--out", "r.json", "--batch", "0"], "--batch: must be in 1..1024"),
     (["compare", "{poisson}", "--out", "r.json", "--resolution", "64"], "unrecognized arguments: --resolution"),
-    (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "holds out 1 value of c"),
+    (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "this run holds out 1 instance"),
     (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
     # instance files
-    (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "must have 6 entries"),
+    (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "each instance must have shape (6,)"),
     (["infer", "{poisson}", "--coeffs", "{in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),
     (["infer", "{poisson}", "--coeffs", "{in}/obj.npy", "--out", "x.h5"], "must be a numeric array"),
     (["infer", "{poisson}", "--coeffs", "{in}/text.npy", "--out", "x.h5"], "not a .npy file"),
-    (["infer", "{poisson}", "--nu", "{in}/nuneg.npy", "--out", "x.h5"], "diffusivity must be > 0"),
+    (["infer", "{poisson}", "--nu", "{in}/nuneg.npy", "--out", "x.h5"], "nu must be > 0 everywhere"),
     (["infer", "{poisson}", "--nu", "{in}/nu8.npy", "--out", "x.h5"], "the run's resolution"),
-    (["infer", "{poisson}", "--nu", "{in}/nu4d.npy", "--out", "x.h5"], "must have 2 or 3 dimensions"),
+    (["infer", "{poisson}", "--nu", "{in}/nu4d.npy", "--out", "x.h5"], "array of 2 or 3 dimensions"),
     (["reference", "poisson", "--coeffs", "{in}/missing.npy", "--out", "x.h5"], "cannot read coefficients"),
     # checkpoints from elsewhere, damaged or crafted
     (["infer", "{burgers}", "--checkpoint", "{poisson_ckpt}", "--c", "4", "--out", "x.h5"], "does not belong to this run"),

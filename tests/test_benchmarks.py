@@ -65,7 +65,7 @@ def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "optimizers.py"), "--problem", "burgers", "--seeds", "0",
                           "--budget", "1", "--ranks", "1", "--set", "problem.resolution=[16,16]",
                           "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
-                          "--set", "problem.test_c=[3.3,5.5]",
+                          "--set", "burgers.test_c=[3.3,5.5]",
                           "--plot", str(tmp_path / "opt.png")],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_level_change_splits_the_loss_at_a_level_change(tmp_path):
                    "--set", "problem.resolution=[16,16]", "--set", "model.channels=[8,16]", "--set", "data.n_train=8",
                    "--set", "train.batch_size=4", "--set", "multigrid.levels=[8,16]", "--set", "multigrid.epochs=[3,2]",
                    "--set", "multigrid.top_channels=4", "--set", "train.log_every=1", "--set", "train.keep_checkpoints=0",
-                   "--set", "problem.test_c=[4.0]", "--set", "output.plots=false", "--set", "parallel.threads_per_rank=1")
+                   "--set", "burgers.test_c=[4.0]", "--set", "output.plots=false", "--set", "parallel.threads_per_rank=1")
     assert proc.returncode == 0, proc.stderr
     out = subprocess.run([sys.executable, str(BENCH / "level_change.py"), str(run)], capture_output=True, text=True,
                          timeout=300)

@@ -84,31 +84,32 @@ def test_resume_from_intermediate_checkpoint_is_bitwise(tiny_run, tmp_path, cli)
 
 def test_existing_run_dir_with_other_config_refused_without_resume(tiny_run, cli):
     run_dir, _ = tiny_run
-    proc = cli("train", CONFIG, "--out", str(run_dir), *TINY, "--set", "problem.viscosity=0.02",
+    proc = cli("train", CONFIG, "--out", str(run_dir), *TINY, "--set", "burgers.viscosity=0.02",
                "--set", "model.channels=[8,24]")
     assert proc.returncode == 2 and "holds a run with a different config" in proc.stderr
-    assert "(problem.viscosity, model.channels differ from" in proc.stderr  # the refusal names the keys
+    assert "(burgers.viscosity, model.channels differ from" in proc.stderr  # the refusal names the keys
 
 
 def test_reference_command(tmp_path, cli):
     out = tmp_path / "ref.h5"
-    proc = cli("reference", "burgers", "--c", "4.0", "--resolution", "9", "17", "--viscosity", "0.01",
+    proc = cli("reference", "burgers", "--c", "4.0", "--resolution", "9", "17", "--set", "burgers.viscosity=0.02",
                "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         assert f["u"].shape == (1, 9, 17)
-        assert f.attrs["source"] == "godunov"
+        assert f.attrs["source"] == "reference" and f.attrs["reference"].startswith("Godunov")
+        assert f.attrs["burgers.viscosity"] == 0.02
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("config, extra", [
     ("poisson_256.toml", ["--set", "data.n_test=1"]),
-    ("burgers_256.toml", ["--set", "problem.test_c=[4.1]"]),
-    ("burgers_inviscid_256.toml", ["--set", "problem.test_c=[4.1]"]),
-    ("burgers_512_c16.toml", ["--set", "problem.test_c=[12.9]"]),
+    ("burgers_256.toml", ["--set", "burgers.test_c=[4.1]"]),
+    ("burgers_inviscid_256.toml", ["--set", "burgers.test_c=[4.1]"]),
+    ("burgers_512_c16.toml", ["--set", "burgers.test_c=[12.9]"]),
     # The 4x finer reference at 1024^2 is a 1.7e7-unknown solve; 2x keeps the test short.
-    ("poisson_1024.toml", ["--set", "data.n_test=1", "--set", "problem.truth_refine=2"]),
-    ("burgers_1024.toml", ["--set", "problem.test_c=[4.1]"]),
+    ("poisson_1024.toml", ["--set", "data.n_test=1", "--set", "poisson.truth_refine=2"]),
+    ("burgers_1024.toml", ["--set", "burgers.test_c=[4.1]"]),
 ])
 def test_high_resolution_configs_train_here(tmp_path, config, extra):
     # One checkpointed training step on every level of the shipped multigrid schedule, up to

@@ -15,14 +15,14 @@ def test_defaults_and_roundtrip(tmp_path):
 
 def test_overrides_are_toml_literals(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[problem]\nviscosity = 0.02\n')
+    path.write_text('[burgers]\nviscosity = 0.02\n')
     cfg = load_config(path, ["problem.resolution=[32,48]", "train.lr=1e-3", "output.plots=false",
-                             "problem.residual=scharr", "train.epochs=3"])
+                             "burgers.residual=scharr", "train.epochs=3"])
     assert cfg.problem.resolution == (32, 48)
-    assert cfg.problem.viscosity == 0.02
+    assert cfg.family.viscosity == 0.02
     assert cfg.train.lr == 1e-3 and cfg.train.epochs == 3
     assert cfg.output.plots is False
-    assert cfg.problem.residual == "scharr"  # a bare word is a string
+    assert cfg.family.residual == "scharr"  # a bare word is a string
 
 
 def test_parse_override_forms():
@@ -37,25 +37,35 @@ def test_parse_override_forms():
 @pytest.mark.parametrize(
     "data, fragment",
     [
-        ({"problem": {"viscosty": 0.1}}, "problem.viscosty: unknown key"),
+        ({"problem": {"viscosty": 0.1}}, "problem.viscosty: not a key of [problem] (family, resolution) nor of the burgers family"),
         ({"problm": {}}, "problm: unknown section"),
-        ({"problem": {"viscosity": -1}}, "problem.viscosity: must be >= 0"),
-        ({"problem": {"viscosity": "a lot"}}, "problem.viscosity: expected a number"),
+        ({"burgers": {"viscosity": -1}}, "burgers.viscosity: must be >= 0"),
+        ({"burgers": {"viscosity": "a lot"}}, "burgers.viscosity: expected a number"),
+        ({"burgers": {"viscosty": 0.1}}, "burgers.viscosty: unknown key"),
+        ({"problem": {"viscosity": 0.1}}, "problem.viscosity: a key of the burgers family; set it in its table [burgers]"),
         ({"problem": {"resolution": [64]}}, "problem.resolution: must be two node counts"),
         ({"problem": {"resolution": [64, 2]}}, "problem.resolution"),
         ({"problem": {"resolution": [64.0, 64]}}, "problem.resolution: expected an integer"),
-        ({"problem": {"c_range": [6, 3]}}, "problem.c_range: must be [low, high]"),
-        ({"problem": {"name": "navier_stokes"}}, "problem.name: must be one of"),
+        ({"burgers": {"c_range": [6, 3]}}, "burgers.c_range: must be [low, high]"),
+        ({"problem": {"family": "navier_stokes"}}, "problem.family: unknown family 'navier_stokes' (known: burgers, poisson, reaction_diffusion"),
+        ({"problem": {"family": "math:pi"}}, "is not a diffnet.family.Family subclass"),
+        ({"problem": {"family": "no_such_module_x:Family"}}, "problem.family 'no_such_module_x:Family': cannot import"),
+        ({"problem": {"family": "poisson"}, "burgers": {"t_final": 5.0}}, "burgers: the table of another family"),
+        ({"problem": {"family": "poisson", "t_final": 5.0}}, "problem.t_final: not a key of [problem] (family, resolution) nor of the poisson family"),
+        ({"problem": {"family": "poisson"}, "data": {"sampling": "list"}}, "data.sampling: the poisson family samples"),
+        ({"problem": {"family": "poisson"}, "data": {"sampling": "uniform", "n_train": 100}}, "data.n_train: uniform sampling of 6 coefficients"),
+        ({"problem": {"family": "reaction_diffusion"}, "reaction_diffusion": {"diffusivity": "constant", "viscosity": 0},
+          "data": {"sampling": "random"}}, "reaction_diffusion.viscosity: the constant diffusivity must be > 0"),
         ({"train": {"lr": 0}}, "train.lr: must be > 0"),
         ({"train": {"epochs": 2.5}}, "train.epochs: expected an integer"),
         ({"train": {"batch_size": True}}, "train.batch_size: expected an integer"),
         ({"train": {"batch_size": 128}}, "train.batch_size: must be <= data.n_train"),
-        ({"data": {"sampling": "list"}}, "problem.c_values"),
+        ({"data": {"sampling": "list"}}, "burgers.c_values"),
         ({"output": {"plots": "yes"}}, "output.plots: expected true or false"),
         ({"model": {"channels": []}}, "model.channels"),
         ({"problem": "burgers"}, "problem: must be a table"),
-        ({"problem": {"preconditioner": "implicit_diffusion"}}, "problem.preconditioner: applies to the conservative"),
-        ({"problem": {"preconditioner": "jacobi"}}, "problem.preconditioner: must be one of"),
+        ({"burgers": {"preconditioner": "implicit_diffusion"}}, "burgers.preconditioner: applies to the conservative"),
+        ({"burgers": {"preconditioner": "jacobi"}}, "burgers.preconditioner: must be one of"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):
@@ -63,6 +73,28 @@ def test_invalid_values_name_the_key(data, fragment):
         config_from_dict(data)
     assert fragment in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_flat_layout_of_earlier_versions_is_read():
+    # Before families had tables, [problem] held the family's keys and problem.name; a run's
+    # stored config listed every family's keys.
+    old = {"problem": {"name": "poisson", "resolution": [33, 33], "kl_terms": 4, "viscosity": 0.01, "t_final": 1.0},
+           "data": {"sampling": "random"}}
+    cfg = config_from_dict(old, saved=True)
+    assert cfg.problem.family == "poisson" and cfg.family.kl_terms == 4
+    with pytest.raises(ConfigError, match="problem.viscosity: not a key of"):
+        config_from_dict(old)  # a user's file: another family's key is refused by name
+    del old["problem"]["viscosity"], old["problem"]["t_final"]
+    assert config_from_dict(old) == cfg
+
+
+def test_family_tables_round_trip(tmp_path):
+    cfg = load_config(ROOT / "configs" / "reaction_diffusion.toml", ["reaction_diffusion.kappa=2.5"])
+    text = to_toml(cfg)
+    assert "[reaction_diffusion]\n" in text and "kappa = 2.5" in text and "[burgers]" not in text
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert load_config(path) == cfg
 
 
 def test_file_errors(tmp_path):
@@ -82,7 +114,7 @@ def test_shipped_configs_load():
     for path in configs:
         load_config(path)  # raises ConfigError on an unknown key or an invalid value
     inviscid = load_config(configs[0].parent / "burgers_inviscid.toml")
-    assert (inviscid.problem.viscosity, inviscid.problem.residual, inviscid.problem.scheme_order) == (0.0, "conservative", 2)
+    assert (inviscid.family.viscosity, inviscid.family.residual, inviscid.family.scheme_order) == (0.0, "conservative", 2)
 
 
 def test_configuration_reference_is_generated_from_the_schema():
@@ -95,7 +127,11 @@ def test_configuration_reference_is_generated_from_the_schema():
     from deepfusion.schema import Config
 
     assert (ROOT / "docs" / "configuration.md").read_text() == markdown()
-    for section, cls in typing.get_type_hints(Config).items():
+    from deepfusion.registry import builtin_families, family_class
+
+    sections = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+    sections |= {name: family_class(name).Options for name in builtin_families()}
+    for section, cls in sections.items():
         for f in dataclasses.fields(cls):
             assert f.metadata["doc"].strip(), f"{section}.{f.name} has no meaning"
             assert f"| `{section}.{f.name}` |" in markdown()

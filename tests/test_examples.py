@@ -13,7 +13,7 @@ from conftest import ROOT, TINY, child_env, train_once
 @pytest.fixture(scope="module")
 def burgers(tmp_path_factory):
     run_dir, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY,
-                            "--set", "train.epochs=2", "--set", "output.plots=false", "--set", "problem.test_c=[4.1]")
+                            "--set", "train.epochs=2", "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]")
     return run_dir
 
 

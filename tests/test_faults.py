@@ -22,7 +22,7 @@ from deepfusion.runtime import find_mpiexec
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 # TINY for long enough that a signal lands mid-run: 60 epochs, 240 steps.
 # One held-out instance: its converged Godunov reference is most of a tiny run's time.
-LONG = [*TINY, "--set", "train.epochs=60", "--set", "output.plots=false", "--set", "problem.test_c=[4.1]"]
+LONG = [*TINY, "--set", "train.epochs=60", "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]"]
 TOTAL = 240
 
 

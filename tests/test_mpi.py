@@ -57,7 +57,7 @@ def test_failure_on_one_rank_ends_the_job():
 def _train(n: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "deepfusion", "train", CONFIG, "--out", str(out), *TINY,
             "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "train.epochs=10",
-            "--set", "output.plots=false", "--set", "problem.test_c=[4.1]", *extra]
+            "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]", *extra]
     return mpirun(n, *args)
 
 
@@ -97,10 +97,10 @@ def test_same_trajectory_for_any_p(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_bad_config_under_mpi_reported_once_status_2(tmp_path):
-    proc = _train(2, tmp_path / "r", "--set", "problem.viscosity=-1")
+    proc = _train(2, tmp_path / "r", "--set", "burgers.viscosity=-1")
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines == [lines[0]] and "problem.viscosity" in lines[0]
+    assert lines == [lines[0]] and "burgers.viscosity" in lines[0]
     assert not (tmp_path / "r").exists()
 
 

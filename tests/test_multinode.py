@@ -25,9 +25,9 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(WHY is not None, reason=f"no e
 
 # 20 float64 steps, as tests/test_mpi.py compares ranks counts.
 SHORT = [*TINY, "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "train.epochs=10",
-         "--set", "output.plots=false", "--set", "problem.test_c=[4.1]", "--set", "train.dtype=float64"]
+         "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]", "--set", "train.dtype=float64"]
 # Long enough to be interrupted: 1000 steps, a checkpoint every 20, a 5 s collective timeout.
-LONG = [*TINY, "--set", "train.epochs=250", "--set", "output.plots=false", "--set", "problem.test_c=[4.1]",
+LONG = [*TINY, "--set", "train.epochs=250", "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]",
         "--set", "parallel.collective_timeout_s=5"]
 TIMEOUT_S = 5
 

@@ -31,7 +31,7 @@ def test_cycles_end_on_the_finest_level_and_move_one_level_at_a_time():
 
 
 def test_schedule_stages_share_one_global_step_counter():
-    cfg = load_config(None, ["problem.name=poisson", "problem.resolution=[64,64]", "data.sampling=sobol",
+    cfg = load_config(None, ["problem.family=poisson", "problem.resolution=[64,64]", "data.sampling=sobol",
                              "data.n_train=64", "multigrid.levels=[16,32,64]", "multigrid.cycle=v",
                              "multigrid.epochs=[4,3,2]", "multigrid.lr=[3e-3,2e-3,1e-3]",
                              "multigrid.batch_size=[16,8,32]"])
@@ -67,7 +67,7 @@ def test_single_level_schedule_is_the_train_section():
     (["multigrid.levels=[32,64]", "multigrid.batch_size=[8,128]"], "multigrid.batch_size: must be <= data.n_train"),
     (["multigrid.cycle=x"], "multigrid.cycle: must be one of"),
     (["multigrid.transfer=copy"], "multigrid.transfer: must be one of"),
-    (["problem.truth_refine=1"], "problem.truth_refine: must be in 2..16"),
+    (["problem.family=poisson", "poisson.truth_refine=1"], "poisson.truth_refine: must be in 2..16"),
 ])
 def test_multigrid_config_errors(sets, fragment):
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")):

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import FLOAT32_ATOL, ROOT, TINY, run_cli, train_once
+from conftest import FLOAT32_ATOL, ROOT, TINY, run_cli, tiny, train_once
 from deepfusion.uq import Moments, draw_parameters
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -27,12 +27,13 @@ def test_merged_moments_equal_the_direct_ones():
 
 
 def test_draws_follow_the_family():
-    from types import SimpleNamespace
+    from diffnet.problems.burgers import BurgersProblem
+    from diffnet.problems.poisson import PoissonProblem
 
-    burgers = SimpleNamespace(name="burgers", c_range=(3.0, 6.0))
+    burgers = BurgersProblem((9, 9), c_range=(3.0, 6.0))
     c = draw_parameters(burgers, 500, "uniform", 1)
     assert c.shape == (500,) and 3.0 <= c.min() and c.max() <= 6.0
-    kl = SimpleNamespace(name="poisson", coeff_range=(-3.0, 3.0), kl_terms=6)
+    kl = PoissonProblem((9, 9), coeff_range=(-3.0, 3.0), kl_terms=6)
     a = draw_parameters(kl, 2000, "normal", 1)
     assert a.shape == (2000, 6) and abs(a.mean()) < 0.05 and abs(a.std() - 1.0) < 0.05
     assert np.array_equal(draw_parameters(kl, 5, "uniform", 3), draw_parameters(kl, 5, "uniform", 3))
@@ -42,7 +43,7 @@ def test_draws_follow_the_family():
 
 @pytest.mark.parametrize("config, name, key", [(BURGERS, "burgers", "c"), (POISSON, "poisson", "a")])
 def test_statistics_match_numpy_over_the_same_instances(tmp_path_factory, tmp_path, config, name, key):
-    run_dir, _ = train_once(tmp_path_factory, config, name, *TINY, "--set", "output.plots=false")
+    run_dir, _ = train_once(tmp_path_factory, config, name, *tiny(config), "--set", "output.plots=false")
     out = tmp_path / "stats.h5"
     proc = run_cli("uq", str(run_dir), "--samples", "37", "--batch", "8", "--classical", "--reference-samples", "5",
                    "--out", str(out))
@@ -83,7 +84,8 @@ def test_statistics_match_numpy_over_the_same_instances(tmp_path_factory, tmp_pa
 def test_bad_uq_input_is_one_line_and_status_2(tmp_path_factory, tmp_path):
     run_dir, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "output.plots=false")
     for args, message in [(["--samples", "1"], "--samples: must be in 2..10000000"),
-                          (["--samples", "8", "--distribution", "normal"], "Burgers runs draw c uniformly"),
+                          (["--samples", "8", "--distribution", "normal"], "--distribution: the burgers family draws from uniform (got 'normal')"),
+                          (["--samples", "8", "--distribution", "levy"], "draws from uniform (got 'levy')"),
                           (["--samples", "8", "--batch", "0"], "--batch")]:
         proc = run_cli("uq", str(run_dir), *args, "--out", str(tmp_path / "s.h5"))
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file
+from deepfusion.inputs import InputError, check_output_file, require
 from deepfusion.rundir import run_config, trained_model, training_time
 from deepfusion.wiring import build_problem, heldout_parameters
 
@@ -50,9 +50,14 @@ def run(args: argparse.Namespace, comm) -> int:
     _, model, path = trained_model(run_dir, args.checkpoint, warn)
     load_s = time.perf_counter() - t0
     problem = build_problem(cfg)
+    for capability in ("reference", "floor", "classical"):
+        require(problem, capability, "compare")
+    if args.polish and not problem.has("polish"):
+        warn(f"no \"DiffNet + k cycles\" rows: the {problem.name} family (as configured) declares no polish step")
+        args.polish = []
     grid = list(cfg.problem.resolution)
     train_seconds, ranks = training_time(run_dir)
-    print(f"deepfusion compare: {run_dir} ({cfg.problem.name}, {grid[0]}x{grid[1]}), checkpoint {path}; "
+    print(f"deepfusion compare: {run_dir} ({problem.name}, {'x'.join(map(str, grid))}), checkpoint {path}; "
           f"{len(params)} held-out instances; training took "
           + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time"), flush=True)
 
@@ -86,7 +91,8 @@ def run(args: argparse.Namespace, comm) -> int:
     for k in args.polish:
         rows += _polished_rows(problem, model, params, acc, k, threads, args.batch, train_seconds)
     report = {
-        "run_dir": str(run_dir), "checkpoint": str(path), "problem": cfg.problem.name, "resolution": grid,
+        "run_dir": str(run_dir), "checkpoint": str(path), "problem": problem.name, "resolution": grid,
+        "methods": dict(problem.classical_methods),
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
         "samples": len(params), "instances": params.tolist(), "model_load_s": load_s,
         "reference": acc.truth_name, "floor_is": acc.floor_name, "train_ranks": ranks,
@@ -113,11 +119,7 @@ def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int],
     from deepfusion.runtime import apply_threads
 
     label = f"DiffNet + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
-    try:
-        problem.polish(params[:1], predict(model, problem, params[:1]), cycles)
-    except ValueError as e:
-        warn(f"no \"{label}\" row: {e}")
-        return []
+    problem.polish(params[:1], predict(model, problem, params[:1]), cycles)
     timings = {}
     for t in threads:
         apply_threads(t)

@@ -17,15 +17,15 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.fields import write_fields
     from deepfusion.rundir import run_config
     from deepfusion.surrogate import Surrogate
-    from deepfusion.wiring import field_attrs, parameter_name
+    from deepfusion.wiring import field_attrs
 
     run_dir = Path(args.run_dir)
     run_config(run_dir)  # "not a run directory" before anything else
     check_output_file(args.out)
     if not 0 <= args.polish <= 1000:
         raise InputError(f"--polish: must be in 0..1000, got {args.polish}")
-    coeffs = load_array(args.coeffs, "coefficients", (1, 2)) if args.coeffs else None
-    nu = load_array(args.nu, "diffusivity", (2, 3)) if args.nu else None
+    coeffs = load_array(args.coeffs, "coefficients", (1, 2, 3, 4)) if args.coeffs else None
+    nu = load_array(args.nu, "fields", (2, 3, 4)) if args.nu else None
     names = {"c": "--c", "coeffs": str(args.coeffs), "nu": str(args.nu)}
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
@@ -37,7 +37,8 @@ def run(args: argparse.Namespace, comm) -> int:
     u = surrogate.fields(params, polish=args.polish)
     seconds = time.perf_counter() - t0
     attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
-    name = "nu" if params.ndim == 3 else parameter_name(surrogate.config)
+    spec = surrogate.problem.parameters
+    name = spec.field if spec.field and params.ndim == len(surrogate.problem.resolution) + 1 else spec.name
     out = write_fields(args.out, u, surrogate.problem.coordinates(), {name: params}, attrs)
     n = len(params)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""

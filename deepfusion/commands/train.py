@@ -115,15 +115,6 @@ def _trained_seconds(run_dir: Path) -> float | None:
         return None
 
 
-def _problem_summary(cfg: Config) -> str:
-    p = cfg.problem
-    if p.name == "burgers":
-        scheme = f" (order {p.scheme_order}, {p.flux} flux)" if p.residual == "conservative" else ""
-        return f"nu={p.viscosity} residual={p.residual}{scheme}"
-    nu = f"nu={p.viscosity}" if p.diffusivity == "constant" else f"nu=KL(m={p.kl_terms}, eta={p.kl_eta}, a in {list(p.coeff_range)})"
-    return nu + (f" kappa={p.kappa} f={p.source}" if p.name == "reaction_diffusion" else "")
-
-
 def _rank_report(comm, threads: int) -> str:
     """One line per rank (host, node-local rank, threads, cores it may use), gathered on all ranks."""
     import socket
@@ -222,7 +213,7 @@ def run(args: argparse.Namespace, comm) -> int:
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
         _batch_warnings(cfg, stages, params, comm, key)
     say(
-        f"deepfusion: training {cfg.problem.name} {tuple(cfg.problem.resolution)} {_problem_summary(cfg)} "
+        f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {len(params)} samples, "
         + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file
+from deepfusion.inputs import InputError, check_output_file, require
 
 __all__ = ["run"]
 
@@ -58,21 +58,26 @@ def run(args: argparse.Namespace, comm) -> int:
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
     _check(args)
-    if cfg.problem.name == "burgers" and args.distribution != "uniform":
-        raise InputError("--distribution: Burgers runs draw c uniformly on problem.c_range")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
     for w in caught:
         warn(str(w.message))
-    params = draw_parameters(cfg.problem, args.samples, args.distribution, args.seed)
+    spec = surrogate.problem.parameters
+    if args.classical:
+        require(surrogate.problem, "classical", "--classical")
+        require(surrogate.problem, "reference", "--classical")
+    if args.distribution not in spec.distributions:
+        raise InputError(f"--distribution: the {surrogate.problem.name} family draws from "
+                         f"{', '.join(spec.distributions)} (got {args.distribution!r})")
+    params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
     lo, hi = surrogate.parameter_range
     outside = int(np.any((params < lo) | (params > hi), axis=tuple(range(1, params.ndim))).sum())
     if outside:
         warn(f"{outside} of {len(params)} drawn instances lie outside the training range [{lo:g}, {hi:g}] "
              f"(the network extrapolates there)")
-    name = "c" if cfg.problem.name == "burgers" else "a"
-    print(f"deepfusion uq: {run_dir} ({cfg.problem.name}, {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}), "
+    name = spec.name
+    print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}), "
           f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}",
           flush=True)
     keep = min(args.reference_samples, args.samples) if args.classical else 0
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace, comm) -> int:
 
     diffnet = run_study(network, params, args.batch, "DiffNet", keep)
     fields = {"mean": diffnet.moments.mean, "std": diffnet.moments.std}
-    summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": cfg.problem.name,
+    summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": surrogate.problem.name,
                "samples": args.samples, "distribution": args.distribution, "seed": args.seed,
                "diffnet_seconds": diffnet.seconds}
     if args.classical:

@@ -11,9 +11,12 @@ import torch.nn.functional as F
 
 from diffnet.conservative import conservative_residual, implicit_diffusion_inverse
 from diffnet.constants import constant
+from diffnet.family import Family, ParameterSpec
+from diffnet.options import all_positive, interval, nonnegative, one_of, option, positive
 from diffnet.stencils import apply_kernels, derivative_kernels
 
 __all__ = [
+    "BurgersOptions",
     "BurgersProblem",
     "initial_condition",
     "first_shock_time",
@@ -85,7 +88,33 @@ def residual(
 
 
 @dataclass(frozen=True)
-class BurgersProblem:
+class BurgersOptions:
+    """``[burgers]``: the Burgers family's keys."""
+
+    viscosity: float = option(0.01, "ν ≥ 0", nonnegative)
+    residual: str = option("sobel", "the loss: 3×3 central kernels with `sobel` (1,2,1) or `scharr` (3,10,3) weights, "
+                           "or `conservative` (an implicit finite-volume scheme; see docs/physics.md)",
+                           one_of("sobel", "scharr", "conservative"))
+    scheme_order: int = option(2, "conservative residual: 1 (backward Euler, first-order states) or 2 (BDF2, minmod "
+                               "MUSCL states)", lambda v: None if v in (1, 2) else "must be 1 or 2")
+    flux: str = option("godunov", "conservative residual: `godunov` or `engquist_osher` numerical flux",
+                       one_of("godunov", "engquist_osher"))
+    preconditioner: str = option("none", "conservative residual: `implicit_diffusion` weights each residual row by "
+                                 "(I − ν Δt D_xx)⁻¹ before squaring (same zero, better conditioned; docs/physics.md)",
+                                 one_of("none", "implicit_diffusion"))
+    boundary: str = option("exact", "IC/BC by construction, u = u₀(x) + M·N(·) with M = 0 on the IC row and inflow "
+                           "column; or `\"penalty\"`", one_of("exact", "penalty"))
+    penalty: float = option(1.0, "λ of the boundary term with `boundary = \"penalty\"`", positive)
+    t_final: float = option(1.0 / 3.0, "T", positive)
+    c_range: tuple[float, ...] = option((3.0, 6.0), "range of the IC parameter c", interval)
+    c_values: tuple[float, ...] = option((), "a fixed list of training c (with `data.sampling = \"list\"`)",
+                                         all_positive)
+    test_c: tuple[float, ...] = option((3.3, 4.1, 4.77, 5.5, 5.9), "held-out c for the accuracy table (random "
+                                       "draws when empty)", all_positive)
+
+
+@dataclass(frozen=True)
+class BurgersProblem(Family):
     """The parametric Burgers family on a nodal (N_t, N_x) space-time grid.
 
     Parameters
@@ -113,6 +142,9 @@ class BurgersProblem:
         With the conservative residual: weight each residual row by the inverse of the
         implicit diffusion operator, (I - nu dt D_xx)^-1, before squaring
         (:func:`diffnet.conservative.implicit_diffusion_inverse`).
+    c_range : tuple[float, float]
+        Training range of c; ``c_values`` a fixed list of training c (sampling "list"),
+        ``test_c`` the held-out values.
     """
 
     resolution: tuple[int, int]
@@ -124,11 +156,57 @@ class BurgersProblem:
     scheme_order: int = 2
     flux: str = "godunov"
     preconditioner: str = "none"
+    c_range: tuple[float, float] = (3.0, 6.0)
+    c_values: tuple[float, ...] = ()
+    test_c: tuple[float, ...] = (3.3, 4.1, 4.77, 5.5, 5.9)
 
     name = "burgers"
+    Options = BurgersOptions
+    samplings = ("uniform", "random", "sobol", "list")
     in_channels = 3
-    parameter_names = ("c",)
     polish_step = "Newton sweep"  # one iteration of :meth:`polish`
+
+    @classmethod
+    def from_options(cls, options: BurgersOptions, resolution: tuple[int, ...]) -> "BurgersProblem":
+        o = options
+        return cls(resolution=tuple(resolution), viscosity=o.viscosity, t_final=o.t_final, stencil=o.residual,
+                   scheme_order=o.scheme_order, flux=o.flux, preconditioner=o.preconditioner, boundary=o.boundary,
+                   penalty=o.penalty, c_range=tuple(o.c_range), c_values=tuple(o.c_values), test_c=tuple(o.test_c))
+
+    @classmethod
+    def check_options(cls, options: BurgersOptions, *, n_train: int, sampling: str) -> None:
+        if options.preconditioner != "none" and options.residual != "conservative":
+            raise ValueError(f"preconditioner: applies to the conservative residual (residual = 'conservative'; "
+                             f"got {options.residual!r})")
+        if sampling == "list":
+            if not options.c_values:
+                raise ValueError("c_values: must list the training c when data.sampling = 'list'")
+            if len(options.c_values) != n_train:
+                raise ValueError(f"c_values: data.n_train must equal the length of c_values ({len(options.c_values)}) "
+                                 f"when data.sampling = 'list' (got {n_train})")
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        # Polishing marches the conservative scheme; the central residual has none to march.
+        return frozenset({"reference", "floor", "classical"} | ({"polish"} if self.stencil == "conservative" else set()))
+
+    def describe(self) -> str:
+        scheme = f" (order {self.scheme_order}, {self.flux} flux)" if self.stencil == "conservative" else ""
+        return f"nu={self.viscosity} residual={self.stencil}{scheme}"
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.c_range
+        return ParameterSpec("c", (), lo, hi, positive=True, description="the initial-condition parameter c")
+
+    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
+        """Training c: ``list`` is ``c_values``; otherwise :func:`sample_c`."""
+        if sampling == "list":
+            return np.asarray(self.c_values, dtype=np.float64)
+        return sample_c(tuple(self.c_range), n, sampling, seed)
+
+    def fixed_heldout(self) -> np.ndarray | None:
+        return np.asarray(self.test_c, dtype=np.float64) if self.test_c else None
 
     @property
     def dt(self) -> float:
@@ -213,11 +291,7 @@ class BurgersProblem:
             roots.append(worst < 1e-6)
         return np.stack(fields), np.asarray(roots)
 
-    def truth(self, c: np.ndarray, progress=None) -> np.ndarray:
-        """The independent reference on this grid's nodes: the converged Godunov solution (:meth:`reference`)."""
-        return self.reference(c, progress)
-
-    def truth_name(self) -> str:
+    def reference_name(self) -> str:
         from diffnet.solvers.burgers import default_cells
 
         return f"Godunov ({default_cells(self.resolution[1])} cells, second order)"
@@ -249,9 +323,29 @@ class BurgersProblem:
         the network's ``fields`` (S, N_t, N_x): "DiffNet + k Newton sweeps". Conservative residual only
         (the central residual has no marching scheme to polish with)."""
         if self.stencil != "conservative":
-            raise ValueError(f"polish: needs the conservative residual (problem.residual = \"conservative\"); "
+            raise ValueError(f"polish: needs the conservative residual (burgers.residual = \"conservative\"); "
                              f"this run trained the {self.stencil} residual")
         return self.scheme_solution(c, initial=fields, sweeps=sweeps)
+
+    # -- classical solvers for ``compare`` (diffnet.classical) --------------------------
+    classical_methods = {"godunov1": "Godunov, first order",
+                         "godunov2": "Godunov, second order (minmod MUSCL, SSP-RK2)"}
+    classical_baseline = None
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        from diffnet.classical import godunov_configurations
+
+        return godunov_configurations(self)
+
+    def classical_solver(self, method: str, grid: int):
+        from diffnet.classical import godunov_solver
+
+        return godunov_solver(self, method, grid)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        from diffnet.classical import godunov_to_grid
+
+        return godunov_to_grid(self, native, params)
 
     def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
         """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""

@@ -12,11 +12,14 @@ from scipy.optimize import brentq
 
 from diffnet.constants import constant
 from diffnet.energy import dirichlet_energy
+from diffnet.family import Family, ParameterSpec
+from diffnet.options import integer_in, interval, option, positive
 
 __all__ = [
     "kl_roots",
     "kl_modes",
     "sample_coefficients",
+    "KLOptions",
     "KLFamily",
     "PoissonProblem",
 ]
@@ -81,7 +84,20 @@ def sample_coefficients(
 
 
 @dataclass(frozen=True)
-class KLFamily:
+class KLOptions:
+    """``[poisson]``: the Karhunen-Loève diffusivity family and the evaluation's reference."""
+
+    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
+    kl_eta: float = option(0.5, "correlation length η (the roots ω_i are computed for any η)", positive)
+    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
+    # The independent reference is the Q1 FEM on a grid with this many times the intervals
+    # in each direction (its nodes include ours).
+    truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
+                               "times the intervals (2..16)", integer_in(2, 16))
+
+
+@dataclass(frozen=True)
+class KLFamily(Family):
     """Diffusivities nu(x, y) = exp(sum_i a_i lambda_i phi_i(x) phi_i(y)) on an (N_y, N_x) nodal grid of [0,1]^2.
 
     Instance parameters are coefficient rows a, shape (S, m); a batch of nodal
@@ -98,8 +114,52 @@ class KLFamily:
     truth_refine: int = 4
 
     in_channels = 3
-    parameter_names = ("a",)
     polish_step = "V-cycle"  # one iteration of :meth:`polish`
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields"})
+
+    @classmethod
+    def from_options(cls, options: KLOptions, resolution: tuple[int, ...]) -> "KLFamily":
+        o = options
+        return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
+                   truth_refine=o.truth_refine, **cls._extra(o))
+
+    @staticmethod
+    def _extra(options) -> dict:
+        """Constructor arguments of a subclass's own keys."""
+        return {}
+
+    @classmethod
+    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
+        m = options.kl_terms
+        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
+            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
+                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
+
+    def describe(self) -> str:
+        if self.constant > 0:
+            return f"nu={self.constant}"
+        return f"nu=KL(m={self.kl_terms}, eta={self.eta}, a in {list(self.coeff_range)})"
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
+                             description="KL coefficients")
+
+    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
+        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
+
+    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
+        """Uniform on the training range, or standard normal (the Karhunen-Loève expansion's own law)."""
+        if distribution == "normal":
+            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
+        return super().draw(n, distribution, seed)
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 of each instance's diffusivity, with its coefficients as the label."""
+        labels = ["ν" if np.asarray(p).ndim == 2 else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
+                  for p in params]
+        return np.log10(self.diffusivity_numpy(params)), labels
 
     @property
     def hx(self) -> float:
@@ -146,6 +206,9 @@ class KLFamily:
     def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
         """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
         return self._solutions(params, progress, method)
+
+    def reference_name(self) -> str:
+        return "the Q1 FEM on this grid"
 
     def _solutions(self, params: np.ndarray, progress, method: str, stride: int = 1) -> np.ndarray:
         """Each instance's FEM solution read off every ``stride``-th node (one full solution in memory at a time)."""
@@ -200,6 +263,30 @@ class KLFamily:
             out[k] = GMGSolver.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
         return out
 
+    # -- classical solvers for ``compare`` (diffnet.classical) --------------------------
+    classical_baseline = "sa-cg"  # pyamg's default, timed beside the cheapest configuration
+
+    @property
+    def classical_methods(self) -> dict[str, str]:
+        from diffnet.classical import Q1_METHODS
+
+        return Q1_METHODS
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        from diffnet.classical import q1_configurations
+
+        return q1_configurations(self)
+
+    def classical_solver(self, method: str, grid: int):
+        from diffnet.classical import q1_solver
+
+        return q1_solver(self, method, grid)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        from diffnet.classical import q1_to_grid
+
+        return q1_to_grid(self, native)
+
     def fem_system(self, params: np.ndarray):
         """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.poisson.FEMSystem`).
 
@@ -219,6 +306,7 @@ class PoissonProblem(KLFamily):
     """
 
     name = "poisson"
+    Options = KLOptions
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """u = (1 - x) + M * N, with the mask M zero on the Dirichlet columns x = 0, 1."""

@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.energy import reaction_diffusion_energy
-from diffnet.problems.poisson import KLFamily
+from diffnet.options import nonnegative, one_of, option
+from diffnet.problems.poisson import KLFamily, KLOptions
 
-__all__ = ["ReactionDiffusionProblem", "energy_scale"]
+__all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
 
 
 def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
@@ -27,6 +28,17 @@ def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class ReactionDiffusionOptions(KLOptions):
+    """``[reaction_diffusion]``: the KL keys, a constant-diffusivity option, κ and f."""
+
+    diffusivity: str = option("kl", "ν: the KL family, or `\"constant\"` (= `viscosity`)", one_of("kl", "constant"))
+    viscosity: float = option(0.01, "the constant ν with `diffusivity = \"constant\"`", nonnegative)
+    kappa: float = option(1.0, "κ (reaction term κ²u)", nonnegative)
+    source: float = option(1.0, "constant source f (non-zero)",
+                           lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)")
+
+
+@dataclass(frozen=True)
 class ReactionDiffusionProblem(KLFamily):
     """-div(nu grad u) + kappa^2 u = f with u = 0 on every side; nu from the KL family (or constant).
 
@@ -38,6 +50,21 @@ class ReactionDiffusionProblem(KLFamily):
     source: float = 1.0
 
     name = "reaction_diffusion"
+    Options = ReactionDiffusionOptions
+
+    @staticmethod
+    def _extra(options: ReactionDiffusionOptions) -> dict:
+        return {"constant": options.viscosity if options.diffusivity == "constant" else 0.0, "kappa": options.kappa,
+                "source": options.source}
+
+    @classmethod
+    def check_options(cls, options: ReactionDiffusionOptions, *, n_train: int, sampling: str) -> None:
+        super().check_options(options, n_train=n_train, sampling=sampling)
+        if options.diffusivity == "constant" and options.viscosity <= 0:
+            raise ValueError("viscosity: the constant diffusivity must be > 0 (got 0)")
+
+    def describe(self) -> str:
+        return f"{super().describe()} kappa={self.kappa} f={self.source}"
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """u = M * N with the mask M zero on all four sides."""

@@ -1,0 +1,74 @@
+"""The family registry: the one place where family names meet the classes that implement them.
+
+Built-in families are listed here by name; installed packages add theirs through the entry
+point group ``deepfusion.families`` (``name = "package.module:Class"``); a config may also
+name a class directly, ``problem.family = "package.module:Class"``. All three go through
+:func:`family_class`, and the engine never names a family anywhere else.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+__all__ = ["DEFAULT_FAMILY", "ENTRY_POINT_GROUP", "FamilyError", "known_families", "family_class",
+           "builtin_families"]
+
+ENTRY_POINT_GROUP = "deepfusion.families"
+
+# name -> "module:Class"; imported only when a run asks for the family.
+_BUILTIN = {
+    "burgers": "diffnet.problems.burgers:BurgersProblem",
+    "poisson": "diffnet.problems.poisson:PoissonProblem",
+    "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
+}
+
+DEFAULT_FAMILY = "burgers"
+
+
+class FamilyError(ValueError):
+    """A family that cannot be found or is not a :class:`diffnet.family.Family`."""
+
+
+def builtin_families() -> dict[str, str]:
+    """The built-in families, name -> ``module:Class``."""
+    return dict(_BUILTIN)
+
+
+def known_families() -> dict[str, str]:
+    """Built-in and installed families, name -> ``module:Class`` (an installed one may not shadow a built-in)."""
+    found = dict(_BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def _load(target: str, what: str) -> type:
+    from diffnet.family import Family
+
+    module, _, attr = target.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except ImportError as e:
+        raise FamilyError(f"{what}: cannot import {module!r} ({e})") from None
+    except AttributeError:
+        raise FamilyError(f"{what}: {module!r} has no {attr!r}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Family)):
+        raise FamilyError(f"{what}: {target} is not a diffnet.family.Family subclass")
+    for member in ("name", "Options", "in_channels"):
+        if not hasattr(obj, member):
+            raise FamilyError(f"{what}: {target} does not define {member!r} (see docs/families.md)")
+    return obj
+
+
+def family_class(spec: str) -> type:
+    """The family class of ``problem.family``: a registered name or ``package.module:Class``."""
+    if ":" in spec:
+        return _load(spec, f"problem.family {spec!r}")
+    known = known_families()
+    if spec not in known:
+        raise FamilyError(f"problem.family: unknown family {spec!r} (known: {', '.join(sorted(known))}; "
+                          f"or 'package.module:Class')")
+    return _load(known[spec], f"problem.family {spec!r}")

@@ -1,0 +1,198 @@
+"""The PDE-family protocol: what a parametric family gives the engine, and which optional parts it declares.
+
+A family is a frozen dataclass subclassing :class:`Family`, with a ``resolution`` field
+(the output grid's nodes per axis, boundary included) and its own configuration keys as
+an ``Options`` dataclass made of :func:`diffnet.options.option` fields. The engine (DeepFusion: training,
+multigrid levels, checkpoints, inference, evaluation, ``compare``, ``uq``) talks to a
+family only through the members below; the built-in families (Burgers, Poisson,
+reaction-diffusion) are written against it exactly as a user's family is
+(docs/families.md is the tutorial).
+
+Required: ``name``, ``Options``, ``in_channels``, :meth:`Family.parameters`,
+:meth:`Family.coordinates`, :meth:`Family.inputs`, :meth:`Family.field`,
+:meth:`Family.loss_terms`. Optional parts are *declared* in ``capabilities`` (a command
+that needs one the family lacks says so), each a set of members:
+
+==============  ===============================================================================
+capability      members
+==============  ===============================================================================
+``reference``   ``reference(params, progress=None)``, ``reference_name()``: a classical solve on
+                this grid (``deepfusion reference``); also the evaluation's truth unless
+                ``truth``/``truth_name`` are overridden (e.g. by a finer solve)
+``floor``       ``discrete_optimum(params, initial=None)``, ``floor_name()``: the best field of
+                the trained loss on this grid (the zero-residual field or energy minimiser)
+``classical``   ``classical_methods``, ``classical_configurations()``,
+                ``classical_solver(method, grid)``, ``classical_to_grid(method, field, params)``,
+                ``classical_baseline``: the sweep of ``deepfusion compare``
+``polish``      ``polish(params, fields, k)``, ``polish_step``: k classical iterations from the
+                network's output ("DiffNet + k cycles")
+``input_fields`` ``input_fields(params)``: fields that show an instance in plots (e.g. log10 nu)
+==============  ===============================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+__all__ = ["CAPABILITIES", "Family", "ParameterSpec", "sample_box"]
+
+CAPABILITIES = ("reference", "floor", "classical", "polish", "input_fields")
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """What one instance of a family is.
+
+    Attributes
+    ----------
+    name : str
+        The field-file dataset that holds the instances (e.g. ``"c"``, ``"a"``).
+    shape : tuple[int, ...]
+        One instance's shape: ``()`` for a scalar, ``(m,)`` for a vector.
+    low, high : float
+        The training range of every entry.
+    positive : bool
+        Values must be > 0 (else any finite value is an instance).
+    field : str or None
+        The name of an alternative input, a positive nodal field on the grid per
+        instance (``"nu"`` for the diffusivity families), or None.
+    distributions : tuple[str, ...]
+        Laws :meth:`Family.draw` knows (``deepfusion uq --distribution``).
+    description : str
+        What the parameter is, for messages.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    low: float
+    high: float
+    positive: bool = False
+    field: str | None = None
+    distributions: tuple[str, ...] = ("uniform",)
+    description: str = ""
+
+
+def sample_box(low: float, high: float, shape: tuple[int, ...], n: int, sampling: str, seed: int) -> np.ndarray:
+    """n instances with every entry in [low, high], shape (n, *shape).
+
+    ``uniform``: equispaced values including both ends (for m entries the tensor grid with
+    k values each, which needs n = k^m); ``random``: i.i.d. uniform draws from
+    ``numpy.random.default_rng(seed)``; ``sobol``: a scrambled Sobol sequence.
+    """
+    m = int(np.prod(shape)) if shape else 1
+    if sampling == "random":
+        return np.random.default_rng(seed).uniform(low, high, size=(n, *shape))
+    if sampling == "sobol":
+        from scipy.stats import qmc
+
+        return (low + (high - low) * qmc.Sobol(d=m, scramble=True, seed=seed).random(n)).reshape(n, *shape)
+    if sampling == "uniform":
+        k = round(n ** (1.0 / m))
+        if k**m != n:
+            raise ValueError(f"uniform sampling of {m} parameters is a tensor grid and needs n = k^{m} samples, "
+                             f"got {n}; use sampling = 'sobol' or 'random'")
+        axis = np.linspace(low, high, k) if k > 1 else np.array([(low + high) / 2.0])
+        return np.stack(np.meshgrid(*([axis] * m), indexing="ij"), -1).reshape(n, *shape)
+    raise ValueError(f"sampling {sampling!r} is not available for this family (uniform, random, sobol)")
+
+
+class Family:
+    """Base of every PDE family; see the module docstring for the protocol.
+
+    Class attributes
+    ----------------
+    name : str
+        The family's name: the registry's key for built-in and entry-point families, and
+        the name of its configuration table (``[name]``).
+    Options : type
+        Frozen dataclass of the family's own configuration keys (fields from :func:`diffnet.options.option`).
+    in_channels : int
+        Channels of the network input :meth:`inputs` builds.
+    capabilities : frozenset[str]
+        The optional parts the family provides (a subset of :data:`CAPABILITIES`).
+    samplings : tuple[str, ...]
+        The ``data.sampling`` values :meth:`sample` knows.
+    """
+
+    name: ClassVar[str]
+    Options: ClassVar[type]
+    in_channels: ClassVar[int]
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    samplings: ClassVar[tuple[str, ...]] = ("uniform", "random", "sobol")  # data.sampling values :meth:`sample` knows
+    resolution: tuple[int, ...]
+
+    # -- construction from the configuration -------------------------------------------
+    @classmethod
+    def from_options(cls, options: Any, resolution: tuple[int, ...]) -> "Family":
+        """The family on ``resolution`` with the keys of its table; by default the Options
+        fields are the dataclass's own fields of the same names."""
+        return cls(resolution=tuple(resolution), **dataclasses.asdict(options))
+
+    @classmethod
+    def check_options(cls, options: Any, *, n_train: int, sampling: str) -> None:
+        """Constraints among the family's keys and the data section: raise ``ValueError("key: what is wrong")``.
+        Each key's own check runs before this."""
+
+    def at_resolution(self, resolution: tuple[int, ...]) -> "Family":
+        """The same family on another grid (the multigrid levels)."""
+        return dataclasses.replace(self, resolution=tuple(resolution))
+
+    def describe(self) -> str:
+        """One line on the instance family for the training banner."""
+        return ""
+
+    # -- instances --------------------------------------------------------------------
+    @property
+    def parameters(self) -> ParameterSpec:
+        """What one instance is (:class:`ParameterSpec`)."""
+        raise NotImplementedError
+
+    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
+        """``n`` training instances, shape (n, *parameters.shape) (default: :func:`sample_box`)."""
+        spec = self.parameters
+        return sample_box(spec.low, spec.high, spec.shape, n, sampling, seed)
+
+    def fixed_heldout(self) -> np.ndarray | None:
+        """The family's own held-out instances, or None for random draws from a separate stream."""
+        return None
+
+    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
+        """``n`` instances from one of ``parameters.distributions`` (default: uniform on the range)."""
+        spec = self.parameters
+        if distribution != "uniform":
+            raise ValueError(f"distribution {distribution!r} is not one of {list(spec.distributions)}")
+        return np.random.default_rng(seed).uniform(spec.low, spec.high, (n, *spec.shape))
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    # -- the field and the loss -------------------------------------------------------
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Nodal coordinates per axis, in the fields' axis order (float64)."""
+        raise NotImplementedError
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """Network input (S, in_channels, *resolution) of instances (S, *shape) or fields."""
+        raise NotImplementedError
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The field (S, *resolution) of the network's output (S, 1, *resolution), boundary conditions imposed."""
+        raise NotImplementedError
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample loss terms, each (S,); the training loss is their sum."""
+        raise NotImplementedError
+
+    # -- defaults of optional members -------------------------------------------------
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The independent reference on this grid's nodes (default: :meth:`reference`)."""
+        return self.reference(params, progress)
+
+    def truth_name(self) -> str:
+        return self.reference_name()
+

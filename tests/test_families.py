@@ -1,0 +1,123 @@
+"""The family protocol and registry: no family named in the engine, the built-in families declare what
+they provide, and the tutorial's family (docs/families.md, run as written) trains, infers and evaluates."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, run_cli
+from deepfusion.registry import builtin_families, family_class, known_families
+
+# Members each declared capability promises (docs/families.md).
+MEMBERS = {
+    "reference": ("reference", "reference_name", "truth", "truth_name"),
+    "floor": ("discrete_optimum", "floor_name"),
+    "classical": ("classical_methods", "classical_baseline", "classical_configurations", "classical_solver",
+                  "classical_to_grid"),
+    "polish": ("polish", "polish_step"),
+    "input_fields": ("input_fields",),
+}
+
+
+def _strings(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node
+
+
+def test_the_engine_names_no_family_outside_the_registry():
+    names = set(builtin_families())
+    found = []
+    for path in sorted((ROOT / "deepfusion").rglob("*.py")):
+        if path.name == "registry.py":
+            continue
+        text = path.read_text()
+        tree = ast.parse(text)
+        found += [f"{path.name}:{node.lineno}: {node.value!r}" for node in _strings(tree) if node.value in names]
+        # Capabilities are declared, not probed.
+        found += [f"{path.name}: hasattr probe" for _ in re.finditer(r"hasattr\(problem", text)]
+    assert not found, found
+
+
+@pytest.mark.parametrize("name", sorted(builtin_families()))
+def test_builtin_families_keep_the_protocol(name):
+    from diffnet.family import CAPABILITIES, Family
+
+    cls = family_class(name)
+    assert issubclass(cls, Family) and cls.name == name and name in known_families()
+    problem = cls.from_options(cls.Options(), (9, 9))
+    assert problem.capabilities <= set(CAPABILITIES)
+    for capability in problem.capabilities:
+        for member in MEMBERS[capability]:
+            assert hasattr(problem, member), (name, capability, member)
+    for f in dataclasses.fields(cls.Options):
+        assert f.metadata["doc"].strip(), f"{name}.{f.name} has no meaning"
+    spec = problem.parameters
+    params = problem.sample(4, "random", 0)
+    assert params.shape == (4, *spec.shape) and ((params >= spec.low) & (params <= spec.high)).all()
+    x = problem.inputs(torch.as_tensor(params))
+    assert x.shape == (4, cls.in_channels, 9, 9)
+    u = problem.field(torch.zeros(4, 1, 9, 9, dtype=torch.float64), torch.as_tensor(params))
+    assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, 9, 9)
+    assert problem.at_resolution((5, 5)).resolution == (5, 5)
+
+
+def _tutorial(tmp_path):
+    """The tutorial's module and config, written from docs/families.md as they stand."""
+    text = (ROOT / "docs" / "families.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)
+    toml = re.findall(r"```toml\n(\[problem\].*?)```", text, re.S)
+    assert len(code) == 1 and len(toml) == 1
+    (tmp_path / "screened_poisson.py").write_text(code[0])
+    (tmp_path / "screened.toml").write_text(toml[0])
+    return tmp_path / "screened.toml"
+
+
+def test_tutorial_energy_is_minimised_by_its_fem_solution(tmp_path, monkeypatch):
+    _tutorial(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from screened_poisson import ScreenedPoisson
+
+    problem = ScreenedPoisson((17, 17))
+    k = np.array([1.5, 8.0])
+    u = torch.tensor(problem.reference(k), requires_grad=True)
+    (grad,) = torch.autograd.grad(problem.loss_terms(u, torch.as_tensor(k))["energy"].sum(), u)
+    # The interior gradient of the discrete energy vanishes at the Q1 solution (to rounding).
+    assert grad[:, 1:-1, 1:-1].abs().max() < 1e-12
+    truth = problem.truth(k)
+    floor = np.linalg.norm(u.detach().numpy() - truth) / np.linalg.norm(truth)
+    assert 1e-4 < floor < 5e-2  # a real discretisation error, below the field's size
+
+
+@pytest.mark.timeout(600)
+def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
+    config = _tutorial(tmp_path)
+    run_dir = tmp_path / "run"
+    quick = ["--set", "multigrid.epochs=[6,3]", "--set", "data.n_train=16", "--set", "data.n_test=3",
+             "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
+    proc = run_cli("train", str(config), "--out", str(run_dir), *quick, path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert report["floor_field"] == "the Q1 FEM on this grid" and len(report["k"]) == 3
+    assert 0 < report["mean_floor"] < report["mean_rel_l2"] < 1 and report["ratio_to_floor"] > 1
+    out = tmp_path / "k.h5"
+    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--c", "7.0", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    import h5py
+
+    with h5py.File(out) as f:
+        assert f["u"].shape == (2, 33, 33) and list(f["k"][()]) == [2.5, 7.0]
+        assert f.attrs["problem"] == "screened_poisson" and list(f.attrs["screened_poisson.k_range"]) == [1.0, 10.0]
+    # A capability the family does not declare: one line, status 2.
+    proc = run_cli("compare", str(run_dir), "--out", str(tmp_path / "c.json"), path=[tmp_path])
+    assert proc.returncode == 2 and "declares no classical solvers" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--polish", "1", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 2 and "declares no polish step" in proc.stderr
