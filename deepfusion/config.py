@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from deepfusion.registry import DEFAULT_FAMILY
+from deepfusion.schema import first_order, has_lbfgs
 from deepfusion.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 
@@ -103,7 +104,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
     t = cfg.train
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
-    if "lbfgs" in t.optimizer and t.lbfgs_mode == "multibatch":
+    if has_lbfgs(t.optimizer) and t.lbfgs_mode == "multibatch":
         mb = t.lbfgs_batch or t.batch_size
         if mb <= 2 * t.lbfgs_overlap:
             raise ConfigError(
@@ -121,7 +122,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
                                     ("cuda_graphs", par.cuda_graphs, False)):
             if value != default:
                 raise ConfigError(f"parallel.{key}: applies to parallel.device = 'cuda' only (got {_show(value)})")
-    if par.cuda_graphs and cfg.train.optimizer not in ("adam", "sgd"):
+    if par.cuda_graphs and has_lbfgs(cfg.train.optimizer):
         raise ConfigError("parallel.cuda_graphs: the graphed step is a first-order one; use train.optimizer = "
                           "'adam' or 'sgd'")
 
@@ -139,7 +140,7 @@ def _multigrid_checks(cfg: Config) -> None:
     if res[0] != res[1] or res[0] != mg.levels[-1]:
         raise ConfigError(f"multigrid.levels: the last level must be the square problem.resolution "
                           f"(got levels {list(mg.levels)} for resolution {list(res)})")
-    if cfg.train.optimizer == "lbfgs":
+    if first_order(cfg.train.optimizer) is None:
         raise ConfigError("train.optimizer: multigrid levels are trained by Adam or SGD; use 'adam', 'sgd', or "
                           "'adam+lbfgs' for L-BFGS on the finest grid after them")
     for b in mg.batch_size:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from deepfusion.config import Config, TrainConfig
 from deepfusion.partition import steps_per_epoch
+from deepfusion.schema import first_order, has_lbfgs
 
 __all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
 
@@ -105,9 +106,9 @@ def stage_at(stages: list[Stage], step: int) -> int:
 
 def adam_steps(t: TrainConfig, stages: list[Stage]) -> int:
     """Optimiser steps of the first-order (Adam or SGD) stages (none when ``train.optimizer`` is L-BFGS alone)."""
-    return stages[-1].end if t.optimizer != "lbfgs" else 0
+    return stages[-1].end if first_order(t.optimizer) is not None else 0
 
 
 def total_steps(t: TrainConfig, stages: list[Stage]) -> int:
     """Optimiser steps of the whole run: the Adam stages, then ``train.lbfgs_iterations`` of L-BFGS."""
-    return adam_steps(t, stages) + (t.lbfgs_iterations if "lbfgs" in t.optimizer else 0)
+    return adam_steps(t, stages) + (t.lbfgs_iterations if has_lbfgs(t.optimizer) else 0)

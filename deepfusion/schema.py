@@ -14,12 +14,32 @@ from diffnet.options import one_of as _choice
 from diffnet.options import option
 from diffnet.options import positive as _positive
 
-__all__ = ["ConfigError", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
+__all__ = ["ConfigError", "OPTIMIZERS", "first_order", "has_lbfgs", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
            "MultigridConfig", "ParallelConfig", "OutputConfig"]
 
 
 class ConfigError(ValueError):
     """A user-supplied configuration value is unknown, mistyped or impossible."""
+
+
+# Each ``train.optimizer``: its first-order optimiser (None: none) and whether an L-BFGS phase
+# follows. The schema's choices, the checks and the trainer all read this map.
+OPTIMIZERS: dict[str, tuple[str | None, bool]] = {
+    "adam": ("adam", False),
+    "sgd": ("sgd", False),
+    "lbfgs": (None, True),
+    "adam+lbfgs": ("adam", True),
+}
+
+
+def first_order(optimizer: str) -> str | None:
+    """The first-order optimiser of ``train.optimizer`` ("adam", "sgd"), or None for L-BFGS alone."""
+    return OPTIMIZERS[optimizer][0]
+
+
+def has_lbfgs(optimizer: str) -> bool:
+    """Whether ``train.optimizer`` ends with (or is) an L-BFGS phase."""
+    return OPTIMIZERS[optimizer][1]
 
 
 def _resolution(v: tuple[int, ...]) -> str | None:
@@ -88,7 +108,7 @@ class ModelConfig:
 class TrainConfig:
     """``[train]``: optimiser, schedule and cadence (steps count optimiser steps)."""
 
-    optimizer: str = _key(_choice("adam", "sgd", "lbfgs", "adam+lbfgs"), default="adam",
+    optimizer: str = _key(_choice(*OPTIMIZERS), default="adam",
         doc="`adam`, `sgd` (with `train.momentum`), `lbfgs`, or `adam+lbfgs` (`train.epochs` of Adam, then L-BFGS)")
     lr: float = _key(_positive, default=2e-3,
         doc="peak learning rate")

@@ -11,11 +11,6 @@ from deepfusion.inputs import InputError, instance_parameters, require
 
 __all__ = ["Surrogate"]
 
-# Activations kept alive in an inference pass, per sample and grid node, in units of the
-# first level's channels: the U-Net holds its skip tensors (about 2x the first level's
-# width over the whole pyramid) and a block's input and output at once.
-_LIVE_CHANNELS_PER_WIDTH = 6
-
 
 class Surrogate:
     """A trained generator and its problem: ``surrogate(c=[...])`` returns the fields.
@@ -59,7 +54,9 @@ class Surrogate:
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
-        per_sample = 4 * _LIVE_CHANNELS_PER_WIDTH * config.model.channels[0] * int(np.prod(config.problem.resolution))
+        from deepfusion.wiring import inference_bytes_per_sample
+
+        per_sample = inference_bytes_per_sample(config)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
 
     @classmethod

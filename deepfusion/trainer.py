@@ -19,6 +19,7 @@ from deepfusion.lbfgs_phase import lbfgs_phase
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
 from deepfusion.schedule import Stage, adam_steps, stage_at, total_steps
+from deepfusion.schema import first_order
 from deepfusion.signals import StopRequest
 from deepfusion.stepper import make_local_step
 
@@ -74,7 +75,7 @@ def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
 def _first_order(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
     """The first-order optimiser of ``train.optimizer``: SGD with heavy-ball ``train.momentum`` for
     "sgd", Adam otherwise (the Adam stages of "adam+lbfgs" included)."""
-    if cfg.optimizer == "sgd":
+    if first_order(cfg.optimizer) == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum)
     return torch.optim.Adam(params, lr=lr)
 
@@ -201,7 +202,7 @@ def _stage_seed(seed: int, stage: Stage) -> int:
 def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed,
                        comm, parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
     """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
-    name = "sgd" if cfg.optimizer == "sgd" else "adam"
+    name = first_order(cfg.optimizer) or "adam"
     n, b = all_params.shape[0], stage.batch_size
     b_eff = local_batch_size(b, comm.size) * comm.size
     per_epoch = steps_per_epoch(n, b)

@@ -12,6 +12,7 @@ from deepfusion.config import Config
 __all__ = [
     "build_problem",
     "build_model",
+    "inference_bytes_per_sample",
     "level_models",
     "sample_parameters",
     "training_parameters",
@@ -76,6 +77,13 @@ def build_model(cfg: Config, problem):
                           levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
                           output=cfg.model.output)
     return model.to(getattr(torch, cfg.train.dtype))
+
+
+def inference_bytes_per_sample(cfg: Config) -> int:
+    """Activation bytes one sample keeps alive in a float32 inference pass of ``[model]``'s network."""
+    from diffnet.networks import NETWORKS
+
+    return 4 * NETWORKS[cfg.model.name].live_widths * cfg.model.channels[0] * int(np.prod(cfg.problem.resolution))
 
 
 def level_models(cfg: Config, model):

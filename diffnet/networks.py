@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 from diffnet.multilevel import prolong, synthesise
 
-__all__ = ["UNet", "LevelStack", "build_network", "parameter_count"]
+__all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "parameter_count"]
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -61,6 +61,11 @@ class UNet(nn.Module):
         levels): the same function class, a far better conditioned parameterisation of
         the smooth modes. The finest head is ``head`` in both, every head starts at zero.
     """
+
+    # Activations alive at once in an inference pass, per sample and grid node, in units of the
+    # first level's width: the skip tensors (about 2x that width over the whole pyramid) and a
+    # block's input and output (the Surrogate's chunk size is set from it).
+    live_widths = 6
 
     def __init__(
         self, in_channels: int, out_channels: int, channels: tuple[int, ...], checkpoint_activations: bool = False,
@@ -234,6 +239,10 @@ class LevelStack(_Levels):
         return view
 
 
+# model.name -> the base generator's class (constructed as cls(in, out, channels, checkpoint, output)).
+NETWORKS: dict[str, type] = {"unet": UNet}
+
+
 def build_network(
     name: str,
     in_channels: int,
@@ -246,9 +255,9 @@ def build_network(
     """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
     of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid; ``output``
     the base U-Net's output basis, see :class:`UNet`)."""
-    if name != "unet":
-        raise ValueError(f"unknown model {name!r}; choose from ['unet']")
-    base = UNet(in_channels, 1, channels, checkpoint_activations, output)
+    if name not in NETWORKS:
+        raise ValueError(f"unknown model {name!r}; choose from {sorted(NETWORKS)}")
+    base = NETWORKS[name](in_channels, 1, channels, checkpoint_activations, output)
     if len(levels) < 2:
         return base
     ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))

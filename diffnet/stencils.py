@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from diffnet.constants import constant
 from diffnet.precision import conv2d
 
-__all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels"]
+__all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels", "central_residual"]
 
 #: Cross weights (w1, w2, w1) of the 3x3 first-derivative kernels.
 SMOOTHING_WEIGHTS: dict[str, tuple[float, float]] = {
@@ -86,3 +87,36 @@ def apply_kernels(u: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     """
     padded = pad_extrapolate(u).unsqueeze(1)
     return conv2d(padded, kernels.to(dtype=u.dtype, device=u.device))
+
+
+def central_residual(
+    u: torch.Tensor, dt: float, dx: float, viscosity: float, kind: str = "sobel"
+) -> torch.Tensor:
+    """The Burgers residual u_t + u u_x - nu u_xx by the central kernels, at every unknown node.
+
+    Parameters
+    ----------
+    u : torch.Tensor
+        Space-time fields, shape (S, N_t, N_x), row 0 the initial condition and column 0
+        the inflow boundary.
+    dt, dx : float
+        Node spacings in t and x.
+    viscosity : float
+        nu >= 0.
+    kind : {"sobel", "scharr"}
+        Cross weights of the 3x3 derivative kernels.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape (S, N_t - 1, N_x - 1): the residual at nodes n >= 1, j >= 1. The last time
+        row and the outflow column use one-sided differences, so there is exactly one
+        equation per unknown node.
+    """
+    kernels = constant(("derivative", kind, dt, dx), lambda: derivative_kernels(kind, dt, dx), u)
+    d = apply_kernels(u, kernels)[:, :, 1:, 1:]
+    u_in = u[:, 1:, 1:]
+    r = d[:, 0] + u_in * d[:, 1]
+    if viscosity > 0.0:
+        r = r - viscosity * d[:, 2]
+    return r

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.problems.burgers import BurgersProblem, initial_condition, residual, sample_c
+from diffnet.problems.burgers import BurgersProblem, initial_condition, sample_c
+from diffnet.stencils import central_residual as residual
 
 
 def test_exact_construction_imposes_ic_and_bc():

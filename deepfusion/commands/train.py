@@ -13,6 +13,7 @@ import numpy as np
 from deepfusion.commands import agree, warn
 from deepfusion.config import Config, TrainConfig, load_config, to_toml
 from deepfusion.inputs import InputError
+from deepfusion.schema import has_lbfgs
 from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
 
 __all__ = ["run"]
@@ -51,7 +52,7 @@ def _extension(saved: Config, cfg: Config, step: int) -> str:
         raise InputError(f"train.optimizer: a continued run may only add an L-BFGS finish ('adam' -> 'adam+lbfgs'), "
                          f"not {saved.train.optimizer!r} -> {cfg.train.optimizer!r}; choose another --out")
     settings = [k for k in changed if k in _LBFGS_KEYS]
-    if settings and "lbfgs" in saved.train.optimizer and step > adam_steps(saved.train, old):
+    if settings and has_lbfgs(saved.train.optimizer) and step > adam_steps(saved.train, old):
         raise InputError(f"{', '.join(settings)}: the L-BFGS phase of this run began before step {step}; only "
                          f"train.lbfgs_iterations may change now; choose another --out")
     if total_steps(cfg.train, new) < step:

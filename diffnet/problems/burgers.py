@@ -10,10 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.conservative import conservative_residual, implicit_diffusion_inverse
-from diffnet.constants import constant
 from diffnet.family import Family, ParameterSpec
 from diffnet.options import all_positive, interval, nonnegative, one_of, option, positive
-from diffnet.stencils import apply_kernels, derivative_kernels
+from diffnet.stencils import central_residual
 
 __all__ = [
     "BurgersOptions",
@@ -21,7 +20,6 @@ __all__ = [
     "initial_condition",
     "first_shock_time",
     "sample_c",
-    "residual",
 ]
 
 
@@ -52,39 +50,6 @@ def sample_c(c_range: tuple[float, float], n: int, sampling: str, seed: int) -> 
         unit = qmc.Sobol(d=1, scramble=True, seed=seed).random(n)[:, 0]
         return lo + (hi - lo) * unit
     raise ValueError(f"unknown sampling {sampling!r}")
-
-
-def residual(
-    u: torch.Tensor, dt: float, dx: float, viscosity: float, kind: str = "sobel"
-) -> torch.Tensor:
-    """Pointwise residual u_t + u u_x - nu u_xx at every unknown node.
-
-    Parameters
-    ----------
-    u : torch.Tensor
-        Space-time fields, shape (S, N_t, N_x), row 0 the initial condition and column 0
-        the inflow boundary.
-    dt, dx : float
-        Node spacings in t and x.
-    viscosity : float
-        nu >= 0.
-    kind : {"sobel", "scharr"}
-        Cross weights of the 3x3 derivative kernels.
-
-    Returns
-    -------
-    torch.Tensor
-        Shape (S, N_t - 1, N_x - 1): the residual at nodes n >= 1, j >= 1. The last time
-        row and the outflow column use one-sided differences, so there is exactly one
-        equation per unknown node.
-    """
-    kernels = constant(("derivative", kind, dt, dx), lambda: derivative_kernels(kind, dt, dx), u)
-    d = apply_kernels(u, kernels)[:, :, 1:, 1:]
-    u_in = u[:, 1:, 1:]
-    r = d[:, 0] + u_in * d[:, 1]
-    if viscosity > 0.0:
-        r = r - viscosity * d[:, 2]
-    return r
 
 
 @dataclass(frozen=True)
@@ -259,7 +224,7 @@ class BurgersProblem(Family):
             if self.preconditioner == "implicit_diffusion":
                 r = r @ implicit_diffusion_inverse(self.resolution[1], self.dt, self.dx, self.viscosity, r).T
         else:
-            r = residual(u, self.dt, self.dx, self.viscosity, self.stencil)
+            r = central_residual(u, self.dt, self.dx, self.viscosity, self.stencil)
         terms = {"residual": r.pow(2).mean(dim=(1, 2))}
         if self.boundary == "penalty":
             x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)
