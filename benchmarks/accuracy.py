@@ -37,7 +37,7 @@ def run(config: str, ranks: int, overrides: list[str], workdir: Path) -> dict:
     report = json.loads((run_dir / "eval.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steady = [m["samples_per_s"] for m in metrics[len(metrics) // 5 :]]  # after warm-up
-    params = "c" if "c" in report else "a"
+    params = report["parameter"]  # the family's instance name, e.g. "c" or "a"
     out = {
         "config": config,
         "overrides": overrides,

@@ -155,9 +155,13 @@ def _family(data: dict[str, Any]) -> type:
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"problem.family: expected a family name or 'package.module:Class', got {_show(spec)}")
     try:
-        return family_class(spec)
+        family = family_class(spec)
     except FamilyError as e:
         raise ConfigError(str(e)) from None
+    if not (isinstance(family.name, str) and family.name.isidentifier()) or family.name in _SECTIONS:
+        raise ConfigError(f"problem.family: {spec!r} is named {family.name!r}, which cannot name its config table "
+                          f"(an identifier other than {', '.join(_SECTIONS)})")
+    return family
 
 
 def _sort_problem_keys(data: dict[str, Any], family: type, saved: bool) -> None:

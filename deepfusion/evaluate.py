@@ -137,7 +137,7 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
                  field_attrs(cfg, "reference") | {"reference": acc.truth_name})
-    report = {pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
+    report = {"parameter": pname, pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
               "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
               "inference_seconds": infer_seconds, **structure}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -121,3 +121,13 @@ def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run_cli("infer", str(run_dir), "--c", "2.5", "--polish", "1", "--out", str(out), path=[tmp_path])
     assert proc.returncode == 2 and "declares no polish step" in proc.stderr
+
+
+def test_an_unknown_family_is_one_line_listing_the_known_ones():
+    from deepfusion.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, ["problem.family=heat"])
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith("problem.family: unknown family 'heat' (known: ")
+    assert all(name in message for name in known_families()) and "'package.module:Class'" in message
