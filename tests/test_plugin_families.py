@@ -40,6 +40,17 @@ def site(tmp_path_factory):
     return target
 
 
+@pytest.fixture(scope="module")
+def runs(site, tmp_path_factory):
+    """Each example family trained on one process (float64; checkpoints at steps 4 and 6)."""
+    out = {}
+    for name in PLUGINS:
+        out[name] = tmp_path_factory.mktemp("run") / name
+        proc = _train(site, name, out[name])
+        assert proc.returncode == 0, proc.stderr
+    return out
+
+
 def _config(name: str) -> str:
     return str(ROOT / "examples" / "families" / name / f"{name}.toml")
 
@@ -61,26 +72,24 @@ def test_entry_points_register_the_families(site, monkeypatch):
 @pytest.mark.mpi
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", PLUGINS)
-def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, tmp_path, name):
+def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, runs, tmp_path, name):
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")
-    runs = {}
-    for ranks in (1, 2):
-        runs[ranks] = tmp_path / f"p{ranks}"
-        proc = _train(site, name, runs[ranks], ranks)
-        assert proc.returncode == 0, proc.stderr
-        assert f"ranks {ranks} x 1 threads" in proc.stdout
-    a = load_checkpoint(runs[1] / "checkpoints" / "step-00000006.h5").model
-    b = load_checkpoint(runs[2] / "checkpoints" / "step-00000006.h5").model
+    two = tmp_path / "p2"
+    proc = _train(site, name, two, 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "ranks 2 x 1 threads" in proc.stdout
+    a = load_checkpoint(runs[name] / "checkpoints" / "step-00000006.h5").model
+    b = load_checkpoint(two / "checkpoints" / "step-00000006.h5").model
     for key in a:
         assert np.abs(a[key] - b[key]).max() <= 1e-9 * max(np.abs(a[key]).max(), 1.0), key
-    report = json.loads((runs[2] / "eval.json").read_text())
+    report = json.loads((two / "eval.json").read_text())
     assert len(report["rel_l2"]) == 2 and report["mean_floor"] > 0 and report["ratio_to_floor"] >= 1
-    with h5py.File(runs[2] / "test_reference.h5") as f:
+    with h5py.File(two / "test_reference.h5") as f:
         assert f.attrs["problem"] == name and f.attrs["source"] == "reference"
     # Resume from the step-4 checkpoint: bitwise the same step-6 model.
     copy = tmp_path / "resumed"
-    shutil.copytree(runs[1], copy)
+    shutil.copytree(runs[name], copy)
     (copy / "checkpoints" / "step-00000006.h5").unlink()
     proc = _train(site, name, copy)
     assert proc.returncode == 0 and "resuming from" in proc.stdout and "(step 4)" in proc.stdout, proc.stderr
@@ -90,12 +99,7 @@ def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, tmp_path, na
 
 
 @pytest.mark.timeout(900)
-def test_plugin_runs_infer_uq_compare_and_polish(site, tmp_path):
-    runs = {}
-    for name in PLUGINS:
-        runs[name] = tmp_path / name
-        assert _train(site, name, runs[name]).returncode == 0
-    # infer: a scalar parameter by --c, rows by --coeffs
+def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # infer: a scalar parameter by --c, rows by --coeffs
     out = tmp_path / "v.h5"
     proc = run_cli("infer", str(runs["advection_diffusion"]), "--c", "0.7", "--c", "1.2", "--out", str(out), path=[site])
     assert proc.returncode == 0, proc.stderr
