@@ -56,6 +56,12 @@ def _channels(v: tuple[int, ...]) -> str | None:
     return None
 
 
+def _network(v: str) -> str | None:
+    from diffnet.networks import NETWORKS  # the generators' name -> class map (imported on use)
+
+    return None if v in NETWORKS else f"must be one of {sorted(NETWORKS)}"
+
+
 def _key(check=None, *, default, doc: str):
     """A config key: its default, a check returning an error text or None, and its meaning
     (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configdoc`):
@@ -92,7 +98,7 @@ class DataConfig:
 class ModelConfig:
     """``[model]``: the generator."""
 
-    name: str = _key(_choice("unet"), default="unet",
+    name: str = _key(_network, default="unet",
         doc="generator")
     channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128),
         doc="widths of the U-Net levels, finest first")
