@@ -55,6 +55,8 @@ def test_elliptic_rows_start_with_the_coefficient_field():
 
 def test_pareto_plot_shows_every_sweep_point_and_the_network():
     report = {"problem": "burgers", "resolution": [64, 64], "reference": "Godunov (8192 cells, second order)",
+              "methods": {"godunov1": "Godunov, first order",
+                          "godunov2": "Godunov, second order (minmod MUSCL, SSP-RK2)"},
               "sweep": [{"method": "godunov1", "grid": g, "error": 1.0 / g, "seconds": 1e-6 * g} for g in (8, 16, 32)]
               + [{"method": "godunov2", "grid": g, "error": 0.5 / g, "seconds": 1.2e-6 * g} for g in (8, 16)],
               "rows": [{"device": "cpu", "threads": 1, "diffnet_error": 0.02, "floor": 0.015,
