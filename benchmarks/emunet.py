@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["Fabric", "unavailable", "clean"]
@@ -244,8 +245,16 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"
         return pids
 
     def set_link(self, node: int, up: bool) -> None:
-        """Take ``node``'s link down (a pulled cable) or bring it back."""
+        """Take ``node``'s link down (a pulled cable) or bring it back; back means carrying traffic again:
+        the bridge port reports ``up`` (the carrier takes a moment; a job started before it failed its
+        MPI_Init with "Destination is unreachable" once in CI)."""
         _ip("link", "set", self.links[node], "up" if up else "down")
+        if up:
+            state = Path("/sys/class/net") / self.links[node] / "operstate"
+            deadline = time.monotonic() + 10.0
+            while state.read_text().strip() != "up" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # the bridge's forwarding state follows the carrier
 
 
 def main() -> int:
