@@ -120,10 +120,10 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     """
     from deepfusion.diagnostics import coarse_imprint, error_structure
     from deepfusion.fields import write_fields
-    from deepfusion.wiring import field_attrs, heldout_parameters, parameter_name
+    from deepfusion.wiring import field_attrs, heldout_parameters
 
     test = heldout_parameters(cfg)
-    pname = parameter_name(cfg)
+    pname = problem.parameters.name
     t0 = time.perf_counter()
     pred = predict(model, problem, test)
     infer_seconds = time.perf_counter() - t0

@@ -3,15 +3,15 @@ commands and the Python API; every failure is an :class:`InputError` with a one-
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["InputError", "ParameterRangeWarning", "positive_finite", "load_array", "instance_parameters",
-           "check_output_file", "check_resolution", "require"]
+__all__ = ["InputError", "ParameterRangeWarning", "load_array", "instance_parameters",
+           "check_output_file", "check_resolution", "require",
+           "dataset_name"]
 
 
 class InputError(ValueError):
@@ -20,17 +20,6 @@ class InputError(ValueError):
 
 class ParameterRangeWarning(UserWarning):
     """Instance parameters outside the range the network was trained on: the fields are extrapolations."""
-
-
-def positive_finite(name: str, values: Sequence[float]) -> np.ndarray:
-    """``values`` as a float64 vector, each finite and > 0."""
-    arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
-    if arr.ndim != 1 or arr.size == 0:
-        raise InputError(f"{name}: give a non-empty list of numbers, got shape {arr.shape}")
-    bad = [v for v in arr if not (math.isfinite(v) and v > 0)]
-    if bad:
-        raise InputError(f"{name}: values must be finite and > 0, got {bad[0]}")
-    return arr
 
 
 def load_array(path: Path, what: str, ndim: tuple[int, ...], max_elements: int = 2**28) -> np.ndarray:
@@ -115,6 +104,13 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
         warnings.warn(f"{names[key]}: {first:g} is outside the training range [{spec.low:g}, {spec.high:g}]; "
                       "the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
     return arr
+
+
+def dataset_name(problem, params: np.ndarray) -> str:
+    """The field-file dataset an instance array goes by: the family's field input (e.g. ``nu``) for
+    nodal fields, else its parameter's name (e.g. ``c``, ``a``)."""
+    spec = problem.parameters
+    return spec.field if spec.field and params.ndim == len(problem.resolution) + 1 else spec.name
 
 
 _NEEDS = {"reference": "reference solver", "floor": "floor (discrete optimum)",

@@ -8,6 +8,7 @@ name a class directly, ``problem.family = "package.module:Class"``. All three go
 
 from __future__ import annotations
 
+import functools
 import importlib
 from importlib.metadata import entry_points
 
@@ -63,10 +64,17 @@ def _load(target: str, what: str) -> type:
     return obj
 
 
+@functools.lru_cache(maxsize=None)
 def family_class(spec: str) -> type:
-    """The family class of ``problem.family``: a registered name or ``package.module:Class``."""
+    """The family class of ``problem.family``: a registered name or ``package.module:Class``.
+
+    Cached per spec: every config load, table name and field file asks, and a scan of the
+    installed entry points reads every distribution's metadata (a failed lookup is not cached).
+    """
     if ":" in spec:
         return _load(spec, f"problem.family {spec!r}")
+    if spec in _BUILTIN:
+        return _load(_BUILTIN[spec], f"problem.family {spec!r}")
     known = known_families()
     if spec not in known:
         raise FamilyError(f"problem.family: unknown family {spec!r} (known: {', '.join(sorted(known))}; "

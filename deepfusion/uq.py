@@ -21,7 +21,7 @@ def draw_parameters(problem, n: int, distribution: str, seed: int) -> np.ndarray
     the training range for every family, standard normal for the KL families' coefficients)."""
     spec = problem.parameters
     if distribution not in spec.distributions:
-        raise ValueError(f"the {problem.name} family draws its instances from {', '.join(spec.distributions)} "
+        raise ValueError(f"the {problem.name} family draws from {', '.join(spec.distributions)} "
                          f"(got {distribution!r})")
     return problem.draw(n, distribution, seed)
 

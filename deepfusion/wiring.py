@@ -17,7 +17,6 @@ __all__ = [
     "sample_parameters",
     "training_parameters",
     "heldout_parameters",
-    "parameter_name",
     "field_attrs",
 ]
 
@@ -48,7 +47,8 @@ def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
     With ``count``, the first ``count`` of them (any number of draws: the stream's first rows
     do not depend on how many are drawn).
     """
-    fixed = build_problem(cfg).fixed_heldout()
+    problem = build_problem(cfg)
+    fixed = problem.fixed_heldout()
     if fixed is not None:
         if count is not None and count > len(fixed):
             from deepfusion.inputs import InputError
@@ -56,12 +56,7 @@ def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
             raise InputError(f"--samples: this run holds out {len(fixed)} instance{'s' if len(fixed) != 1 else ''} "
                              f"(its family's fixed held-out set); got {count}")
         return fixed if count is None else fixed[:count]
-    return sample_parameters(cfg, cfg.data.n_test if count is None else count, "random", cfg.data.seed + 7919)
-
-
-def parameter_name(cfg: Config) -> str:
-    """The field-file dataset holding the instance parameters (the family's, e.g. ``c`` or ``a``)."""
-    return build_problem(cfg).parameters.name
+    return problem.sample(cfg.data.n_test if count is None else count, "random", cfg.data.seed + 7919)
 
 
 def build_model(cfg: Config, problem):

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file, load_array
+from deepfusion.inputs import InputError, check_output_file, dataset_name, load_array
 
 __all__ = ["run"]
 
@@ -37,9 +37,8 @@ def run(args: argparse.Namespace, comm) -> int:
     u = surrogate.fields(params, polish=args.polish)
     seconds = time.perf_counter() - t0
     attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
-    spec = surrogate.problem.parameters
-    name = spec.field if spec.field and params.ndim == len(surrogate.problem.resolution) + 1 else spec.name
-    out = write_fields(args.out, u, surrogate.problem.coordinates(), {name: params}, attrs)
+    out = write_fields(args.out, u, surrogate.problem.coordinates(), {dataset_name(surrogate.problem, params): params},
+                       attrs)
     n = len(params)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "

@@ -8,7 +8,7 @@ import time
 import warnings
 
 from deepfusion.inputs import (InputError, ParameterRangeWarning, check_output_file, check_resolution,
-                               instance_parameters, load_array, require)
+                               dataset_name, instance_parameters, load_array, require)
 
 __all__ = ["run"]
 
@@ -18,20 +18,20 @@ def _progress(k: int, n: int) -> None:
 
 
 def run(args: argparse.Namespace, comm) -> int:
-    from deepfusion.config import load_config
+    from deepfusion.config import family_table, load_config, parse_override
     from deepfusion.fields import write_fields
     from deepfusion.wiring import build_problem, field_attrs
 
     check_output_file(args.out)
     resolution = args.resolution * 2 if len(args.resolution) == 1 else args.resolution
     check_resolution(resolution)
-    for text in args.set:
-        if text.split("=", 1)[0].strip().split(".")[0] in ("problem", "data", "model", "train", "multigrid",
-                                                          "parallel", "output"):
-            raise InputError(f"--set {text}: reference takes the family's own keys only (e.g. burgers.viscosity=0)")
     # A reference solve has no training data; random sampling keeps the data section valid for any family.
     cfg = load_config(None, [f"problem.family={args.family}", f"problem.resolution={list(resolution)}",
                              "data.sampling=random", "data.n_train=1", "train.batch_size=1", *args.set])
+    table = family_table(cfg)
+    for text in args.set:
+        if parse_override(text)[0] != table:
+            raise InputError(f"--set {text}: reference takes the family's own keys only ({table}.KEY=VALUE)")
     problem = build_problem(cfg)
     require(problem, "reference", "reference")
     coeffs = load_array(args.coeffs, "coefficients", (1, 2, 3, 4)) if args.coeffs else None
@@ -43,10 +43,8 @@ def run(args: argparse.Namespace, comm) -> int:
     t0 = time.perf_counter()
     u = problem.reference(params, progress=_progress)
     seconds = time.perf_counter() - t0
-    spec = problem.parameters
-    name = spec.field if params.ndim == len(resolution) + 1 and spec.field else spec.name
     attrs = field_attrs(cfg, "reference") | {"reference": problem.reference_name()}
-    out = write_fields(args.out, u, problem.coordinates(), {name: params}, attrs)
+    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs)
     n = len(params)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
           f"family ({problem.reference_name()}) in {seconds:.2f} s")

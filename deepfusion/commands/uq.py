@@ -67,10 +67,10 @@ def run(args: argparse.Namespace, comm) -> int:
     if args.classical:
         require(surrogate.problem, "classical", "--classical")
         require(surrogate.problem, "reference", "--classical")
-    if args.distribution not in spec.distributions:
-        raise InputError(f"--distribution: the {surrogate.problem.name} family draws from "
-                         f"{', '.join(spec.distributions)} (got {args.distribution!r})")
-    params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
+    try:
+        params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
+    except ValueError as e:
+        raise InputError(f"--distribution: {e}") from None
     lo, hi = surrogate.parameter_range
     outside = int(np.any((params < lo) | (params > hi), axis=tuple(range(1, params.ndim))).sum())
     if outside:
