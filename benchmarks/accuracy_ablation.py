@@ -1,15 +1,19 @@
-"""The output basis and the coarse levels' loss, at equal wall time: Poisson 128^2 trained four ways.
+"""The output basis, the coarse levels' loss and the residual's weighting, at equal wall time.
 
-Arms: ``model.output`` nodal or multilevel x ``multigrid.coarse_loss`` rediscretised or
-galerkin, otherwise the same multigrid run (configs/poisson.toml at 128^2, levels 32, 64,
-128, deepened). Equal wall time: each arm first trains a few steps per level to time
-them (the probe), then its epochs per level are the base split scaled so that the
-predicted training time is the budget. Each arm's error against the Q1 FEM 4x finer, the
-grid's floor (the same-grid FEM), their ratio, the error's share in the lowest modes and
-its cosine with the coarse imprint come from the run's own eval.json. Prints one JSON
-object with ``ratio_<arm>`` and ``best_arm``.
+``--case poisson`` (the default): Poisson 128^2 trained four ways, ``model.output`` nodal or
+multilevel x ``multigrid.coarse_loss`` rediscretised or galerkin, otherwise the same
+multigrid run (configs/poisson.toml at 128^2, levels 32, 64, 128, deepened).
+``--case burgers``: viscous Burgers (configs/burgers_256.toml, levels 32 ... 256) with the
+multilevel output and Galerkin coarse levels, the conservative residual plain or weighted by
+``burgers.preconditioner = "implicit_diffusion"``.
 
-    python benchmarks/accuracy_ablation.py [--budget-s 600] [--ranks 2] [--resolution 128]
+Equal wall time: each arm first trains a few steps per level to time them (the probe), then
+its epochs per level are the case's split scaled so that the predicted training time is the
+budget. Each arm's error against the case's reference, the grid's floor, their ratio, the
+error's share in the lowest modes and its cosine with the coarse imprint come from the run's
+own eval.json. Prints one JSON object with ``ratio_<arm>`` and ``best_arm``.
+
+    python benchmarks/accuracy_ablation.py [--case poisson|burgers] [--budget-s 600] [--ranks 2] [--resolution 128]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,15 +31,34 @@ sys.path.insert(0, str(ROOT))
 
 from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
 
-ARMS = {
-    "nodal_rediscretised": ("nodal", "rediscretised"),
-    "nodal_galerkin": ("nodal", "galerkin"),
-    "multilevel_rediscretised": ("multilevel", "rediscretised"),
-    "multilevel_galerkin": ("multilevel", "galerkin"),
+
+@dataclass(frozen=True)
+class Case:
+    """One ablation: its config, its arms (name -> ``--set`` overrides) and its schedule."""
+
+    config: str
+    arms: dict[str, tuple[str, ...]]
+    split: dict[int, int]  # relative epochs per level
+    lr: dict[int, float]  # peak rate per level
+    n_train: int
+    batch: int
+
+
+CASES = {
+    # The split is that of the 128^2 run in docs/results.md, row (e).
+    "poisson": Case("poisson.toml", {
+        "nodal_rediscretised": ("model.output=nodal", "multigrid.coarse_loss=rediscretised"),
+        "nodal_galerkin": ("model.output=nodal", "multigrid.coarse_loss=galerkin"),
+        "multilevel_rediscretised": ("model.output=multilevel", "multigrid.coarse_loss=rediscretised"),
+        "multilevel_galerkin": ("model.output=multilevel", "multigrid.coarse_loss=galerkin"),
+    }, {32: 38, 64: 19, 128: 10, 256: 6}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 4096, 32),
+    # The split is configs/burgers_256.toml's own.
+    "burgers": Case("burgers_256.toml", {
+        "plain": ("model.output=multilevel", "multigrid.coarse_loss=galerkin", "burgers.preconditioner=none"),
+        "preconditioned": ("model.output=multilevel", "multigrid.coarse_loss=galerkin",
+                           "burgers.preconditioner=implicit_diffusion"),
+    }, {32: 600, 64: 300, 128: 150, 256: 75}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 64, 16),
 }
-# Relative epochs per level (those of the 128^2 run in docs/results.md, row (e)) and peak rates.
-SPLIT = {32: 38, 64: 19, 128: 10, 256: 6}
-LR = {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}
 
 
 def _levels(resolution: int) -> list[int]:
@@ -45,9 +69,9 @@ def _levels(resolution: int) -> list[int]:
 
 
 def _base(args, levels: list[int], arm: str) -> list[str]:
-    output, coarse = ARMS[arm]
+    case = CASES[args.case]
     return [f"problem.resolution=[{args.resolution},{args.resolution}]", f"multigrid.levels={levels}",
-            f"multigrid.lr={[LR[n] for n in levels]}", f"model.output={output}", f"multigrid.coarse_loss={coarse}",
+            f"multigrid.lr={[case.lr[n] for n in levels]}", *case.arms[arm],
             f"data.n_train={args.n_train}", f"data.n_test={args.n_test}", f"train.batch_size={args.batch}",
             "multigrid.batch_size=[]", "output.plots=false", "train.checkpoint_every=0"]
 
@@ -56,7 +80,7 @@ def step_seconds(args, levels: list[int], arm: str, workdir: Path) -> list[float
     """Seconds per optimiser step on each level, from a probe of ``args.probe_steps`` steps per level."""
     run = workdir / f"probe-{arm}"
     n = args.batch * args.probe_steps
-    train_run(ROOT / "configs" / "poisson.toml", run, args.ranks,
+    train_run(ROOT / "configs" / CASES[args.case].config, run, args.ranks,
               _base(args, levels, arm) + [f"data.n_train={n}", "data.n_test=1", f"multigrid.epochs={[1] * len(levels)}",
                                           "train.log_every=1"], quiet=True)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -72,29 +96,40 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=600.0, help="training seconds per arm")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--resolution", type=int, default=128)
-    parser.add_argument("--n-train", type=int, default=4096)
+    parser.add_argument("--case", choices=list(CASES), default="poisson")
+    parser.add_argument("--n-train", type=int, default=None, help="training instances (default: the case's)")
     parser.add_argument("--n-test", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the case's)")
     parser.add_argument("--probe-steps", type=int, default=6)
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", default=None,
+                        help="a subset of the case's arms (poisson: " + ", ".join(CASES["poisson"].arms)
+                        + "; burgers: " + ", ".join(CASES["burgers"].arms) + ")")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
+    case = CASES[args.case]
+    args.n_train = case.n_train if args.n_train is None else args.n_train
+    args.batch = case.batch if args.batch is None else args.batch
+    args.arms = list(case.arms) if args.arms is None else args.arms
+    unknown = [a for a in args.arms if a not in case.arms]
+    if unknown:
+        raise SystemExit(f"accuracy_ablation.py: --arms {unknown[0]!r} is not an arm of --case {args.case} "
+                         f"(one of {', '.join(case.arms)})")
     if not (args.budget_s > 0 and args.ranks >= 1 and args.probe_steps >= 2 and args.n_train >= args.batch >= 1):
         raise SystemExit("accuracy_ablation.py: need --budget-s > 0, --ranks >= 1, --probe-steps >= 2, "
                          "--n-train >= --batch >= 1")
     levels = _levels(args.resolution)
     steps_per_epoch = args.n_train // args.batch
-    result = {"resolution": args.resolution, "levels": levels, "budget_s": args.budget_s, "ranks": args.ranks,
+    result = {"case": args.case, "resolution": args.resolution, "levels": levels, "budget_s": args.budget_s, "ranks": args.ranks,
               "n_train": args.n_train, "batch": args.batch, "arms": {}}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         for arm in args.arms:
             per_step = step_seconds(args, levels, arm, workdir)
             per_epoch = [steps_per_epoch * t for t in per_step]
-            scale = args.budget_s / sum(SPLIT[n] * e for n, e in zip(levels, per_epoch))
-            epochs = [max(1, round(scale * SPLIT[n])) for n in levels]
+            scale = args.budget_s / sum(case.split[n] * e for n, e in zip(levels, per_epoch))
+            epochs = [max(1, round(scale * case.split[n])) for n in levels]
             run = workdir / arm
-            train_run(ROOT / "configs" / "poisson.toml", run, args.ranks,
+            train_run(ROOT / "configs" / CASES[args.case].config, run, args.ranks,
                       _base(args, levels, arm) + [f"multigrid.epochs={epochs}"])
             report = json.loads((run / "eval.json").read_text())
             row = {"epochs": epochs, "step_seconds": [round(t, 4) for t in per_step],

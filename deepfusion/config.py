@@ -93,6 +93,9 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
 
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
+    if len(cfg.problem.resolution) != family.dims:
+        raise ConfigError(f"problem.resolution: the {family.name} family is {family.dims}-D and needs {family.dims} "
+                          f"node counts (got {list(cfg.problem.resolution)})")
     if cfg.data.sampling not in family.samplings:
         raise ConfigError(f"data.sampling: the {family.name} family samples its instances by "
                           f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
@@ -137,8 +140,8 @@ def _multigrid_checks(cfg: Config) -> None:
         if given not in (0, n):
             raise ConfigError(f"multigrid.{key}: give one value per level of multigrid.levels ({n}), or none "
                               f"(got {given})")
-    if res[0] != res[1] or res[0] != mg.levels[-1]:
-        raise ConfigError(f"multigrid.levels: the last level must be the square problem.resolution "
+    if len(set(res)) != 1 or res[0] != mg.levels[-1]:
+        raise ConfigError(f"multigrid.levels: the last level must be the square (cubic) problem.resolution "
                           f"(got levels {list(mg.levels)} for resolution {list(res)})")
     if first_order(cfg.train.optimizer) is None:
         raise ConfigError("train.optimizer: multigrid levels are trained by Adam or SGD; use 'adam', 'sgd', or "

@@ -13,21 +13,23 @@ from scipy.fft import dctn
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
 
-# Modes (k_y, k_x) of the orthonormal 2-D cosine transform with k_y + k_x <= LOW_MODES count as "lowest".
+# Modes (k_y, k_x) of the orthonormal cosine transform with k_y + k_x <= LOW_MODES (3-D: k_z + k_y + k_x)
+# count as "lowest".
 LOW_MODES = 8
 
 
 def low_mode_share(error: np.ndarray, k_max: int = LOW_MODES) -> np.ndarray:
-    """Per sample, the fraction of ||error||^2 in the DCT-I modes with k_y + k_x <= k_max.
+    """Per sample of ``error`` (S, *grid), the fraction of ||error||^2 in the DCT-I modes with
+    k_y + k_x <= k_max (3-D: k_z + k_y + k_x).
 
     The type-I cosine transform fits nodal grids that include the boundary (any field is a
     sum of its modes; the orthonormal form keeps the squared norm).
     """
     error = np.asarray(error, dtype=np.float64)
-    coeff = dctn(error, type=1, axes=(-2, -1), norm="ortho")
-    ky, kx = np.indices(error.shape[-2:])
-    low = (ky + kx) <= k_max
-    total = np.square(coeff).sum(axis=(-2, -1))
+    axes = tuple(range(1, error.ndim))
+    coeff = dctn(error, type=1, axes=axes, norm="ortho")
+    low = np.indices(error.shape[1:]).sum(axis=0) <= k_max
+    total = np.square(coeff).sum(axis=axes)
     return np.square(coeff[..., low]).sum(axis=-1) / np.maximum(total, 1e-300)
 
 
@@ -43,7 +45,6 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     if len(cfg.multigrid.levels) < 2:
         return None
     import torch
-    import torch.nn.functional as F
 
     from deepfusion.evaluate import predict
     from deepfusion.wiring import level_models
@@ -51,9 +52,10 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     generator, problem = level_models(cfg, model)(0)
     coarse = predict(generator, problem, params)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
-        # Bilinear between nodal grids, the transfer the multigrid levels use (diffnet.multilevel.prolong).
-        coarse = F.interpolate(torch.as_tensor(coarse)[:, None], size=tuple(shape), mode="bilinear",
-                               align_corners=True)[:, 0].numpy()
+        # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use.
+        from diffnet.multilevel import prolong
+
+        coarse = prolong(torch.as_tensor(coarse)[:, None], tuple(shape))[:, 0].numpy()
     return coarse
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from deepfusion.stepper import to_channels_last
+
 __all__ = ["predict", "relative_l2", "FloorReport", "against_floor", "evaluate_run"]
 
 
@@ -27,7 +29,7 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
         for start in range(0, len(params), batch):
             p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
-            x = problem.inputs(p).contiguous(memory_format=torch.channels_last)
+            x = to_channels_last(problem.inputs(p))
             out.append(problem.field(model(x), p).double().cpu().numpy())
     return np.concatenate(out, axis=0)
 
@@ -154,7 +156,7 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
                                            "their least-squares optimum)") + "\n")
     if structure:
         print(f"error structure: {structure['mean_low_mode_share']:.0%} of the squared error in the lowest modes "
-              f"(k_y + k_x <= {structure['low_mode_k_max']})" + (
+              f"(the sum of the mode numbers <= {structure['low_mode_k_max']})" + (
                   f"; cosine with the coarse level's imprint {structure['mean_imprint_cosine']:.2f} "
                   f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)"
                   if "imprint_cosine" in structure else ""))
@@ -185,17 +187,22 @@ def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
-    if len(cfg.problem.resolution) != 2:
-        print(f"plots: {plots / 'loss.png'}")
-        return
     coords = problem.coordinates()
     axes = list(coords)
-    extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
     shown = min(len(test), 6)
     labels = [f"{names[k]}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
+    pred, truth = pred[:shown], acc.truth[:shown]
     inputs = input_labels = None
     if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
         inputs, input_labels = problem.input_fields(test[:shown])
-    plot_fields(pred[:shown], acc.truth[:shown], extent, labels, (axes[1], axes[0]), plots / "fields.png",
+    if len(axes) == 3:
+        # 3-D: the mid-plane of the first axis (the field files hold the volumes, for ParaView).
+        mid = pred.shape[1] // 2
+        pred, truth = pred[:, mid], truth[:, mid]
+        inputs = None if inputs is None else inputs[:, mid]
+        labels = [f"{label}, {axes[0]} = {coords[axes[0]][mid]:.2f}" for label in labels]
+        axes = axes[1:]
+    extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
+    plot_fields(pred, truth, extent, labels, (axes[1], axes[0]), plots / "fields.png",
                 ref_name="reference", inputs=inputs, input_labels=input_labels)
     print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

@@ -24,7 +24,7 @@ def write_fields(
     params: dict[str, np.ndarray],
     attrs: dict[str, Any],
 ) -> Path:
-    """Write ``u`` (S, N_0, N_1) with its coordinates and instance parameters, and an XDMF.
+    """Write ``u`` (S, N_0, N_1) or (S, N_0, N_1, N_2) with its coordinates and instance parameters, and an XDMF.
 
     Parameters
     ----------
@@ -33,7 +33,7 @@ def write_fields(
     u : numpy.ndarray
         Fields, samples first.
     coords : dict
-        The two nodal coordinate arrays, in axis order (e.g. ``{"t": ..., "x": ...}``).
+        The nodal coordinate arrays, one per axis in axis order (e.g. ``{"t": ..., "x": ...}``).
     params : dict
         Per-sample instance parameters, each with S rows (e.g. ``{"c": (S,)}``).
     attrs : dict
@@ -44,10 +44,10 @@ def write_fields(
     """
     path = Path(path)
     u = np.asarray(u)
-    if u.ndim != 3:
-        raise ValueError(f"u must be (S, N0, N1), got shape {u.shape}")
+    if u.ndim not in (3, 4):
+        raise ValueError(f"u must be (S, N0, N1) or (S, N0, N1, N2), got shape {u.shape}")
     names = list(coords)
-    if len(names) != 2 or tuple(len(coords[n]) for n in names) != u.shape[1:]:
+    if len(names) != u.ndim - 1 or tuple(len(coords[n]) for n in names) != u.shape[1:]:
         raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
     datasets = {"u": u, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
     for name, value in params.items():
@@ -83,29 +83,35 @@ def _write_atomic(path: Path, datasets: dict[str, np.ndarray], names: list[str],
     os.replace(tmp_x, xdmf)
 
 
+def _geometry(h5name: str, names: list[str], shape: tuple[int, ...], indent: str) -> str:
+    """XDMF topology and geometry of a rectilinear node grid (2-D or 3-D); the last axis is X."""
+    d = len(shape)
+    items = "\n".join(f'{indent}  <DataItem Dimensions="{shape[a]}" NumberType="Float" Precision="8" '
+                      f'Format="HDF">{h5name}:/{names[a]}</DataItem>' for a in reversed(range(d)))
+    return (f'{indent}<Topology TopologyType="{d}DRectMesh" Dimensions="{" ".join(map(str, shape))}"/>\n'
+            f'{indent}<Geometry GeometryType="{"VXVYVZ" if d == 3 else "VXVY"}">\n{items}\n{indent}</Geometry>')
+
+
 def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]) -> str:
-    """XDMF 3 for ParaView: one 2-D rectilinear grid per sample, as a collection over samples.
+    """XDMF 3 for ParaView: one rectilinear grid (2-D or 3-D) per sample, as a collection over samples.
 
     ParaView steps through a temporal collection, so the sample index is written as the
-    collection's "time"; the second axis name is the grid's X and the first its Y.
+    collection's "time"; the last axis name is the grid's X, the one before its Y (then Z).
     """
-    s, n0, n1 = shape
-    precision = dtype.itemsize
-    kind = "Float"
+    s, grid = shape[0], tuple(shape[1:])
+    dims = " ".join(map(str, grid))
+    d = len(grid)
     grids = []
     for k in range(s):
+        start, stride, count = " ".join([str(k)] + ["0"] * d), " ".join(["1"] * (d + 1)), f"1 {dims}"
         grids.append(
             f"""      <Grid Name="sample{k}" GridType="Uniform">
         <Time Value="{k}"/>
-        <Topology TopologyType="2DRectMesh" Dimensions="{n0} {n1}"/>
-        <Geometry GeometryType="VXVY">
-          <DataItem Dimensions="{n1}" NumberType="Float" Precision="8" Format="HDF">{h5name}:/{names[1]}</DataItem>
-          <DataItem Dimensions="{n0}" NumberType="Float" Precision="8" Format="HDF">{h5name}:/{names[0]}</DataItem>
-        </Geometry>
+{_geometry(h5name, names, grid, "        ")}
         <Attribute Name="u" AttributeType="Scalar" Center="Node">
-          <DataItem ItemType="HyperSlab" Dimensions="{n0} {n1}">
-            <DataItem Dimensions="3 3" Format="XML">{k} 0 0  1 1 1  1 {n0} {n1}</DataItem>
-            <DataItem Dimensions="{s} {n0} {n1}" NumberType="{kind}" Precision="{precision}" Format="HDF">{h5name}:/u</DataItem>
+          <DataItem ItemType="HyperSlab" Dimensions="{dims}">
+            <DataItem Dimensions="3 {d + 1}" Format="XML">{start}  {stride}  {count}</DataItem>
+            <DataItem Dimensions="{s} {dims}" NumberType="Float" Precision="{dtype.itemsize}" Format="HDF">{h5name}:/u</DataItem>
           </DataItem>
         </Attribute>
       </Grid>"""
@@ -124,7 +130,7 @@ def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]
 
 def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: dict[str, np.ndarray],
                      params: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
-    """Write 2-D statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
+    """Write statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
     summarise, and an XDMF that shows each field as an attribute of that grid. Written like
     :func:`write_fields`."""
     path = Path(path)
@@ -133,20 +139,16 @@ def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: di
     for key, value in fields.items():
         if np.shape(value) != shape:
             raise ValueError(f"{key} has shape {np.shape(value)}, the grid {shape}")
-    n0, n1 = shape
+    dims = " ".join(map(str, shape))
     attributes = "\n".join(
         f"""      <Attribute Name="{key}" AttributeType="Scalar" Center="Node">
-        <DataItem Dimensions="{n0} {n1}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{key}</DataItem>
+        <DataItem Dimensions="{dims}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{key}</DataItem>
       </Attribute>""" for key in fields)
     xdmf = f"""<?xml version="1.0" ?>
 <Xdmf Version="3.0">
   <Domain>
     <Grid Name="statistics" GridType="Uniform">
-      <Topology TopologyType="2DRectMesh" Dimensions="{n0} {n1}"/>
-      <Geometry GeometryType="VXVY">
-        <DataItem Dimensions="{n1}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{names[1]}</DataItem>
-        <DataItem Dimensions="{n0}" NumberType="Float" Precision="8" Format="HDF">{path.name}:/{names[0]}</DataItem>
-      </Geometry>
+{_geometry(path.name, names, shape, "      ")}
 {attributes}
     </Grid>
   </Domain>
@@ -170,10 +172,10 @@ def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
             if "u" not in f or not isinstance(f["u"], h5py.Dataset):
                 raise FieldFileError(f"{path}: no dataset 'u'")
             du = f["u"]
-            if du.ndim != 3 or du.size > max_elements or du.dtype.kind != "f":
-                raise FieldFileError(f"{path}: 'u' must be a float array (S, N0, N1), got {du.shape} {du.dtype}")
+            if du.ndim not in (3, 4) or du.size > max_elements or du.dtype.kind != "f":
+                raise FieldFileError(f"{path}: 'u' must be a float array (S, N0, N1[, N2]), got {du.shape} {du.dtype}")
             axes = str(f.attrs.get("axes", "")).split(",")
-            if len(axes) != 2 or any(a not in f for a in axes):
+            if len(axes) != du.ndim - 1 or any(a not in f for a in axes):
                 raise FieldFileError(f"{path}: coordinate datasets missing (axes attribute {axes})")
             out: dict[str, Any] = {"u": du[()], "attrs": {k: f.attrs[k] for k in f.attrs}}
             for a, n in zip(axes, du.shape[1:]):

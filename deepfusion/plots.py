@@ -161,6 +161,13 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
     """One panel per statistics field (mean, std, and the classical ones when present), labelled colour bars;
     a mean and its classical counterpart share one colour scale, as do the two standard deviations."""
     plt = _pyplot()
+    plane = ""
+    if len(coords) == 3:  # 3-D: the mid-plane of the first axis (the statistics file holds the volumes)
+        axis, *rest = list(coords)
+        mid = len(coords[axis]) // 2
+        fields = {k: v[mid] for k, v in fields.items()}
+        plane = f", {axis} = {coords[axis][mid]:.2f}"
+        coords = {k: coords[k] for k in rest}
     first, second = (coords[n] for n in list(coords))
     extent = (float(second[0]), float(second[-1]), float(first[0]), float(first[-1]))
     names = list(fields)
@@ -172,7 +179,7 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
         im = ax.imshow(fields[name], origin="lower", extent=extent, aspect="auto", vmin=lo, vmax=hi,
                        cmap="viridis" if kind == "mean" else "magma")
         who = "classical" if name.startswith("classical") else "DiffNet"
-        ax.set_title(f"{who}: {'mean of u' if kind == 'mean' else 'standard deviation of u'}", fontsize=8)
+        ax.set_title(f"{who}: {'mean of u' if kind == 'mean' else 'standard deviation of u'}{plane}", fontsize=8)
         ax.set_xlabel(axis_names[0])
         ax.set_ylabel(axis_names[1])
         fig.colorbar(im, ax=ax, fraction=0.046).set_label(kind, fontsize=8)

@@ -38,7 +38,7 @@ class Stage:
 
     def label(self) -> str:
         """``level 2/3 128x128`` (empty for a single-level run)."""
-        return f"level {self.level + 1}/{self.levels} {self.grid[0]}x{self.grid[1]}" if self.levels > 1 else ""
+        return f"level {self.level + 1}/{self.levels} {'x'.join(map(str, self.grid))}" if self.levels > 1 else ""
 
 
 def cycle_visits(cycle: str, n: int) -> list[int]:
@@ -81,7 +81,7 @@ def cycle_visits(cycle: str, n: int) -> list[int]:
 def build_schedule(cfg: Config) -> list[Stage]:
     """The stages of the run ``cfg`` describes (one stage when ``multigrid.levels`` is empty)."""
     mg, t = cfg.multigrid, cfg.train
-    grids = [(n, n) for n in mg.levels] or [tuple(cfg.problem.resolution)]
+    grids = [(n,) * len(cfg.problem.resolution) for n in mg.levels] or [tuple(cfg.problem.resolution)]
     n = len(grids)
 
     def per_level(values: tuple, default):  # the lists are unused without levels

@@ -43,8 +43,8 @@ def has_lbfgs(optimizer: str) -> bool:
 
 
 def _resolution(v: tuple[int, ...]) -> str | None:
-    if len(v) != 2 or any(n < 3 for n in v):
-        return "must be two node counts, each >= 3, e.g. [64, 64]"
+    if len(v) not in (2, 3) or any(n < 3 for n in v):
+        return "must be two (3-D: three) node counts, each >= 3, e.g. [64, 64]"
     if any(n > 16385 for n in v):
         return "must be at most 16385 nodes per side"
     return None
@@ -77,7 +77,7 @@ class ProblemConfig:
         doc="the PDE family: a registered name (built-in or installed, see docs/families.md) or "
             "`\"package.module:Class\"`; its keys go in a table of its name")
     resolution: tuple[int, ...] = _key(_resolution, default=(64, 64),
-        doc="`[N_t, N_x]` or `[N_y, N_x]` nodes, boundary included")
+        doc="`[N_t, N_x]` or `[N_y, N_x]` nodes, boundary included; 3-D families `[N_z, N_y, N_x]`")
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class MultigridConfig:
     levels: tuple[int, ...] = _key(lambda v: None if len(v) <= 8 and all(3 <= n <= 16385 for n in v)
                                    and list(v) == sorted(set(v)) else
                                    "must be at most 8 node counts, increasing, each in 3..16385", default=(),
-        doc="nodes per side of each training grid, coarse to fine, the last = `problem.resolution` (square); `[]`: one level")
+        doc="nodes per side of each training grid, coarse to fine, the last = `problem.resolution` (square or cubic); `[]`: one level")
     cycle: str = _key(_choice("half_v", "v", "w", "f"), default="half_v",
         doc="order of the level visits: `half_v` (coarse to fine), `v`, `w`, `f`")
     epochs: tuple[int, ...] = _key(lambda v: None if all(e >= 1 for e in v) else "every value must be >= 1",

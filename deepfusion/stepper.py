@@ -7,9 +7,14 @@ from typing import Callable
 
 import torch
 
-__all__ = ["loss_sum", "make_local_step", "training_step"]
+__all__ = ["loss_sum", "make_local_step", "training_step", "to_channels_last"]
 
 Terms = dict[str, torch.Tensor]
+
+
+def to_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """A network input (S, C, *grid) in channels-last order (NHWC, 3-D: NDHWC)."""
+    return x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
 
 
 def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
@@ -24,7 +29,7 @@ def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
     amp = torch.autocast(p.device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
     x = problem.inputs(p)
     if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = to_channels_last(x)
     with amp:
         raw = model(x)
     u = problem.field(raw.to(p.dtype), p)

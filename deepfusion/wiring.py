@@ -70,7 +70,7 @@ def build_model(cfg: Config, problem):
     model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
                           cfg.model.checkpoint_activations,
                           levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
-                          output=cfg.model.output)
+                          output=cfg.model.output, dims=len(problem.resolution))
     return model.to(getattr(torch, cfg.train.dtype))
 
 
@@ -95,7 +95,7 @@ def level_models(cfg: Config, model):
 
     def on_grid(k: int):
         if k not in grids:
-            grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * 2
+            grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * len(cfg.problem.resolution)
             grids[k] = build_problem(cfg, grid)
         return grids[k]
 

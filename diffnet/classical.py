@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "godunov_configurations", "godunov_solver",
+__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "hex_solver", "q1_to_grid", "godunov_configurations", "godunov_solver",
            "godunov_to_grid"]
 
 # "fmg1": full multigrid (geometric, Galerkin coarse operators), one V-cycle per level; "fmg":
@@ -73,16 +73,39 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
     return fem
 
 
+def hex_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`q1_solver` for the 3-D family: one instance's Q1 hexahedral solution on a grid^3 mesh,
+    assembly and multigrid setup inside the call."""
+    if method not in Q1_METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
+    coarse = dataclasses.replace(problem, resolution=(grid, grid, grid))
+
+    def fem(params: np.ndarray) -> np.ndarray:
+        system = coarse.fem_system(params)
+        if method == "sa-cg":
+            import pyamg
+
+            ml = pyamg.smoothed_aggregation_solver(system.A)
+            return system.full(ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500))
+        from diffnet.solvers.gmg3d import GMG3D
+
+        return GMG3D.build(system).fmg(cycles=1, to_discretisation=method == "fmg")
+
+    return fem
+
+
 def q1_to_grid(problem, native: np.ndarray) -> np.ndarray:
-    """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are bilinear on their elements,
-    so evaluating them at other nodes is bilinear interpolation (the multigrid's own prolongation)."""
+    """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are (bi/tri)linear on their
+    elements, so evaluating them at other nodes is the multigrid's own separable interpolation."""
     from diffnet.solvers.gmg import interpolation_1d
 
-    ny, nx = problem.resolution
-    if native.shape == (ny, nx):
-        return native
-    py, px = interpolation_1d(ny, native.shape[0]), interpolation_1d(nx, native.shape[1])
-    return py @ (px @ native.T).T
+    out = np.asarray(native)
+    for axis, n in enumerate(problem.resolution):
+        if out.shape[axis] != n:
+            moved = np.moveaxis(out, axis, 0)
+            carried = interpolation_1d(n, moved.shape[0]) @ moved.reshape(moved.shape[0], -1)
+            out = np.moveaxis(carried.reshape(n, *moved.shape[1:]), 0, axis)
+    return out
 
 
 def godunov_configurations(problem) -> dict[str, list[int]]:

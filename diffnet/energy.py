@@ -24,6 +24,7 @@ __all__ = [
     "ELEMENT_NODES",
     "gauss_basis",
     "at_gauss_points",
+    "quadratic_energy",
     "dirichlet_energy",
     "reaction_diffusion_energy",
 ]
@@ -85,10 +86,16 @@ def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     return conv2d(field[:, None], _kernels(rows, field))
 
 
+def _conv(dims: int):
+    """Convolution and its input-gradient for 2 (bilinear) or 3 (trilinear elements) spatial dimensions,
+    looked up when called."""
+    return getattr(F, f"conv{dims}d"), getattr(torch.nn.grad, f"conv{dims}d_input")
+
+
 class _QuadraticEnergy(torch.autograd.Function):
     """Per sample, 1/2 sum over Gauss points q and elements of c_q |D_q u|^2, memory-lean.
 
-    D_q is a stack of 2x2 convolutions (the gradient at Gauss point q) and c_q the
+    D_q is a stack of 2x2 (2-D) or 2x2x2 (3-D) convolutions (the gradient at Gauss point q) and c_q the
     coefficient interpolated there. Autograd would keep every D_q u and c_q for the
     backward pass -- a dozen full-size fields per sample, a real share of the memory at
     1024^2 once the network's activations are checkpointed. Here the forward pass keeps
@@ -99,44 +106,47 @@ class _QuadraticEnergy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u: torch.Tensor, coeff: torch.Tensor, interp: torch.Tensor, ops: torch.Tensor) -> torch.Tensor:
-        # u, coeff: (S, 1, N_y, N_x); interp: (Q, 1, 1, 2, 2); ops: (Q, D, 1, 2, 2).
+        # u, coeff: (S, 1, *grid); interp: (Q, 1, 1, 2, 2[, 2]); ops: (Q, D, 1, 2, 2[, 2]).
         ctx.save_for_backward(u, coeff, interp, ops)
+        conv, _ = _conv(u.ndim - 2)
         total = u.new_zeros(u.shape[0])
         with no_tf32():
             for q in range(ops.shape[0]):
-                c_q = F.conv2d(coeff, interp[q])
-                total += (c_q * F.conv2d(u, ops[q]).square()).sum(dim=(1, 2, 3))
+                c_q = conv(coeff, interp[q])
+                total += (c_q * conv(u, ops[q]).square()).sum(dim=tuple(range(1, u.ndim)))
         return 0.5 * total
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         u, coeff, interp, ops = ctx.saved_tensors
+        conv, conv_input = _conv(u.ndim - 2)
         need_u, need_c = ctx.needs_input_grad[:2]
         grad_u = torch.zeros_like(u) if need_u else None
         grad_c = torch.zeros_like(coeff) if need_c else None
         with no_tf32():
             for q in range(ops.shape[0]):
-                c_q = F.conv2d(coeff, interp[q])
-                du = F.conv2d(u, ops[q])
+                c_q = conv(coeff, interp[q])
+                du = conv(u, ops[q])
                 if need_u:
-                    grad_u += torch.nn.grad.conv2d_input(u.shape, ops[q], c_q * du)
+                    grad_u += conv_input(u.shape, ops[q], c_q * du)
                 if need_c:
-                    grad_c += torch.nn.grad.conv2d_input(coeff.shape, interp[q],
-                                                         0.5 * du.square().sum(dim=1, keepdim=True))
-        scale = grad[:, None, None, None]
+                    grad_c += conv_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
+        scale = grad.reshape(-1, *([1] * (u.ndim - 1)))
         return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
 
 
-def _quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:
-    """1/2 sum_q sum_e (interp_q . coeff) |ops_q u|^2 per sample (S,) for nodal u, coeff (S, N_y, N_x).
+def quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:
+    """1/2 sum_q sum_e (interp_q . coeff) |ops_q u|^2 per sample (S,) for nodal u, coeff (S, *grid).
 
-    ``interp`` is (Q, 4) basis rows interpolating the coefficient to the Q Gauss points;
-    ``ops`` a list of (Q, 4) basis rows whose values at point q form D_q.
+    ``grid`` is 2-D (bilinear elements, 4 nodes) or 3-D (trilinear, 8 nodes). ``interp`` is
+    (Q, nodes) basis rows interpolating the coefficient to the Q Gauss points; ``ops`` a list
+    of (Q, nodes) basis rows whose values at point q form D_q.
     """
     stacked = np.stack(ops, axis=1)
-    interp_k = constant(("q1 interp", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, 2, 2), u)
+    kernel = (2,) * (u.ndim - 1)
+    interp_k = constant(("q1 interp", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, *kernel), u)
     ops_k = constant(("q1 ops", stacked.shape, stacked.tobytes()),
-                     lambda: stacked.reshape(interp.shape[0], len(ops), 1, 2, 2), u)
+                     lambda: stacked.reshape(interp.shape[0], len(ops), 1, *kernel), u)
     return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k)
 
 
@@ -157,7 +167,7 @@ def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) ->
         Shape (S,). Equals 1/2 u^T K u with K the Q1 stiffness matrix of nu.
     """
     values, gx, gy, w = gauss_basis(hx, hy)
-    return w * _quadratic_energy(u, nu, values, [gx, gy])
+    return w * quadratic_energy(u, nu, values, [gx, gy])
 
 
 def reaction_diffusion_energy(
@@ -188,9 +198,9 @@ def reaction_diffusion_energy(
         mass M and load b integrated by the same rule.
     """
     values, gx, gy, w = gauss_basis(hx, hy)
-    diffusion = _quadratic_energy(u, nu, values, [gx, gy])
+    diffusion = quadratic_energy(u, nu, values, [gx, gy])
     # The mass term is the same quadratic form with the basis values and a unit coefficient.
-    mass = _quadratic_energy(u, torch.ones_like(u), values, [values])
+    mass = quadratic_energy(u, torch.ones_like(u), values, [values])
     if isinstance(f, torch.Tensor):
         load = (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=(1, 2, 3))
     else:

@@ -113,6 +113,9 @@ class Family:
         Frozen dataclass of the family's own configuration keys (fields from :func:`diffnet.options.option`).
     in_channels : int
         Channels of the network input :meth:`inputs` builds.
+    dims : int
+        Spatial dimensions of the grid (2: fields (N_y, N_x) or space-time (N_t, N_x); 3: (N_z, N_y, N_x)):
+        ``problem.resolution`` has this many entries and the generator is built in this many dimensions.
     capabilities : frozenset[str]
         The optional parts the family provides (a subset of :data:`CAPABILITIES`).
     samplings : tuple[str, ...]
@@ -122,6 +125,7 @@ class Family:
     name: ClassVar[str]
     Options: ClassVar[type]
     in_channels: ClassVar[int]
+    dims: ClassVar[int] = 2
     capabilities: ClassVar[frozenset[str]] = frozenset()
     samplings: ClassVar[tuple[str, ...]] = ("uniform", "random", "sobol")  # data.sampling values :meth:`sample` knows
     resolution: tuple[int, ...]

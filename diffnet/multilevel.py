@@ -9,7 +9,7 @@ linear reparameterisation of the same output: the loss and its minimiser are unc
 the gradient is a true gradient of that loss, and a smooth mode is one coefficient on a
 coarse level instead of many small nodal ones.
 
-The prolongation is PyTorch's bilinear ``interpolate``; it is separable linear
+The prolongation is PyTorch's bilinear (3-D: trilinear) ``interpolate``; it is separable linear
 interpolation, ``A_y v A_x^T`` with the 1-D matrices of :func:`interpolation_matrix`,
 so the transpose used by :func:`restrict` and :func:`synthesis_adjoint` is those matrices
 transposed, not an autograd trick (the tests check both identities).
@@ -52,27 +52,29 @@ def interpolation_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarr
     return m
 
 
-def _matrices(shape_in: tuple[int, int], shape_out: tuple[int, int], align_corners: bool, like: torch.Tensor):
-    key = ("interp", shape_in, shape_out, align_corners)
-    ay = constant(key + ("y",), lambda: interpolation_matrix(shape_in[0], shape_out[0], align_corners), like)
-    ax = constant(key + ("x",), lambda: interpolation_matrix(shape_in[1], shape_out[1], align_corners), like)
-    return ay, ax
+_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
 def prolong(v: torch.Tensor, size: Sequence[int], align_corners: bool = True) -> torch.Tensor:
-    """Bilinear interpolation of ``v`` (S, C, H, W) to (S, C, size[0], size[1]).
+    """Bilinear (trilinear) interpolation of ``v`` (S, C, *grid) to (S, C, *size), grid 2-D (3-D).
 
     PyTorch's own kernel (O(n) work, where the matrix form costs a dense product per
     axis: about 100x the flops at 256^2); it equals ``A_y v A_x^T`` of
-    :func:`interpolation_matrix`.
+    :func:`interpolation_matrix` (one such factor per axis).
     """
-    return F.interpolate(v, size=tuple(size), mode="bilinear", align_corners=align_corners)
+    return F.interpolate(v, size=tuple(size), mode=_MODES[len(size)], align_corners=align_corners)
 
 
 def restrict(v: torch.Tensor, size: Sequence[int], align_corners: bool = True) -> torch.Tensor:
-    """The transpose of :func:`prolong` from ``size`` to ``v``'s grid: (..., H, W) -> (..., size[0], size[1])."""
-    ay, ax = _matrices(tuple(size), tuple(v.shape[-2:]), align_corners, v)
-    return ay.T @ v @ ax
+    """The transpose of :func:`prolong` from ``size`` to ``v``'s grid: (..., *grid) -> (..., *size)."""
+    d = len(size)
+    for axis in range(d):
+        n_fine = v.shape[v.ndim - d + axis]
+        a = constant(("interp", size[axis], n_fine, align_corners),
+                     lambda n=size[axis], m=n_fine: interpolation_matrix(n, m, align_corners), v)
+        # Contract the axis with A (n_fine, n_coarse): its transpose applied along that axis.
+        v = torch.movedim(torch.tensordot(v, a, dims=([v.ndim - d + axis], [0])), -1, v.ndim - d + axis)
+    return v
 
 
 def synthesise(corrections: Sequence[torch.Tensor], align_corners: bool = True) -> torch.Tensor:
@@ -83,7 +85,7 @@ def synthesise(corrections: Sequence[torch.Tensor], align_corners: bool = True) 
     """
     u = corrections[0]
     for c in corrections[1:]:
-        u = prolong(u, c.shape[-2:], align_corners) + c
+        u = prolong(u, c.shape[2:], align_corners) + c
     return u
 
 

@@ -22,22 +22,30 @@ def _norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(math.gcd(8, channels), channels)
 
 
-class _Block(nn.Sequential):
-    """Two 3x3 convolutions, each followed by GroupNorm and SiLU."""
+# Per spatial dimension: convolution, average pooling and the interpolation mode of the resampling.
+_CONV = {2: nn.Conv2d, 3: nn.Conv3d}
+_POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
+_MODE = {2: "bilinear", 3: "trilinear"}
 
-    def __init__(self, c_in: int, c_out: int) -> None:
+
+class _Block(nn.Sequential):
+    """Two 3x3 (3x3x3) convolutions, each followed by GroupNorm and SiLU."""
+
+    def __init__(self, c_in: int, c_out: int, dims: int = 2) -> None:
+        conv = _CONV[dims]
         super().__init__(
-            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            conv(c_in, c_out, 3, padding=1, bias=False),
             _norm(c_out),
             nn.SiLU(),
-            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            conv(c_out, c_out, 3, padding=1, bias=False),
             _norm(c_out),
             nn.SiLU(),
         )
 
 
 class UNet(nn.Module):
-    """U-Net style encoder-decoder mapping (S, C_in, H, W) to (S, C_out, H, W).
+    """U-Net style encoder-decoder mapping (S, C_in, H, W) to (S, C_out, H, W), or in 3-D
+    (S, C_in, D, H, W) to (S, C_out, D, H, W).
 
     Parameters
     ----------
@@ -60,6 +68,9 @@ class UNet(nn.Module):
         (:func:`diffnet.multilevel.synthesise`, cell-centred as the pooling makes the
         levels): the same function class, a far better conditioned parameterisation of
         the smooth modes. The finest head is ``head`` in both, every head starts at zero.
+    dims : {2, 3}
+        Spatial dimensions: 2-D convolutions, pooling and bilinear resampling, or their 3-D
+        counterparts (the same channel plan and options).
     """
 
     # Activations alive at once in an inference pass, per sample and grid node, in units of the
@@ -69,9 +80,11 @@ class UNet(nn.Module):
 
     def __init__(
         self, in_channels: int, out_channels: int, channels: tuple[int, ...], checkpoint_activations: bool = False,
-        output: str = "nodal",
+        output: str = "nodal", dims: int = 2,
     ) -> None:
         super().__init__()
+        if dims not in _CONV:
+            raise ValueError(f"dims must be 2 or 3, got {dims}")
         if len(channels) < 1 or any(c < 1 for c in channels):
             raise ValueError(f"channels must be positive integers, got {channels}")
         if output not in ("nodal", "multilevel"):
@@ -79,19 +92,20 @@ class UNet(nn.Module):
         self.channels = tuple(int(c) for c in channels)
         self.checkpoint_activations = bool(checkpoint_activations)
         self.output = output
+        self.dims = dims
         self.down = nn.ModuleList()
         c_prev = in_channels
         for c in self.channels:
-            self.down.append(_Block(c_prev, c))
+            self.down.append(_Block(c_prev, c, dims))
             c_prev = c
         self.up = nn.ModuleList(
-            _Block(self.channels[i + 1] + self.channels[i], self.channels[i])
+            _Block(self.channels[i + 1] + self.channels[i], self.channels[i], dims)
             for i in reversed(range(len(self.channels) - 1))
         )
-        self.head = nn.Conv2d(self.channels[0], out_channels, 1)
+        self.head = _CONV[dims](self.channels[0], out_channels, 1)
         # The coarser levels' heads of the multilevel output, coarsest first.
         self.coarse_heads = nn.ModuleList(
-            nn.Conv2d(c, out_channels, 1) for c in (reversed(self.channels[1:]) if output == "multilevel" else ())
+            _CONV[dims](c, out_channels, 1) for c in (reversed(self.channels[1:]) if output == "multilevel" else ())
         )
         # Start from a zero correction: the generator's first field is the one its
         # boundary construction gives, not noise.
@@ -103,24 +117,24 @@ class UNet(nn.Module):
         return self.run(x)[0]
 
     def run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The output (S, out_channels, H, W) and the finest features (S, channels[0], H, W)."""
+        """The output (S, out_channels, *grid) and the finest features (S, channels[0], *grid)."""
         if self.output == "nodal":
             feats = self.features(x)
             return self.head(feats), feats
-        h, w = x.shape[-2:]
+        crop = _crop(x)
         levels = self.features(x, every_level=True)  # coarsest first, on the padded grids
         corrections = [head(f) for head, f in zip(self.coarse_heads, levels[:-1])] + [self.head(levels[-1])]
         out = synthesise(corrections, align_corners=False)
-        return out[..., :h, :w], levels[-1][..., :h, :w]
+        return out[crop], levels[-1][crop]
 
     def features(self, x: torch.Tensor, every_level: bool = False):
-        """The finest level's features (S, channels[0], H, W), before the 1x1 output head; with
+        """The finest level's features (S, channels[0], *grid), before the 1x1 output head; with
         ``every_level``, the features of every decoder resolution, coarsest first, uncropped."""
-        h, w = x.shape[-2:]
+        crop = _crop(x)
         m = 2 ** (len(self.channels) - 1)
-        ph, pw = (-h) % m, (-w) % m
-        if ph or pw:
-            x = F.pad(x, (0, pw, 0, ph), mode="replicate")
+        pads = [(-n) % m for n in x.shape[2:]]
+        if any(pads):
+            x = F.pad(x, tuple(v for p in reversed(pads) for v in (0, p)), mode="replicate")
         # Recomputation only pays where a backward pass follows.
         run = _recomputed if self.checkpoint_activations and self.training and torch.is_grad_enabled() else _direct
         skips = []
@@ -132,17 +146,22 @@ class UNet(nn.Module):
         for block in self.up:
             x = run(_up, block, x, skips.pop())
             levels.append(x)
-        return levels if every_level else x[..., :h, :w]
+        return levels if every_level else x[crop]
+
+
+def _crop(x: torch.Tensor) -> tuple:
+    """The index that cuts a padded (S, C, *grid) tensor back to ``x``'s grid."""
+    return (Ellipsis, *(slice(0, n) for n in x.shape[2:]))
 
 
 def _down(block: _Block, x: torch.Tensor, pool: bool) -> torch.Tensor:
     """One encoder level: halve the resolution (except at the finest level), then the block."""
-    return block(F.avg_pool2d(x, 2) if pool else x)
+    return block(_POOL[x.ndim - 2](x, 2) if pool else x)
 
 
 def _up(block: _Block, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
     """One decoder level: double the resolution, join the skip connection, then the block."""
-    x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+    x = F.interpolate(x, scale_factor=2.0, mode=_MODE[x.ndim - 2], align_corners=False)
     return block(torch.cat([x, skip], dim=1))
 
 
@@ -167,19 +186,19 @@ class _Refinement(nn.Module):
     iteration, as in multigrid.
     """
 
-    def __init__(self, in_channels: int, coarse_channels: int, width: int, ratio: float) -> None:
+    def __init__(self, in_channels: int, coarse_channels: int, width: int, ratio: float, dims: int = 2) -> None:
         super().__init__()
         self.ratio = float(ratio)
-        self.block = _Block(in_channels + coarse_channels + 1, width)
-        self.head = nn.Conv2d(width, 1, 1)
+        self.block = _Block(in_channels + coarse_channels + 1, width, dims)
+        self.head = _CONV[dims](width, 1, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def coarse_size(self, size: tuple[int, int]) -> tuple[int, int]:
+    def coarse_size(self, size: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(max(3, round(n * self.ratio)) for n in size)
 
     def forward(self, x: torch.Tensor, raw: torch.Tensor, feats: torch.Tensor, recompute: bool):
-        size = x.shape[-2:]
+        size = x.shape[2:]
         up = [prolong(t, size) for t in (raw, feats)]
         h = (_recomputed if recompute else _direct)(self.block, torch.cat([x, *up], dim=1))
         return up[0] + self.head(h), h
@@ -200,7 +219,7 @@ class _Levels(nn.Module):
         if k == 0:
             return self.base.run(x)
         top = self.tops[k - 1]
-        coarse = F.interpolate(x, size=top.coarse_size(x.shape[-2:]), mode="bilinear", align_corners=True)
+        coarse = F.interpolate(x, size=top.coarse_size(x.shape[2:]), mode=_MODE[x.ndim - 2], align_corners=True)
         raw, feats = self._run(coarse, k - 1)
         recompute = self.base.checkpoint_activations and self.training and torch.is_grad_enabled()
         return top(x, raw, feats, recompute)
@@ -228,7 +247,7 @@ class LevelStack(_Levels):
 
     def __init__(self, base: UNet, in_channels: int, ratios: tuple[float, ...], width: int) -> None:
         coarse = [base.channels[0]] + [width] * (len(ratios) - 1)
-        super().__init__(base, [_Refinement(in_channels, c, width, r) for c, r in zip(coarse, ratios)])
+        super().__init__(base, [_Refinement(in_channels, c, width, r, base.dims) for c, r in zip(coarse, ratios)])
 
     def level(self, k: int) -> nn.Module:
         """The generator of level ``k`` (0 = the base U-Net alone); it shares this stack's parameters."""
@@ -239,7 +258,7 @@ class LevelStack(_Levels):
         return view
 
 
-# model.name -> the base generator's class (constructed as cls(in, out, channels, checkpoint, output)).
+# model.name -> the base generator's class (constructed as cls(in, out, channels, checkpoint, output, dims=dims)).
 NETWORKS: dict[str, type] = {"unet": UNet}
 
 
@@ -251,13 +270,14 @@ def build_network(
     levels: tuple[int, ...] = (),
     top_channels: int = 16,
     output: str = "nodal",
+    dims: int = 2,
 ) -> nn.Module:
     """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
     of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid; ``output``
-    the base U-Net's output basis, see :class:`UNet`)."""
+    the base U-Net's output basis, see :class:`UNet`; ``dims`` 2 or 3 spatial dimensions)."""
     if name not in NETWORKS:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(NETWORKS)}")
-    base = NETWORKS[name](in_channels, 1, channels, checkpoint_activations, output)
+    base = NETWORKS[name](in_channels, 1, channels, checkpoint_activations, output, dims=dims)
     if len(levels) < 2:
         return base
     ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))

@@ -43,7 +43,7 @@ def test_parse_override_forms():
         ({"burgers": {"viscosity": "a lot"}}, "burgers.viscosity: expected a number"),
         ({"burgers": {"viscosty": 0.1}}, "burgers.viscosty: unknown key"),
         ({"problem": {"viscosity": 0.1}}, "problem.viscosity: a key of the burgers family; set it in its table [burgers]"),
-        ({"problem": {"resolution": [64]}}, "problem.resolution: must be two node counts"),
+        ({"problem": {"resolution": [64]}}, "problem.resolution: must be two (3-D: three) node counts"),
         ({"problem": {"resolution": [64, 2]}}, "problem.resolution"),
         ({"problem": {"resolution": [64.0, 64]}}, "problem.resolution: expected an integer"),
         ({"burgers": {"c_range": [6, 3]}}, "burgers.c_range: must be [low, high]"),

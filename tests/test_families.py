@@ -52,7 +52,8 @@ def test_builtin_families_keep_the_protocol(name):
 
     cls = family_class(name)
     assert issubclass(cls, Family) and cls.name == name and name in known_families()
-    problem = cls.from_options(cls.Options(), (9, 9))
+    grid = (9,) * cls.dims
+    problem = cls.from_options(cls.Options(), grid)
     assert problem.capabilities <= set(CAPABILITIES)
     for capability in problem.capabilities:
         for member in MEMBERS[capability]:
@@ -63,10 +64,10 @@ def test_builtin_families_keep_the_protocol(name):
     params = problem.sample(4, "random", 0)
     assert params.shape == (4, *spec.shape) and ((params >= spec.low) & (params <= spec.high)).all()
     x = problem.inputs(torch.as_tensor(params))
-    assert x.shape == (4, cls.in_channels, 9, 9)
-    u = problem.field(torch.zeros(4, 1, 9, 9, dtype=torch.float64), torch.as_tensor(params))
-    assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, 9, 9)
-    assert problem.at_resolution((5, 5)).resolution == (5, 5)
+    assert x.shape == (4, cls.in_channels, *grid)
+    u = problem.field(torch.zeros(4, 1, *grid, dtype=torch.float64), torch.as_tensor(params))
+    assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, *grid)
+    assert problem.at_resolution((5,) * cls.dims).resolution == (5,) * cls.dims
 
 
 def _tutorial(tmp_path):

@@ -29,7 +29,9 @@ def test_interpolation_matrices_are_torchs_bilinear_interpolation(align_corners,
 
 
 @pytest.mark.parametrize("align_corners, shapes", [(True, [(3, 4), (5, 7), (9, 13), (17, 25)]),
-                                                   (False, [(2, 2), (4, 4), (8, 8), (16, 16)])])
+                                                   (False, [(2, 2), (4, 4), (8, 8), (16, 16)]),
+                                                   (True, [(3, 4, 3), (5, 7, 5), (9, 13, 9)]),  # 3-D: trilinear
+                                                   (False, [(2, 2, 2), (4, 4, 4), (8, 8, 8)])])
 def test_synthesis_and_its_transpose_are_adjoint(align_corners, shapes):
     """<S c, v> = <c, S^T v> for random level fields c and fine fields v."""
     rng = np.random.default_rng(3)
@@ -38,7 +40,7 @@ def test_synthesis_and_its_transpose_are_adjoint(align_corners, shapes):
         v = torch.as_tensor(rng.normal(size=(2, 1, *shapes[-1])))
         lhs = (synthesise(c, align_corners) * v).sum()
         adj = synthesis_adjoint(v, shapes, align_corners)
-        assert [tuple(a.shape[-2:]) for a in adj] == [tuple(s) for s in shapes]
+        assert [tuple(a.shape[2:]) for a in adj] == [tuple(s) for s in shapes]
         rhs = sum((ck * ak).sum() for ck, ak in zip(c, adj))
         assert lhs.item() == pytest.approx(rhs.item(), rel=1e-12)
     # restrict is the transpose of prolong on its own.

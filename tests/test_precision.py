@@ -9,16 +9,17 @@ import torch.nn.functional as F
 
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import KLFamily, PoissonProblem
+from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
 PROBLEMS = [PoissonProblem((12, 13)), ReactionDiffusionProblem((12, 13), kappa=1.5, source=1.0),
             BurgersProblem((12, 13), viscosity=0.01, stencil="sobel"),
-            BurgersProblem((12, 13), viscosity=0.01, stencil="conservative")]
+            BurgersProblem((12, 13), viscosity=0.01, stencil="conservative"), Poisson3D((6, 7, 5))]
 
 
 def _loss_and_grad(problem, dtype, device="cpu"):
     torch.manual_seed(0)
-    params = (torch.rand(3, 6) * 6 - 3) if isinstance(problem, KLFamily) else torch.rand(3) * 3 + 3
+    params = (torch.rand(3, 6) * 6 - 3) if isinstance(problem, (KLFamily, Poisson3D)) else torch.rand(3) * 3 + 3
     params = params.to(dtype=dtype, device=device)
     raw = torch.randn(3, 1, *problem.resolution, dtype=dtype, device=device, requires_grad=True)
     loss = sum(t.sum() for t in problem.loss_terms(problem.field(raw, params), params).values())
@@ -29,18 +30,19 @@ def _loss_and_grad(problem, dtype, device="cpu"):
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.name}-{getattr(p, 'stencil', '')}")
 def test_loss_convolutions_run_with_tf32_off(problem, monkeypatch):
     seen = []
-    conv, conv_input = F.conv2d, torch.nn.grad.conv2d_input
+    d = len(problem.resolution)
+    conv, conv_input = getattr(F, f"conv{d}d"), getattr(torch.nn.grad, f"conv{d}d_input")
 
     def spy_conv(*args, **kwargs):
-        seen.append(("conv2d", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        seen.append(("conv", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
         return conv(*args, **kwargs)
 
     def spy_input(*args, **kwargs):
-        seen.append(("conv2d_input", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        seen.append(("conv_input", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
         return conv_input(*args, **kwargs)
 
-    monkeypatch.setattr(F, "conv2d", spy_conv)
-    monkeypatch.setattr(torch.nn.grad, "conv2d_input", spy_input)
+    monkeypatch.setattr(F, f"conv{d}d", spy_conv)
+    monkeypatch.setattr(torch.nn.grad, f"conv{d}d_input", spy_input)
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's default
@@ -49,12 +51,12 @@ def test_loss_convolutions_run_with_tf32_off(problem, monkeypatch):
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
     if getattr(problem, "stencil", "") != "conservative":  # the conservative residual has no convolutions
-        assert {name for name, *_ in seen} == {"conv2d", "conv2d_input"}  # forward and backward both seen
+        assert {name for name, *_ in seen} == {"conv", "conv_input"}  # forward and backward both seen
     assert all(not cudnn and not matmul for _, cudnn, matmul in seen), seen
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("problem", PROBLEMS[:3], ids=lambda p: f"{p.name}-{getattr(p, 'stencil', '')}")
+@pytest.mark.parametrize("problem", PROBLEMS[:3] + PROBLEMS[4:], ids=lambda p: f"{p.name}-{getattr(p, 'stencil', '')}")
 def test_float32_loss_on_cuda_matches_float64_with_tf32_allowed(problem):
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     try:

@@ -60,8 +60,8 @@ def test_single_level_schedule_is_the_train_section():
 @pytest.mark.parametrize("sets, fragment", [
     (["multigrid.levels=[32,64]", "multigrid.epochs=[1]"], "multigrid.epochs: give one value per level"),
     (["multigrid.levels=[32,64]", "multigrid.lr=[1e-3]"], "multigrid.lr: give one value per level of multigrid.levels (2)"),
-    (["multigrid.levels=[32,48]"], "multigrid.levels: the last level must be the square problem.resolution"),
-    (["multigrid.levels=[32,64]", "problem.resolution=[64,32]"], "must be the square problem.resolution"),
+    (["multigrid.levels=[32,48]"], "multigrid.levels: the last level must be the square (cubic) problem.resolution"),
+    (["multigrid.levels=[32,64]", "problem.resolution=[64,32]"], "must be the square (cubic) problem.resolution"),
     (["multigrid.levels=[64,32]"], "multigrid.levels: must be at most 8 node counts, increasing"),
     (["multigrid.levels=[32,64]", "train.optimizer=lbfgs"], "train.optimizer: multigrid levels are trained by Adam"),
     (["multigrid.levels=[32,64]", "multigrid.batch_size=[8,128]"], "multigrid.batch_size: must be <= data.n_train"),

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace, comm) -> int:
         mg = cfg.multigrid
         how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
         say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
-            + " -> ".join(f"{s.grid[0]}x{s.grid[1]} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
+            + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
                           for s in stages))
     if init_from is not None:
         say(f"initial weights from {init_from} (--init-from)")

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, comm) -> int:
         warn(f"{outside} of {len(params)} drawn instances lie outside the training range [{lo:g}, {hi:g}] "
              f"(the network extrapolates there)")
     name = spec.name
-    print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {cfg.problem.resolution[0]}x{cfg.problem.resolution[1]}), "
+    print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {'x'.join(map(str, cfg.problem.resolution))}), "
           f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}",
           flush=True)
     keep = min(args.reference_samples, args.samples) if args.classical else 0
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, comm) -> int:
     report.write_text(json.dumps(summary, indent=2) + "\n")
     from deepfusion.plots import plot_statistics
 
-    axes = list(surrogate.grid)
+    axes = list(surrogate.grid)[-2:]  # the plotted plane's axes (3-D: its mid-plane)
     figure = plot_statistics(fields, surrogate.grid, (axes[1], axes[0]), Path(args.out).with_suffix(".png"))
     print(f"DiffNet: {args.samples} instances in {diffnet.seconds:.2f} s "
           f"({diffnet.seconds / args.samples * 1e3:.3f} ms each)")

@@ -1,0 +1,222 @@
+"""3-D Poisson family -div(nu grad u) = 0 on [0,1]^3 with a Karhunen-Loeve log-diffusivity.
+
+u = 1 at x = 0, u = 0 at x = 1, zero flux on the other four faces;
+nu = exp(sum_i a_i lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z)) with the 1-D modes of the 2-D
+family (:func:`diffnet.problems.poisson.kl_modes`). lambda_i^{3/2} is the square root of the
+separable eigenvalue lambda_i^3, as the 2-D family's lambda_i is that of lambda_i^2; with
+lambda_i alone nu would span 15 decades at 33^3. The loss is the trilinear Q1 energy
+(:mod:`diffnet.energy3d`), whose minimiser is the Q1 FEM solution on the grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from diffnet.constants import constant
+from diffnet.energy3d import dirichlet_energy_3d
+from diffnet.family import Family, ParameterSpec
+from diffnet.options import integer_in, interval, option, positive
+from diffnet.problems.poisson import kl_modes, sample_coefficients
+
+__all__ = ["KL3DOptions", "Poisson3D"]
+
+
+@dataclass(frozen=True)
+class KL3DOptions:
+    """``[poisson3d]``: the 3-D Karhunen-Loève diffusivity family and the evaluation's reference."""
+
+    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
+    kl_eta: float = option(0.5, "correlation length η", positive)
+    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
+    # 2x finer in 3-D: 4x at 65^3 would be 257^3 = 17 M unknowns per instance.
+    truth_refine: int = option(2, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
+                               "times the intervals (2..8)", integer_in(2, 8))
+
+
+@dataclass(frozen=True)
+class Poisson3D(Family):
+    """The 3-D KL Poisson family on an (N_z, N_y, N_x) nodal grid of [0,1]^3.
+
+    Instance parameters are coefficient rows a (S, m), or nodal diffusivity fields
+    (S, N_z, N_y, N_x) in their place.
+    """
+
+    resolution: tuple[int, int, int]
+    kl_terms: int = 6
+    kl_eta: float = 0.5
+    coeff_range: tuple[float, float] = (-3.0, 3.0)
+    truth_refine: int = 2
+
+    name = "poisson3d"
+    Options = KL3DOptions
+    in_channels = 4
+    dims = 3
+    polish_step = "V-cycle"
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields"})
+
+    def __post_init__(self) -> None:
+        if len(self.resolution) != 3 or min(self.resolution) < 3:
+            raise ValueError(f"problem.resolution: the 3-D family needs [N_z, N_y, N_x] with at least 3 nodes each, "
+                             f"got {list(self.resolution)}")
+
+    @classmethod
+    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
+        m = options.kl_terms
+        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
+            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
+                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
+
+    def describe(self) -> str:
+        return f"nu=KL3D(m={self.kl_terms}, eta={self.kl_eta}, a in {list(self.coeff_range)})"
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
+                             description="KL coefficients")
+
+    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
+        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
+
+    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
+        if distribution == "normal":
+            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
+        return super().draw(n, distribution, seed)
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 of each instance's diffusivity (S, N_z, N_y, N_x), with its coefficients as the label."""
+        labels = ["ν" if np.asarray(p).ndim == 3 else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
+                  for p in params]
+        return np.log10(self.diffusivity_numpy(params)), labels
+
+    # -- geometry and inputs -------------------------------------------------------------
+    @property
+    def spacing(self) -> tuple[float, float, float]:
+        """(h_x, h_y, h_z)."""
+        nz, ny, nx = self.resolution
+        return 1.0 / (nx - 1), 1.0 / (ny - 1), 1.0 / (nz - 1)
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        nz, ny, nx = self.resolution
+        return {"z": np.linspace(0.0, 1.0, nz), "y": np.linspace(0.0, 1.0, ny), "x": np.linspace(0.0, 1.0, nx)}
+
+    def log_modes(self) -> np.ndarray:
+        """lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z) on the grid, shape (m, N_z, N_y, N_x)."""
+        c = self.coordinates()
+        lam, phi_x = kl_modes(self.kl_eta, self.kl_terms, c["x"])
+        _, phi_y = kl_modes(self.kl_eta, self.kl_terms, c["y"])
+        _, phi_z = kl_modes(self.kl_eta, self.kl_terms, c["z"])
+        return lam[:, None, None, None] ** 1.5 * phi_z[:, :, None, None] * phi_y[:, None, :, None] * phi_x[:, None, None, :]
+
+    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+        """Nodal nu (S, N_z, N_y, N_x) of coefficient rows (S, m) or nu fields."""
+        if params.ndim == 4:
+            return params
+        modes = constant(("kl3d", self.kl_eta, self.kl_terms, self.resolution), self.log_modes, params)
+        return torch.exp(torch.einsum("sm,mzyx->szyx", params, modes))
+
+    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
+        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """Network input (S, 4, N_z, N_y, N_x): log nu, then z, y and x."""
+        nu = self.diffusivity(params)
+        s = nu.shape[0]
+        grids = torch.meshgrid(*(constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], nu)
+                                 for k in ("z", "y", "x")), indexing="ij")
+        return torch.stack([torch.log(nu), *(g.expand(s, -1, -1, -1) for g in grids)], dim=1)
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = (1 - x) + M * N, the mask M zero on the Dirichlet planes x = 0, 1."""
+        x = torch.linspace(0.0, 1.0, self.resolution[2], dtype=raw.dtype, device=raw.device)
+        return (1.0 - x) + F.pad(raw[:, 0, :, :, 1:-1], (1, 1))
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample energy divided by that of the lift u = 1 - x (1/2 integral of nu), as in 2-D."""
+        nu = self.diffusivity(params.to(u.dtype))
+        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[2], dtype=u.dtype, device=u.device)).expand_as(u)
+        h = self.spacing
+        return {"energy": dirichlet_energy_3d(u, nu, *h) / dirichlet_energy_3d(lift, nu, *h)}
+
+    # -- classical solves ----------------------------------------------------------------
+    def fem_system(self, params: np.ndarray):
+        """The Q1 hexahedral system of one instance (a coefficient row or a nodal nu field)."""
+        from diffnet.solvers.poisson3d import poisson3d_system
+
+        return poisson3d_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
+
+    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
+        shape = tuple((n - 1) // stride + 1 for n in self.resolution)
+        out = np.empty((len(params), *shape))
+        for k in range(len(params)):
+            out[k] = self.fem_system(params[k]).solve("gmg")[::stride, ::stride, ::stride]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """Q1 FEM solutions on this grid (S, N_z, N_y, N_x): geometric FMG to a tenth of the
+        discretisation error (:mod:`diffnet.solvers.gmg3d`)."""
+        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+
+    def reference_name(self) -> str:
+        return "the Q1 FEM on this grid (geometric multigrid)"
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The same-grid Q1 FEM solution: the exact minimiser of the trained energy."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def floor_name(self) -> str:
+        return "the Q1 FEM on this grid"
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The Q1 FEM on the grid ``truth_refine`` times finer, read off at this grid's nodes."""
+        r = self.truth_refine
+        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
+        params = np.asarray(params, dtype=np.float64)
+        if params.ndim == 4:
+            params = F.interpolate(torch.as_tensor(params)[:, None], size=fine.resolution, mode="trilinear",
+                                   align_corners=True)[:, 0].numpy()
+        return fine._solutions(params, progress, stride=r)
+
+    def truth_name(self) -> str:
+        r = self.truth_refine
+        return "Q1 FEM on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` V(1,1)-cycles of the 3-D multigrid on each instance from the network's ``fields``."""
+        from diffnet.solvers.gmg3d import GMG3D
+
+        out = np.empty_like(np.asarray(fields, dtype=np.float64))
+        for k in range(len(out)):
+            out[k] = GMG3D.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
+        return out
+
+    # -- the sweep of ``deepfusion compare`` (diffnet.classical) --------------------------
+    classical_baseline = "sa-cg"
+
+    @property
+    def classical_methods(self) -> dict[str, str]:
+        from diffnet.classical import Q1_METHODS
+
+        return Q1_METHODS
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        from diffnet.classical import q1_configurations
+
+        return q1_configurations(self)
+
+    def classical_solver(self, method: str, grid: int):
+        from diffnet.classical import hex_solver
+
+        return hex_solver(self, method, grid)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        from diffnet.classical import q1_to_grid
+
+        return q1_to_grid(self, native)
