@@ -1,7 +1,7 @@
 """The strongest Poisson solver we run against pyamg's default, and DiffNet against it at equal accuracy.
 
-1. **Solver race** at 257^2, 513^2 and 1025^2 nodes (``--grids``), KL instances of the
-   Poisson family, one thread: the geometric multigrid (FMG to discretisation accuracy,
+1. **Solver race** at 257^2, 513^2 and 1025^2 nodes (``--grids``), and at 65^3 and 129^3
+   (``--grids3d``, the poisson3d family and :mod:`diffnet.solvers.gmg3d`), KL instances, one thread: the geometric multigrid (FMG to discretisation accuracy,
    :mod:`diffnet.solvers.gmg`, compiled stencil kernels) against pyamg's smoothed
    aggregation with its default settings, CG-accelerated. Equal accuracy: pyamg's
    tolerance is swept (1e-3 .. 1e-10) and the cheapest tolerance whose solution is as
@@ -10,7 +10,8 @@
    include their setup. The whole pipeline is timed too: our assembly (stencil) + multigrid
    against the same assembly with its CSR matrix + pyamg. Keys:
    ``gmg_vs_pyamg_default_<grid>`` (solve only; goal >= 3) and
-   ``pipeline_vs_pyamg_default_<grid>`` (assembly + solve; goal >= 10 at 1025^2).
+   ``pipeline_vs_pyamg_default_<grid>`` (assembly + solve; goal >= 10 at 1025^2); in 3-D
+   ``gmg3d_vs_pyamg_default_<cells>`` (goal >= 3 at 128^3) and ``pipeline3d_vs_pyamg_default_<cells>``.
 2. **Time per unknown** of the whole multigrid pipeline from 33^2 to 1025^2 (``--scaling``),
    the best of repeats per instance: ``scaling``.
 3. **DiffNet at equal accuracy** for each trained run in ``--runs``: ``deepfusion compare``
@@ -19,7 +20,7 @@
 
 Prints one JSON object.
 
-    python benchmarks/fem_vs_inference.py [--grids 257 513 1025] [--scaling 33 65 ...] [--runs RUN_DIR ...] [--out DIR]
+    python benchmarks/fem_vs_inference.py [--grids 257 513 1025] [--grids3d 65 129] [--scaling 33 65 ...] [--runs RUN_DIR ...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -42,12 +43,19 @@ from launch import thread_env  # noqa: E402  (benchmarks/launch.py, beside this 
 TOLERANCES = (1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6, 1e-7, 1e-8, 1e-10)
 
 
+def _multigrid(system):
+    """The geometric multigrid class of an assembled system: 2-D (identity rows at the Dirichlet nodes)
+    or 3-D (the Dirichlet planes eliminated)."""
+    from diffnet.solvers.gmg import GMGSolver
+    from diffnet.solvers.gmg3d import GMG3D
+
+    return GMG3D if len(system.shape) == 3 else GMGSolver
+
+
 def fmg_solve(system):
     """Hierarchy and FMG to discretisation accuracy for one assembled system: (field, stats)."""
-    from diffnet.solvers.gmg import GMGSolver
-
     stats: dict = {}
-    return GMGSolver.build(system).fmg(cycles=1, to_discretisation=True, stats=stats), stats
+    return _multigrid(system).build(system).fmg(cycles=1, to_discretisation=True, stats=stats), stats
 
 
 def pipeline(problem, a):
@@ -55,20 +63,44 @@ def pipeline(problem, a):
     return fmg_solve(problem.fem_system(a))
 
 
-def race(grid: int, a, say) -> dict:
-    """Multigrid vs pyamg default on one instance at ``grid``^2: seconds and algebraic errors at equal accuracy."""
+def _exact(system):
+    """The discrete solution to the last digits (nodal, Dirichlet values included)."""
     import numpy as np
+
+    if len(system.shape) == 2:
+        return _multigrid(system).build(system).solve(1e-12)
+    gmg, u = _multigrid(system).build(system), np.zeros(system.shape)
+    for _ in range(60):  # V-cycles contract by ~0.1 each: until the change is at rounding level
+        u, last = gmg.vcycles(u, 1), u
+        if np.linalg.norm(u - last) <= 1e-14 * np.linalg.norm(u):
+            break
+    return u
+
+
+def _pyamg_default(system, tol: float, residuals: list):
+    """pyamg's smoothed aggregation with its defaults, CG-accelerated to ``tol``: the nodal field."""
     import pyamg
+
+    ml = pyamg.smoothed_aggregation_solver(system.A)
+    x = ml.solve(system.rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
+    if len(system.shape) == 3:
+        return system.full(x)
+    x[system.fixed] = system.values[system.fixed]
+    return x.reshape(system.shape)
+
+
+def race(grid: int, a, say, dims: int = 2) -> dict:
+    """Multigrid vs pyamg default on one instance at ``grid``^dims: seconds and algebraic errors at equal accuracy."""
+    import numpy as np
 
     from deepfusion.equal_accuracy import best_time
     from diffnet.problems.poisson import PoissonProblem
-    from diffnet.solvers.gmg import GMGSolver
+    from diffnet.problems.poisson3d import Poisson3D
 
-    problem = PoissonProblem((grid, grid))
+    problem = PoissonProblem((grid, grid)) if dims == 2 else Poisson3D((grid,) * 3)
     system, assembly = best_time(problem.fem_system, a)
     csr = best_time(lambda: problem.fem_system(a).A)[1]  # assembly with the CSR matrix pyamg needs
-    free = ~system.fixed
-    exact = GMGSolver.build(system).solve(1e-12).ravel()  # the discrete solution, to the last digits
+    exact = _exact(system).ravel()
 
     def error(u):
         return float(np.linalg.norm(u.ravel() - exact) / np.linalg.norm(exact))
@@ -76,7 +108,7 @@ def race(grid: int, a, say) -> dict:
     (u, stats), gmg_s = best_time(fmg_solve, system)
     (_, _), whole_s = best_time(pipeline, problem, a)
     gmg_error = error(u)
-    say(f"  {grid}^2: assembly {assembly:.3f} s (with CSR {csr:.3f} s); multigrid {gmg_s:.3f} s "
+    say(f"  {grid}^{dims}: assembly {assembly:.3f} s (with CSR {csr:.3f} s); multigrid {gmg_s:.3f} s "
         f"({stats['finest_cycles']} cycles on the finest level), whole pipeline {whole_s:.3f} s; algebraic error "
         f"{gmg_error:.2e} (discretisation error about {stats['discretisation_estimate']:.1e})")
     # Equal accuracy for both: an algebraic error at most a tenth of the grid's discretisation
@@ -88,11 +120,9 @@ def race(grid: int, a, say) -> dict:
 
         def default(tol=tol, residuals=residuals):
             residuals.clear()
-            ml = pyamg.smoothed_aggregation_solver(system.A)
-            return ml.solve(system.rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
+            return _pyamg_default(system, tol, residuals)
 
         x, seconds = best_time(default)  # the best of repeats, as for the multigrid
-        x[system.fixed] = system.values[system.fixed]
         sweep.append({"tol": tol, "seconds": seconds, "iterations": len(residuals) - 1, "error": error(x)})
         say(f"    pyamg default, tol {tol:.0e}: {seconds:.3f} s, {len(residuals) - 1} CG iterations, "
             f"algebraic error {sweep[-1]['error']:.2e}")
@@ -100,7 +130,8 @@ def race(grid: int, a, say) -> dict:
             break
     matched = next((s for s in sweep if s["error"] <= target), None)
     pyamg_s = None if matched is None else matched["seconds"]
-    return {"grid": grid, "unknowns": int(free.sum()), "assembly_s": assembly, "assembly_with_csr_s": csr,
+    return {"grid": grid, "dims": dims, "unknowns": int(system.rhs.size if dims == 3 else (~system.fixed).sum()),
+            "assembly_s": assembly, "assembly_with_csr_s": csr,
             "gmg_s": gmg_s, "pipeline_s": whole_s,
             "gmg_finest_cycles": stats["finest_cycles"], "gmg_error": gmg_error, "target_error": target,
             "gmg_meets_target": gmg_error <= target,
@@ -136,7 +167,9 @@ def compare_run(run_dir: Path, out: Path, samples: int, env: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grids", type=int, nargs="+", default=[257, 513, 1025], help="nodes per side of the race")
+    parser.add_argument("--grids", type=int, nargs="*", default=[257, 513, 1025], help="nodes per side of the race")
+    parser.add_argument("--grids3d", type=int, nargs="*", default=[65, 129],
+                        help="nodes per side of the 3-D race (the poisson3d family)")
     parser.add_argument("--scaling", type=int, nargs="*", default=[33, 65, 129, 257, 513, 1025],
                         help="nodes per side of the time-per-unknown sweep")
     parser.add_argument("--instances", type=int, default=3, help="KL instances per grid in the race")
@@ -158,13 +191,15 @@ def main() -> None:
     say("time per unknown of the multigrid pipeline (assembly + hierarchy + FMG to discretisation accuracy):")
     per_unknown = scaling(args.scaling, coeffs, say)
     races = {}
-    for grid in args.grids:
-        say(f"race at {grid}^2:")
-        rows = [race(grid, a, say) for a in coeffs]
-        solve = [r["pyamg_over_gmg"] for r in rows if r["pyamg_over_gmg"] is not None]
-        whole = [r["pyamg_pipeline_over_pipeline"] for r in rows if r["pyamg_pipeline_over_pipeline"] is not None]
-        races[str(grid)] = {"instances": rows, "median_pyamg_over_gmg": statistics.median(solve) if solve else None,
-                            "median_pyamg_pipeline_over_pipeline": statistics.median(whole) if whole else None}
+    for dims, grids in ((2, args.grids), (3, args.grids3d)):
+        for grid in grids:
+            say(f"race at {grid}^{dims}:")
+            rows = [race(grid, a, say, dims) for a in coeffs]
+            solve = [r["pyamg_over_gmg"] for r in rows if r["pyamg_over_gmg"] is not None]
+            whole = [r["pyamg_pipeline_over_pipeline"] for r in rows if r["pyamg_pipeline_over_pipeline"] is not None]
+            races[str(grid) if dims == 2 else f"{grid}^3"] = {
+                "instances": rows, "median_pyamg_over_gmg": statistics.median(solve) if solve else None,
+                "median_pyamg_pipeline_over_pipeline": statistics.median(whole) if whole else None}
     equal = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
@@ -180,9 +215,11 @@ def main() -> None:
             equal[run_dir.name]["resolution"] = report["resolution"]
     keys = {}
     for grid, race_ in races.items():
-        for key, value in (("gmg_vs_pyamg_default", race_["median_pyamg_over_gmg"]),
-                           ("pipeline_vs_pyamg_default", race_["median_pyamg_pipeline_over_pipeline"])):
-            keys[f"{key}_{grid}"] = None if value is None else round(value, 2)
+        # 3-D keys name the cells per side (129^3 nodes: gmg3d_vs_pyamg_default_128).
+        name = f"3d_vs_pyamg_default_{int(grid[:-2]) - 1}" if grid.endswith("^3") else f"_vs_pyamg_default_{grid}"
+        for key, value in (("gmg", race_["median_pyamg_over_gmg"]),
+                           ("pipeline", race_["median_pyamg_pipeline_over_pipeline"])):
+            keys[key + name] = None if value is None else round(value, 2)
     print(json.dumps({
         "benchmark": "fem_vs_inference",
         "scaling": per_unknown,
@@ -190,6 +227,7 @@ def main() -> None:
         **keys,
         "goal_gmg_vs_pyamg_default_1025": 3.0,
         "goal_pipeline_vs_pyamg_default_1025": 10.0,
+        "goal_gmg3d_vs_pyamg_default_128": 3.0,
         "equal_accuracy": equal,
         "numpy": np.__version__,
     }, indent=2))

@@ -121,8 +121,9 @@ def test_level_change_splits_the_loss_at_a_level_change(tmp_path):
 
 
 def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
-    out = subprocess.run([sys.executable, str(BENCH / "fem_vs_inference.py"), "--grids", "33", "--scaling", "17", "33",
-                          "--instances", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run([sys.executable, str(BENCH / "fem_vs_inference.py"), "--grids", "33", "--grids3d", "17",
+                          "--scaling", "17", "33", "--instances", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     (row,) = report["race"]["33"]["instances"]
@@ -130,5 +131,8 @@ def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
     assert row["gmg_meets_target"] and row["pyamg_default_sweep"][-1]["error"] <= row["target_error"]
     assert row["pipeline_s"] >= row["gmg_s"] > 0 and row["assembly_with_csr_s"] >= 0
     assert report["pipeline_vs_pyamg_default_33"] == round(row["pyamg_pipeline_over_pipeline"], 2) > 0
+    (row3,) = report["race"]["17^3"]["instances"]  # 3-D: the hexahedral multigrid against pyamg's default
+    assert row3["dims"] == 3 and row3["gmg_meets_target"] and row3["pyamg_default_sweep"][-1]["error"] <= row3["target_error"]
+    assert report["gmg3d_vs_pyamg_default_16"] == round(row3["pyamg_over_gmg"], 2) > 0
     assert [r["grid"] for r in report["scaling"]] == [17, 33]
     assert all(r["seconds_per_unknown"] > 0 for r in report["scaling"])
