@@ -1,4 +1,5 @@
-"""Peak resident memory per sample and samples/s of a training step at 256^2, 512^2 and 1024^2, plain and checkpointed.
+"""Peak resident memory per sample and samples/s of a training step at 256^2, 512^2 and 1024^2 (3-D configs:
+grid^3), plain and checkpointed.
 
 Each case runs in a fresh process: the config's problem and model are built at the
 grid, the resident set is read (``baseline``), the kernel's high-water mark is reset
@@ -17,6 +18,7 @@ as ``deepfusion train`` sets them; one more 1024^2 run without them gives
 ``huge_pages_speedup_1024``. Linux only. Prints one JSON object.
 
     python benchmarks/memory.py [--config configs/poisson_1024.toml] [--threads 2]
+    python benchmarks/memory.py --config configs/poisson3d.toml --grids 65 129 --budget-gib 20
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     from deepfusion.wiring import build_model, build_problem, training_parameters
 
     torch.set_num_threads(threads)
-    cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution=[{grid},{grid}]", f"model.checkpoint_activations={str(checkpointed).lower()}"])
+    dims = len(load_config(config).problem.resolution)  # a 3-D family's grid is grid^3
+    cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution={[grid] * dims}",
+                               f"model.checkpoint_activations={str(checkpointed).lower()}"])
     problem = build_problem(cfg)
     model = build_model(cfg, problem).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -91,7 +95,7 @@ def run_case(args: argparse.Namespace, grid: int, batch: int, checkpointed: bool
         cmd.append("--checkpointed")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(ROOT),
                THP_MEM_ALLOC_ENABLE="1" if huge_pages else "0")
-    print(f"  {grid}^2, batch {batch}, {'checkpointed' if checkpointed else 'plain'}"
+    print(f"  grid {grid}, batch {batch}, {'checkpointed' if checkpointed else 'plain'}"
           f"{'' if huge_pages else ', 4 KiB pages'} ...", file=sys.stderr, flush=True)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     row = json.loads(out.stdout)

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "hex_solver", "q1_to_grid", "godunov_configurations", "godunov_solver",
+__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "Q1Classical", "godunov_configurations", "godunov_solver",
            "godunov_to_grid"]
 
 # "fmg1": full multigrid (geometric, Galerkin coarse operators), one V-cycle per level; "fmg":
@@ -47,7 +47,7 @@ def q1_configurations(problem) -> dict[str, list[int]]:
 
 
 def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A function of one instance's parameters returning its Q1 solution on a grid x grid mesh.
+    """A function of one instance's parameters returning its Q1 solution on a grid x grid (x grid) mesh.
 
     Everything a user of that solver pays per instance happens inside the call (the Q1
     assembly and the multigrid setup included), so timing the call times the solve.
@@ -55,7 +55,8 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
     """
     if method not in Q1_METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
-    coarse = dataclasses.replace(problem, resolution=(grid, grid))
+    dims = len(problem.resolution)
+    coarse = dataclasses.replace(problem, resolution=(grid,) * dims)
 
     def fem(params: np.ndarray) -> np.ndarray:
         system = coarse.fem_system(params)
@@ -64,32 +65,14 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
 
             ml = pyamg.smoothed_aggregation_solver(system.A)
             u = ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500)
+            if dims == 3:  # the 3-D system's unknowns are its free nodes
+                return system.full(u)
             u[system.fixed] = system.values[system.fixed]
             return u.reshape(system.shape)
         from diffnet.solvers.gmg import GMGSolver
-
-        return GMGSolver.build(system).fmg(cycles=1, to_discretisation=method == "fmg")
-
-    return fem
-
-
-def hex_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
-    """:func:`q1_solver` for the 3-D family: one instance's Q1 hexahedral solution on a grid^3 mesh,
-    assembly and multigrid setup inside the call."""
-    if method not in Q1_METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
-    coarse = dataclasses.replace(problem, resolution=(grid, grid, grid))
-
-    def fem(params: np.ndarray) -> np.ndarray:
-        system = coarse.fem_system(params)
-        if method == "sa-cg":
-            import pyamg
-
-            ml = pyamg.smoothed_aggregation_solver(system.A)
-            return system.full(ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500))
         from diffnet.solvers.gmg3d import GMG3D
 
-        return GMG3D.build(system).fmg(cycles=1, to_discretisation=method == "fmg")
+        return (GMG3D if dims == 3 else GMGSolver).build(system).fmg(cycles=1, to_discretisation=method == "fmg")
 
     return fem
 
@@ -139,3 +122,24 @@ def godunov_to_grid(problem, native: np.ndarray, c: np.ndarray) -> np.ndarray:
     from diffnet.solvers.burgers import nodal_field
 
     return nodal_field(native, problem.resolution[1], float(np.asarray(c).reshape(())))
+
+
+class Q1Classical:
+    """The ``classical`` capability of the Q1 families (2-D and 3-D), mixed into a :class:`~diffnet.family.Family`
+    with ``fem_system`` and ``truth_refine``: geometric multigrid FMG over a sweep of grids, and pyamg's
+    default beside it."""
+
+    classical_baseline = "sa-cg"  # pyamg's default, timed beside the cheapest configuration
+
+    @property
+    def classical_methods(self) -> dict[str, str]:
+        return Q1_METHODS
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        return q1_configurations(self)
+
+    def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+        return q1_solver(self, method, grid)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        return q1_to_grid(self, native)

@@ -22,8 +22,14 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.fields import write_fields
     from deepfusion.wiring import build_problem, field_attrs
 
+    from deepfusion.registry import FamilyError, family_class
+
     check_output_file(args.out)
-    resolution = args.resolution * 2 if len(args.resolution) == 1 else args.resolution
+    try:
+        dims = family_class(args.family).dims
+    except FamilyError as e:
+        raise InputError(str(e)) from None
+    resolution = args.resolution * dims if len(args.resolution) == 1 else args.resolution
     check_resolution(resolution)
     # A reference solve has no training data; random sampling keeps the data section valid for any family.
     cfg = load_config(None, [f"problem.family={args.family}", f"problem.resolution={list(resolution)}",

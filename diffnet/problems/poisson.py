@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import brentq
 
+from diffnet.classical import Q1Classical
 from diffnet.constants import constant
 from diffnet.energy import dirichlet_energy
 from diffnet.family import Family, ParameterSpec
@@ -20,6 +21,7 @@ __all__ = [
     "kl_modes",
     "sample_coefficients",
     "KLOptions",
+    "KLCoefficients",
     "KLFamily",
     "PoissonProblem",
 ]
@@ -96,8 +98,46 @@ class KLOptions:
                                "times the intervals (2..16)", integer_in(2, 16))
 
 
+class KLCoefficients:
+    """The instances of a KL diffusivity family, 2-D or 3-D: coefficient rows a (S, m) in the box
+    ``coeff_range``^m, or nodal diffusivity fields in their place. Mixed into a :class:`Family`
+    with ``kl_terms``, ``coeff_range``, ``dims`` and ``diffusivity(params)``."""
+
+    @classmethod
+    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
+        m = options.kl_terms
+        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
+            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
+                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
+                             description="KL coefficients")
+
+    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
+        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
+
+    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
+        """Uniform on the training range, or standard normal (the Karhunen-Loève expansion's own law)."""
+        if distribution == "normal":
+            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
+        return super().draw(n, distribution, seed)
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 of each instance's diffusivity, with its coefficients as the label."""
+        labels = ["ν" if np.asarray(p).ndim == self.dims else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
+                  for p in params]
+        return np.log10(self.diffusivity_numpy(params)), labels
+
+    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
+        """``diffusivity`` in float64 numpy, for the reference solver."""
+        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
+
+
 @dataclass(frozen=True)
-class KLFamily(Family):
+class KLFamily(KLCoefficients, Q1Classical, Family):
     """Diffusivities nu(x, y) = exp(sum_i a_i lambda_i phi_i(x) phi_i(y)) on an (N_y, N_x) nodal grid of [0,1]^2.
 
     Instance parameters are coefficient rows a, shape (S, m); a batch of nodal
@@ -128,38 +168,10 @@ class KLFamily(Family):
         """Constructor arguments of a subclass's own keys."""
         return {}
 
-    @classmethod
-    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
-        m = options.kl_terms
-        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
-            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
-                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
-
     def describe(self) -> str:
         if self.constant > 0:
             return f"nu={self.constant}"
         return f"nu=KL(m={self.kl_terms}, eta={self.eta}, a in {list(self.coeff_range)})"
-
-    @property
-    def parameters(self) -> ParameterSpec:
-        lo, hi = self.coeff_range
-        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
-                             description="KL coefficients")
-
-    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
-        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
-
-    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
-        """Uniform on the training range, or standard normal (the Karhunen-Loève expansion's own law)."""
-        if distribution == "normal":
-            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
-        return super().draw(n, distribution, seed)
-
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """log10 of each instance's diffusivity, with its coefficients as the label."""
-        labels = ["ν" if np.asarray(p).ndim == 2 else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
-                  for p in params]
-        return np.log10(self.diffusivity_numpy(params)), labels
 
     @property
     def hx(self) -> float:
@@ -198,10 +210,6 @@ class KLFamily(Family):
         yy = c["y"][:, None].expand(*self.resolution).expand(s, -1, -1)
         xx = c["x"][None, :].expand(*self.resolution).expand(s, -1, -1)
         return torch.stack([torch.log(nu), yy, xx], dim=1)
-
-    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
-        """:meth:`diffusivity` in float64 numpy, for the reference solver."""
-        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
 
     def reference(self, params: np.ndarray, progress=None, method: str = "amg") -> np.ndarray:
         """Q1 FEM solutions on this grid, shape (S, N_y, N_x), float64."""
@@ -262,30 +270,6 @@ class KLFamily(Family):
         for k in range(len(out)):
             out[k] = GMGSolver.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
         return out
-
-    # -- classical solvers for ``compare`` (diffnet.classical) --------------------------
-    classical_baseline = "sa-cg"  # pyamg's default, timed beside the cheapest configuration
-
-    @property
-    def classical_methods(self) -> dict[str, str]:
-        from diffnet.classical import Q1_METHODS
-
-        return Q1_METHODS
-
-    def classical_configurations(self) -> dict[str, list[int]]:
-        from diffnet.classical import q1_configurations
-
-        return q1_configurations(self)
-
-    def classical_solver(self, method: str, grid: int):
-        from diffnet.classical import q1_solver
-
-        return q1_solver(self, method, grid)
-
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
-        from diffnet.classical import q1_to_grid
-
-        return q1_to_grid(self, native)
 
     def fem_system(self, params: np.ndarray):
         """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.poisson.FEMSystem`).

@@ -17,29 +17,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.classical import Q1Classical
 from diffnet.constants import constant
 from diffnet.energy3d import dirichlet_energy_3d
-from diffnet.family import Family, ParameterSpec
-from diffnet.options import integer_in, interval, option, positive
-from diffnet.problems.poisson import kl_modes, sample_coefficients
+from diffnet.family import Family
+from diffnet.options import integer_in, option
+from diffnet.problems.poisson import KLCoefficients, KLOptions, kl_modes
 
 __all__ = ["KL3DOptions", "Poisson3D"]
 
 
 @dataclass(frozen=True)
-class KL3DOptions:
+class KL3DOptions(KLOptions):
     """``[poisson3d]``: the 3-D Karhunen-Loève diffusivity family and the evaluation's reference."""
 
-    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
-    kl_eta: float = option(0.5, "correlation length η", positive)
-    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
     # 2x finer in 3-D: 4x at 65^3 would be 257^3 = 17 M unknowns per instance.
     truth_refine: int = option(2, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
                                "times the intervals (2..8)", integer_in(2, 8))
 
 
 @dataclass(frozen=True)
-class Poisson3D(Family):
+class Poisson3D(KLCoefficients, Q1Classical, Family):
     """The 3-D KL Poisson family on an (N_z, N_y, N_x) nodal grid of [0,1]^3.
 
     Instance parameters are coefficient rows a (S, m), or nodal diffusivity fields
@@ -64,35 +62,8 @@ class Poisson3D(Family):
             raise ValueError(f"problem.resolution: the 3-D family needs [N_z, N_y, N_x] with at least 3 nodes each, "
                              f"got {list(self.resolution)}")
 
-    @classmethod
-    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
-        m = options.kl_terms
-        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
-            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
-                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
-
     def describe(self) -> str:
         return f"nu=KL3D(m={self.kl_terms}, eta={self.kl_eta}, a in {list(self.coeff_range)})"
-
-    @property
-    def parameters(self) -> ParameterSpec:
-        lo, hi = self.coeff_range
-        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
-                             description="KL coefficients")
-
-    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
-        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
-
-    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
-        if distribution == "normal":
-            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
-        return super().draw(n, distribution, seed)
-
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """log10 of each instance's diffusivity (S, N_z, N_y, N_x), with its coefficients as the label."""
-        labels = ["ν" if np.asarray(p).ndim == 3 else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
-                  for p in params]
-        return np.log10(self.diffusivity_numpy(params)), labels
 
     # -- geometry and inputs -------------------------------------------------------------
     @property
@@ -119,9 +90,6 @@ class Poisson3D(Family):
             return params
         modes = constant(("kl3d", self.kl_eta, self.kl_terms, self.resolution), self.log_modes, params)
         return torch.exp(torch.einsum("sm,mzyx->szyx", params, modes))
-
-    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
-        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """Network input (S, 4, N_z, N_y, N_x): log nu, then z, y and x."""
@@ -196,27 +164,3 @@ class Poisson3D(Family):
         for k in range(len(out)):
             out[k] = GMG3D.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
         return out
-
-    # -- the sweep of ``deepfusion compare`` (diffnet.classical) --------------------------
-    classical_baseline = "sa-cg"
-
-    @property
-    def classical_methods(self) -> dict[str, str]:
-        from diffnet.classical import Q1_METHODS
-
-        return Q1_METHODS
-
-    def classical_configurations(self) -> dict[str, list[int]]:
-        from diffnet.classical import q1_configurations
-
-        return q1_configurations(self)
-
-    def classical_solver(self, method: str, grid: int):
-        from diffnet.classical import hex_solver
-
-        return hex_solver(self, method, grid)
-
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
-        from diffnet.classical import q1_to_grid
-
-        return q1_to_grid(self, native)
