@@ -43,19 +43,10 @@ from launch import thread_env  # noqa: E402  (benchmarks/launch.py, beside this 
 TOLERANCES = (1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6, 1e-7, 1e-8, 1e-10)
 
 
-def _multigrid(system):
-    """The geometric multigrid class of an assembled system: 2-D (identity rows at the Dirichlet nodes)
-    or 3-D (the Dirichlet planes eliminated)."""
-    from diffnet.solvers.gmg import GMGSolver
-    from diffnet.solvers.gmg3d import GMG3D
-
-    return GMG3D if len(system.shape) == 3 else GMGSolver
-
-
 def fmg_solve(system):
     """Hierarchy and FMG to discretisation accuracy for one assembled system: (field, stats)."""
     stats: dict = {}
-    return _multigrid(system).build(system).fmg(cycles=1, to_discretisation=True, stats=stats), stats
+    return system.multigrid().fmg(cycles=1, to_discretisation=True, stats=stats), stats
 
 
 def pipeline(problem, a):
@@ -68,8 +59,8 @@ def _exact(system):
     import numpy as np
 
     if len(system.shape) == 2:
-        return _multigrid(system).build(system).solve(1e-12)
-    gmg, u = _multigrid(system).build(system), np.zeros(system.shape)
+        return system.multigrid().solve(1e-12)
+    gmg, u = system.multigrid(), np.zeros(system.shape)
     for _ in range(60):  # V-cycles contract by ~0.1 each: until the change is at rounding level
         u, last = gmg.vcycles(u, 1), u
         if np.linalg.norm(u - last) <= 1e-14 * np.linalg.norm(u):

@@ -183,25 +183,23 @@ def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train
 
 
 def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
-    from deepfusion.plots import plot_fields, plot_loss
+    from deepfusion.plots import mid_plane, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
     coords = problem.coordinates()
-    axes = list(coords)
     shown = min(len(test), 6)
     labels = [f"{names[k]}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
     pred, truth = pred[:shown], acc.truth[:shown]
     inputs = input_labels = None
     if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
         inputs, input_labels = problem.input_fields(test[:shown])
-    if len(axes) == 3:
-        # 3-D: the mid-plane of the first axis (the field files hold the volumes, for ParaView).
-        mid = pred.shape[1] // 2
+    if len(coords) == 3:  # 3-D: the mid-plane (the field files hold the volumes, for ParaView)
+        mid, plane, coords = mid_plane(coords)
         pred, truth = pred[:, mid], truth[:, mid]
         inputs = None if inputs is None else inputs[:, mid]
-        labels = [f"{label}, {axes[0]} = {coords[axes[0]][mid]:.2f}" for label in labels]
-        axes = axes[1:]
+        labels = [f"{label}, {plane}" for label in labels]
+    axes = list(coords)
     extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
     plot_fields(pred, truth, extent, labels, (axes[1], axes[0]), plots / "fields.png",
                 ref_name="reference", inputs=inputs, input_labels=input_labels)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_loss", "plot_fields", "plot_pareto", "plot_statistics"]
+__all__ = ["plot_loss", "plot_fields", "plot_pareto", "plot_statistics", "mid_plane"]
 
 
 def _pyplot():
@@ -156,18 +156,24 @@ def _pareto_figure(report: dict):
     return fig
 
 
+def mid_plane(coords: dict[str, np.ndarray]) -> tuple[int, str, dict[str, np.ndarray]]:
+    """For a 3-D grid's coordinates, the plane a PNG shows: the index of the first axis's middle node,
+    its label (``"z = 0.50"``) and the plane's two coordinate arrays."""
+    axis, *rest = list(coords)
+    mid = len(coords[axis]) // 2
+    return mid, f"{axis} = {coords[axis][mid]:.2f}", {k: coords[k] for k in rest}
+
+
 def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray], axis_names: tuple[str, str],
                     out: Path) -> Path:
     """One panel per statistics field (mean, std, and the classical ones when present), labelled colour bars;
     a mean and its classical counterpart share one colour scale, as do the two standard deviations."""
     plt = _pyplot()
     plane = ""
-    if len(coords) == 3:  # 3-D: the mid-plane of the first axis (the statistics file holds the volumes)
-        axis, *rest = list(coords)
-        mid = len(coords[axis]) // 2
+    if len(coords) == 3:  # 3-D: the mid-plane (the statistics file holds the volumes)
+        mid, label, coords = mid_plane(coords)
         fields = {k: v[mid] for k, v in fields.items()}
-        plane = f", {axis} = {coords[axis][mid]:.2f}"
-        coords = {k: coords[k] for k in rest}
+        plane = f", {label}"
     first, second = (coords[n] for n in list(coords))
     extent = (float(second[0]), float(second[-1]), float(first[0]), float(first[-1]))
     names = list(fields)

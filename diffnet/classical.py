@@ -69,10 +69,7 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
                 return system.full(u)
             u[system.fixed] = system.values[system.fixed]
             return u.reshape(system.shape)
-        from diffnet.solvers.gmg import GMGSolver
-        from diffnet.solvers.gmg3d import GMG3D
-
-        return (GMG3D if dims == 3 else GMGSolver).build(system).fmg(cycles=1, to_discretisation=method == "fmg")
+        return system.multigrid().fmg(cycles=1, to_discretisation=method == "fmg")
 
     return fem
 

@@ -22,10 +22,9 @@ def _norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(math.gcd(8, channels), channels)
 
 
-# Per spatial dimension: convolution, average pooling and the interpolation mode of the resampling.
+# Per spatial dimension: convolution and average pooling (the resampling is diffnet.multilevel.prolong).
 _CONV = {2: nn.Conv2d, 3: nn.Conv3d}
 _POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
-_MODE = {2: "bilinear", 3: "trilinear"}
 
 
 class _Block(nn.Sequential):
@@ -161,7 +160,7 @@ def _down(block: _Block, x: torch.Tensor, pool: bool) -> torch.Tensor:
 
 def _up(block: _Block, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
     """One decoder level: double the resolution, join the skip connection, then the block."""
-    x = F.interpolate(x, scale_factor=2.0, mode=_MODE[x.ndim - 2], align_corners=False)
+    x = prolong(x, [2 * n for n in x.shape[2:]], align_corners=False)
     return block(torch.cat([x, skip], dim=1))
 
 
@@ -219,7 +218,7 @@ class _Levels(nn.Module):
         if k == 0:
             return self.base.run(x)
         top = self.tops[k - 1]
-        coarse = F.interpolate(x, size=top.coarse_size(x.shape[2:]), mode=_MODE[x.ndim - 2], align_corners=True)
+        coarse = prolong(x, top.coarse_size(x.shape[2:]))
         raw, feats = self._run(coarse, k - 1)
         recompute = self.base.checkpoint_activations and self.training and torch.is_grad_enabled()
         return top(x, raw, feats, recompute)

@@ -20,9 +20,8 @@ def _progress(k: int, n: int) -> None:
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.config import family_table, load_config, parse_override
     from deepfusion.fields import write_fields
-    from deepfusion.wiring import build_problem, field_attrs
-
     from deepfusion.registry import FamilyError, family_class
+    from deepfusion.wiring import build_problem, field_attrs
 
     check_output_file(args.out)
     try:

@@ -264,11 +264,9 @@ class KLFamily(KLCoefficients, Q1Classical, Family):
         Each V-cycle contracts the algebraic error (the distance to this grid's FEM solution,
         the floor field) by the cycle's factor; the discretisation error stays.
         """
-        from diffnet.solvers.gmg import GMGSolver
-
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
         for k in range(len(out)):
-            out[k] = GMGSolver.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
+            out[k] = self.fem_system(params[k]).multigrid().vcycles(fields[k], cycles)
         return out
 
     def fem_system(self, params: np.ndarray):

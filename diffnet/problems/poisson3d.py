@@ -158,9 +158,7 @@ class Poisson3D(KLCoefficients, Q1Classical, Family):
 
     def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
         """``cycles`` V(1,1)-cycles of the 3-D multigrid on each instance from the network's ``fields``."""
-        from diffnet.solvers.gmg3d import GMG3D
-
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
         for k in range(len(out)):
-            out[k] = GMG3D.build(self.fem_system(params[k])).vcycles(fields[k], cycles)
+            out[k] = self.fem_system(params[k]).multigrid().vcycles(fields[k], cycles)
         return out

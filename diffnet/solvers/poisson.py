@@ -124,6 +124,12 @@ class FEMSystem:
         """(N, N) CSR matrix, nodes numbered row-major."""
         return to_csr(self.stencil)
 
+    def multigrid(self):
+        """This system's geometric multigrid hierarchy (:class:`~diffnet.solvers.gmg.GMGSolver`)."""
+        from diffnet.solvers.gmg import GMGSolver
+
+        return GMGSolver.build(self)
+
     def solve(self, method: str = "amg", tol: float = 1e-10, stats: dict | None = None) -> np.ndarray:
         """The nodal solution, shape (N_y, N_x), float64.
 

@@ -140,13 +140,17 @@ class HexSystem:
         u[:, :, 0], u[:, :, -1] = self.left, self.right
         return u
 
+    def multigrid(self):
+        """This system's geometric multigrid hierarchy (:class:`~diffnet.solvers.gmg3d.GMG3D`)."""
+        from diffnet.solvers.gmg3d import GMG3D
+
+        return GMG3D.build(self)
+
     def solve(self, method: str = "gmg") -> np.ndarray:
         """The nodal solution (N_z, N_y, N_x): ``gmg`` (FMG to a tenth of the discretisation error),
         ``amg`` (pyamg smoothed aggregation + CG to 1e-10) or ``direct`` (sparse LU; small grids)."""
         if method == "gmg":
-            from diffnet.solvers.gmg3d import GMG3D
-
-            return GMG3D.build(self).fmg(to_discretisation=True)
+            return self.multigrid().fmg(to_discretisation=True)
         if method == "amg":
             import pyamg
 
