@@ -184,6 +184,10 @@ class MPICommunicator:
         wrap = lambda c: None if c == MPI.COMM_NULL else _sub(c, self)  # noqa: E731
         return wrap(node), wrap(leaders)
 
+    def split(self, color: int, key: int) -> "MPICommunicator":
+        """The ranks of the same ``color``, ordered by ``key`` (collective; shares this watchdog)."""
+        return _sub(self.comm.Split(color, key), self)
+
     def abort(self, code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()

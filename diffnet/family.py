@@ -192,6 +192,17 @@ class Family:
         """Per-sample loss terms, each (S,); the training loss is their sum."""
         raise NotImplementedError
 
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+        """The whole grid's per-sample loss terms from one tile ``raw`` (S, 1, *tile) of the network's
+        output under a domain split (a :class:`diffnet.tiling.Tiling`); every tile gets the same values.
+
+        The default is exact for any family: the tiles' outputs gathered (one field per sample, a
+        small part of a generator's memory), then :meth:`field` and :meth:`loss_terms` on the whole
+        grid, on every tile. A family whose loss is a sum over elements overrides it to work on its
+        tile with a halo (the Q1 energies do).
+        """
+        return self.loss_terms(self.field(tiling.gather(raw), params), params)
+
     # -- defaults of optional members -------------------------------------------------
     def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
         """The independent reference on this grid's nodes (default: :meth:`reference`)."""

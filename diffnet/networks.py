@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from diffnet.multilevel import prolong, synthesise
+from diffnet.tiling import Tiling, tiled_conv, tiled_group_norm, tiled_upsample2
 
 __all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "parameter_count"]
 
@@ -40,6 +41,18 @@ class _Block(nn.Sequential):
             _norm(c_out),
             nn.SiLU(),
         )
+
+    def forward(self, x: torch.Tensor, tiling: Tiling | None = None) -> torch.Tensor:
+        if tiling is None:
+            return super().forward(x)
+        for layer in self:
+            if isinstance(layer, nn.GroupNorm):
+                x = tiled_group_norm(layer, x, tiling)
+            elif isinstance(layer, nn.SiLU):
+                x = layer(x)
+            else:
+                x = tiled_conv(layer, x, tiling)
+        return x
 
 
 class UNet(nn.Module):
@@ -112,38 +125,51 @@ class UNet(nn.Module):
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run(x)[0]
+    def forward(self, x: torch.Tensor, tiling: Tiling | None = None) -> torch.Tensor:
+        return self.run(x, tiling)[0]
 
-    def run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The output (S, out_channels, *grid) and the finest features (S, channels[0], *grid)."""
+    def run(self, x: torch.Tensor, tiling: Tiling | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output (S, out_channels, *grid) and the finest features (S, channels[0], *grid).
+
+        With a ``tiling`` (:mod:`diffnet.tiling`), ``x`` is one tile of each sample's grid and the
+        result that tile's part of the whole grid's output; every tile side must then be a
+        multiple of ``2 ** (len(channels) - 1)`` (no padding between tiles).
+        """
         if self.output == "nodal":
-            feats = self.features(x)
+            feats = self.features(x, tiling=tiling)
             return self.head(feats), feats
         crop = _crop(x)
-        levels = self.features(x, every_level=True)  # coarsest first, on the padded grids
+        levels = self.features(x, every_level=True, tiling=tiling)  # coarsest first, on the padded grids
         corrections = [head(f) for head, f in zip(self.coarse_heads, levels[:-1])] + [self.head(levels[-1])]
-        out = synthesise(corrections, align_corners=False)
+        if tiling is None:
+            out = synthesise(corrections, align_corners=False)
+        else:
+            out = corrections[0]
+            for c in corrections[1:]:
+                out = tiled_upsample2(out, tiling) + c
         return out[crop], levels[-1][crop]
 
-    def features(self, x: torch.Tensor, every_level: bool = False):
+    def features(self, x: torch.Tensor, every_level: bool = False, tiling: Tiling | None = None):
         """The finest level's features (S, channels[0], *grid), before the 1x1 output head; with
         ``every_level``, the features of every decoder resolution, coarsest first, uncropped."""
         crop = _crop(x)
         m = 2 ** (len(self.channels) - 1)
         pads = [(-n) % m for n in x.shape[2:]]
+        if any(pads) and tiling is not None:
+            raise ValueError(f"a tiled U-Net needs tile sides that are multiples of {m} (2^(levels - 1)), "
+                             f"got {list(x.shape[2:])}")
         if any(pads):
             x = F.pad(x, tuple(v for p in reversed(pads) for v in (0, p)), mode="replicate")
         # Recomputation only pays where a backward pass follows.
         run = _recomputed if self.checkpoint_activations and self.training and torch.is_grad_enabled() else _direct
         skips = []
         for i, block in enumerate(self.down):
-            x = run(_down, block, x, i > 0)
+            x = run(_down, block, x, i > 0, tiling)
             skips.append(x)
         skips.pop()
         levels = [x]
         for block in self.up:
-            x = run(_up, block, x, skips.pop())
+            x = run(_up, block, x, skips.pop(), tiling)
             levels.append(x)
         return levels if every_level else x[crop]
 
@@ -153,15 +179,19 @@ def _crop(x: torch.Tensor) -> tuple:
     return (Ellipsis, *(slice(0, n) for n in x.shape[2:]))
 
 
-def _down(block: _Block, x: torch.Tensor, pool: bool) -> torch.Tensor:
-    """One encoder level: halve the resolution (except at the finest level), then the block."""
-    return block(_POOL[x.ndim - 2](x, 2) if pool else x)
+def _down(block: _Block, x: torch.Tensor, pool: bool, tiling: Tiling | None = None) -> torch.Tensor:
+    """One encoder level: halve the resolution (except at the finest level), then the block.
+    (Pooling is local to a tile: every tile starts on an even node.)"""
+    return block(_POOL[x.ndim - 2](x, 2) if pool else x, tiling)
 
 
-def _up(block: _Block, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+def _up(block: _Block, x: torch.Tensor, skip: torch.Tensor, tiling: Tiling | None = None) -> torch.Tensor:
     """One decoder level: double the resolution, join the skip connection, then the block."""
-    x = prolong(x, [2 * n for n in x.shape[2:]], align_corners=False)
-    return block(torch.cat([x, skip], dim=1))
+    if tiling is None:
+        x = prolong(x, [2 * n for n in x.shape[2:]], align_corners=False)
+    else:
+        x = tiled_upsample2(x, tiling)
+    return block(torch.cat([x, skip], dim=1), tiling)
 
 
 def _direct(segment, *args) -> torch.Tensor:

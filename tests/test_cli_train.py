@@ -110,11 +110,14 @@ def test_reference_command(tmp_path, cli):
     # The 4x finer reference at 1024^2 is a 1.7e7-unknown solve; 2x keeps the test short.
     ("poisson_1024.toml", ["--set", "data.n_test=1", "--set", "poisson.truth_refine=2"]),
     ("burgers_1024.toml", ["--set", "burgers.test_c=[4.1]"]),
+    # 3-D: one step per level up to 128^3, then the 255^3 reference of one held-out instance.
+    ("poisson3d_128.toml", ["--set", "data.n_test=1"]),
 ])
 def test_high_resolution_configs_train_here(tmp_path, config, extra):
     # One checkpointed training step on every level of the shipped multigrid schedule, up to
     # the full grid, then the evaluation against the reference and the grid's floor.
-    levels = load_config(ROOT / "configs" / config).multigrid.levels
+    cfg = load_config(ROOT / "configs" / config)
+    levels = cfg.multigrid.levels
     ones = "[" + ",".join("1" for _ in levels) + "]"
     run_dir = tmp_path / "run"
     proc = run_cli("train", str(ROOT / "configs" / config), "--out", str(run_dir), "--set", "data.n_train=1",
@@ -125,9 +128,9 @@ def test_high_resolution_configs_train_here(tmp_path, config, extra):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["grid"][0] for r in records] == list(levels)
     assert records[-1]["step"] == len(levels) and all(np.isfinite(r["loss"]) for r in records)
-    n = levels[-1]
+    grid = tuple(cfg.problem.resolution)
     with h5py.File(run_dir / "test_prediction.h5") as f:
-        assert f["u"].shape == (1, n, n) and np.isfinite(f["u"][()]).all()
+        assert f["u"].shape == (1, *grid) and np.isfinite(f["u"][()]).all()
     report = json.loads((run_dir / "eval.json").read_text())
     assert len(report["rel_l2"]) == 1 and np.isfinite(report["rel_l2"][0])
     assert 0 < report["floor_rel_l2"][0] < report["rel_l2"][0]

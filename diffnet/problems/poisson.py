@@ -15,6 +15,7 @@ from diffnet.constants import constant
 from diffnet.energy import dirichlet_energy
 from diffnet.family import Family, ParameterSpec
 from diffnet.options import integer_in, interval, option, positive
+from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
 
 __all__ = [
     "kl_roots",
@@ -301,6 +302,15 @@ class PoissonProblem(KLFamily):
         nu = self.diffusivity(params.to(u.dtype))
         lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)).expand_as(u)
         return {"energy": dirichlet_energy(u, nu, self.hx, self.hy) / dirichlet_energy(lift, nu, self.hx, self.hy)}
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+        """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
+        summed over the tiles."""
+        x = axis_coordinates(tiling, 1, raw)
+        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [1])
+        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
+        energy = lambda v, c: dirichlet_energy(v, c, self.hx, self.hy)  # noqa: E731
+        return {"energy": element_sum(energy, tiling, u, nu) / element_sum(energy, tiling, (1.0 - x).expand_as(u), nu)}
 
     def _fem_system(self, nu: np.ndarray):
         from diffnet.solvers.poisson import poisson_system

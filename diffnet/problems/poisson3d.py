@@ -23,6 +23,7 @@ from diffnet.energy3d import dirichlet_energy_3d
 from diffnet.family import Family
 from diffnet.options import integer_in, option
 from diffnet.problems.poisson import KLCoefficients, KLOptions, kl_modes
+from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
 
 __all__ = ["KL3DOptions", "Poisson3D"]
 
@@ -110,6 +111,15 @@ class Poisson3D(KLCoefficients, Q1Classical, Family):
         lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[2], dtype=u.dtype, device=u.device)).expand_as(u)
         h = self.spacing
         return {"energy": dirichlet_energy_3d(u, nu, *h) / dirichlet_energy_3d(lift, nu, *h)}
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+        """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
+        summed over the tiles."""
+        x = axis_coordinates(tiling, 2, raw)
+        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [2])
+        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
+        energy = lambda v, c: dirichlet_energy_3d(v, c, *self.spacing)  # noqa: E731
+        return {"energy": element_sum(energy, tiling, u, nu) / element_sum(energy, tiling, (1.0 - x).expand_as(u), nu)}
 
     # -- classical solves ----------------------------------------------------------------
     def fem_system(self, params: np.ndarray):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from diffnet.energy import reaction_diffusion_energy
 from diffnet.options import nonnegative, one_of, option
 from diffnet.problems.poisson import KLFamily, KLOptions
+from diffnet.tiling import element_sum, zero_boundary
 
 __all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
 
@@ -75,6 +76,15 @@ class ReactionDiffusionProblem(KLFamily):
         nu = self.diffusivity(params.to(u.dtype))
         j = reaction_diffusion_energy(u, nu, self.kappa, self.source, self.hx, self.hy)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+        """:meth:`loss_terms` under a domain split: the tile's field, the energy of its own elements
+        summed over the tiles (the scale from the whole grid's nu, which every tile computes)."""
+        u = zero_boundary(raw[:, 0], tiling, [0, 1])
+        nu_full = self.diffusivity(params.to(u.dtype))
+        energy = lambda v, c: reaction_diffusion_energy(v, c, self.kappa, self.source, self.hx, self.hy)  # noqa: E731
+        j = element_sum(energy, tiling, u, tiling.local(nu_full))
+        return {"energy": j / energy_scale(nu_full.mean(dim=(1, 2)), self.kappa, self.source)}
 
     def _fem_system(self, nu: np.ndarray):
         from diffnet.solvers.poisson import reaction_diffusion_system

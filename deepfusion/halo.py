@@ -1,0 +1,214 @@
+"""Domain parallelism: one sample's grid split into tiles over a group of MPI ranks, with halo
+exchange and the sums over a sample's tiles (the :class:`diffnet.tiling.Tiling` of a process grid).
+
+The job's ranks form a data x domain grid: ``domain`` = [P_1, ..., P_d] ranks split every
+sample (tile (i_1, ..., i_d) on domain rank i_1 * P_2 ... P_d + ... + i_d, row-major), and
+consecutive groups of prod(domain) ranks are the data-parallel replicas, as with
+``parallel.domain = 1`` each rank is one. Halos move by non-blocking point-to-point
+messages (MPI_Isend/Irecv, both faces at once); their gradients go back the same way
+and are added into the faces they came from.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from diffnet.tiling import Tiling, grow
+
+__all__ = ["tile_bounds", "domain_groups", "MPITiling"]
+
+
+def tile_bounds(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """Split ``n`` nodes into ``parts`` equal contiguous ranges whose sizes are multiples of ``align``.
+
+    Raises ValueError with a one-line reason when the grid does not split so (equal tiles keep
+    a U-Net's pooling levels aligned across tiles).
+    """
+    if parts < 1:
+        raise ValueError(f"parallel.domain: need at least one tile per axis, got {parts}")
+    if n % parts or (n // parts) % align:
+        raise ValueError(f"parallel.domain: {n} nodes do not split into {parts} tiles of a multiple of {align} nodes")
+    size = n // parts
+    return [(k * size, (k + 1) * size) for k in range(parts)]
+
+
+def domain_groups(comm, tiles: int):
+    """(the domain group of this rank, its data group): ``comm``'s ranks in consecutive blocks of
+    ``tiles`` (one sample's tiles), and the ranks holding the same tile of every block (collective)."""
+    if tiles < 1 or comm.size % tiles:
+        raise ValueError(f"parallel.domain: {tiles} tiles per sample do not divide the {comm.size} ranks")
+    if tiles == 1:
+        return None, comm
+    return comm.split(comm.rank // tiles, comm.rank), comm.split(comm.rank % tiles, comm.rank)
+
+
+class MPITiling(Tiling):
+    """This rank's tile of every sample's grid in a domain group.
+
+    Parameters
+    ----------
+    comm : deepfusion.comm.MPICommunicator
+        The domain group: prod(``splits``) ranks that together hold one sample.
+    grid : sequence of int
+        The whole grid's nodes per spatial axis.
+    splits : sequence of int
+        Tiles per spatial axis.
+    align : int
+        Every tile side a multiple of this (``2 ** (U-Net levels - 1)``, so pooling stays local).
+    """
+
+    def __init__(self, comm, grid: Sequence[int], splits: Sequence[int], align: int = 1) -> None:
+        self.comm = comm
+        self.grid = tuple(int(n) for n in grid)
+        self.splits = tuple(int(p) for p in splits)
+        if len(self.splits) != len(self.grid):
+            raise ValueError(f"parallel.domain: {len(self.splits)} splits for a {len(self.grid)}-D grid")
+        if math.prod(self.splits) != comm.size:
+            raise ValueError(f"parallel.domain: {list(self.splits)} needs {math.prod(self.splits)} ranks per sample, "
+                             f"the domain group has {comm.size}")
+        self.coords = tuple(int(c) for c in np.unravel_index(comm.rank, self.splits))
+        self.bounds = tuple(tile_bounds(n, p, align)[c] for n, p, c in zip(self.grid, self.splits, self.coords))
+
+    @property
+    def tiles(self) -> int:
+        return self.comm.size
+
+    def neighbour(self, axis: int, step: int) -> int | None:
+        """The domain rank of the tile ``step`` (-1 or +1) along ``axis``; None beyond the grid."""
+        c = list(self.coords)
+        c[axis] += step
+        if not 0 <= c[axis] < self.splits[axis]:
+            return None
+        return int(np.ravel_multi_index(c, self.splits))
+
+    def pad_axis(self, x, axis, low, high, mode):
+        if self.splits[axis] == 1:
+            return super().pad_axis(x, axis, low, high, mode)
+        # One autograd node on every tile, faces between tiles or not, so that every tile's
+        # backward pass reaches the same exchanges in the same order.
+        return _Exchange.apply(x, self, axis, low, high, mode)
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return _AllSum.apply(t, self.comm)
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        return _Gather.apply(x, self)
+
+    def block(self, rank: int) -> tuple[slice, ...]:
+        """The index of domain rank ``rank``'s tile in a whole-grid tensor (..., *grid)."""
+        coords = np.unravel_index(rank, self.splits)
+        sizes = [n // p for n, p in zip(self.grid, self.splits)]
+        return (Ellipsis, *(slice(c * s, (c + 1) * s) for c, s in zip(coords, sizes)))
+
+    def swap(self, axis: int, to_low: torch.Tensor | None, to_high: torch.Tensor | None,
+             from_low: tuple[int, ...] | None, from_high: tuple[int, ...] | None, like: torch.Tensor):
+        """Send ``to_low``/``to_high`` to the neighbours along ``axis`` and receive tensors of the shapes
+        ``from_low``/``from_high`` from them (None: nothing that way); both faces in flight at once."""
+        MPI = self.comm._MPI
+        world, requests, received = self.comm.comm, [], [None, None]
+        for side, (step, out, shape) in enumerate(((-1, to_low, from_low), (+1, to_high, from_high))):
+            peer = self.neighbour(axis, step)
+            if peer is None:
+                continue
+            # Tags name the face as the receiver sees it: a tile's high face is its neighbour's low one.
+            if shape is not None:
+                buf = torch.empty(shape, dtype=like.dtype)
+                received[side] = buf
+                requests.append(world.Irecv(buf.numpy(), source=peer, tag=2 * axis + side))
+            if out is not None:
+                out = out.detach().contiguous()
+                received.append(out)  # keep the send buffer alive until Waitall
+                requests.append(world.Isend(out.numpy(), dest=peer, tag=2 * axis + (1 - side)))
+        with self.comm._guard("a halo exchange"):
+            MPI.Request.Waitall(requests)
+        return received[0], received[1]
+
+
+class _Exchange(torch.autograd.Function):
+    """One axis's halos: forward sends the tile's face layers to the neighbours that need them (its
+    first ``high`` layers to the low neighbour, its last ``low`` ones to the high one) and grows the
+    tile (:func:`diffnet.tiling.grow`); backward returns the halos' gradients to the tiles they came
+    from, which add them into those faces (and a replicated boundary face's into its edge layer)."""
+
+    @staticmethod
+    def forward(ctx, x, tiling, axis, low, high, mode):
+        dim, n = 2 + axis, x.shape[2 + axis]
+        if max(low, high) > n:
+            raise ValueError(f"a halo of {max(low, high)} layers is wider than the tile's {n}")
+        has_low, has_high = tiling.neighbour(axis, -1) is not None, tiling.neighbour(axis, +1) is not None
+        lo_t, hi_t = tiling.swap(axis, x.narrow(dim, 0, high) if has_low and high else None,
+                                 x.narrow(dim, n - low, low) if has_high and low else None,
+                                 _resized(x.shape, dim, low) if has_low and low else None,
+                                 _resized(x.shape, dim, high) if has_high and high else None, x)
+        ctx.tiling, ctx.axis, ctx.low, ctx.high, ctx.mode, ctx.shape = tiling, axis, low, high, mode, x.shape
+        return grow(x.detach(), dim, lo_t, hi_t, low, high, mode)
+
+    @staticmethod
+    def backward(ctx, g):
+        tiling, axis, low, high, mode = ctx.tiling, ctx.axis, ctx.low, ctx.high, ctx.mode
+        dim, n = 2 + axis, ctx.shape[2 + axis]
+        has_low, has_high = tiling.neighbour(axis, -1) is not None, tiling.neighbour(axis, +1) is not None
+        lo_w = low if has_low or mode != "none" else 0  # layers grown at each face
+        grad = g.narrow(dim, lo_w, n).clone()
+        g_low, g_high = g.narrow(dim, 0, lo_w), g.narrow(dim, lo_w + n, g.shape[dim] - lo_w - n)
+        # My low halo came from the low neighbour's last layers: its gradient goes back there; what the
+        # low neighbour sends me is the gradient of its high halo, i.e. of my first ``high`` layers.
+        from_low, from_high = tiling.swap(axis, g_low.contiguous() if has_low and low else None,
+                                          g_high.contiguous() if has_high and high else None,
+                                          _resized(ctx.shape, dim, high) if has_low and high else None,
+                                          _resized(ctx.shape, dim, low) if has_high and low else None, g)
+        if from_low is not None:
+            grad.narrow(dim, 0, high).add_(from_low)
+        if from_high is not None:
+            grad.narrow(dim, n - low, low).add_(from_high)
+        if mode == "replicate":  # a boundary face's copies: their gradients go to the edge layer
+            if not has_low and low:
+                grad.narrow(dim, 0, 1).add_(g_low.sum(dim=dim, keepdim=True))
+            if not has_high and high:
+                grad.narrow(dim, n - 1, 1).add_(g_high.sum(dim=dim, keepdim=True))
+        return grad, None, None, None, None, None
+
+
+def _resized(shape: torch.Size, dim: int, width: int) -> tuple[int, ...]:
+    return tuple(width if k == dim else s for k, s in enumerate(shape))
+
+
+class _AllSum(torch.autograd.Function):
+    """The sum over a domain group; its gradient is the sum of the gradients (every rank's loss
+    depends on every rank's contribution)."""
+
+    @staticmethod
+    def forward(ctx, t, comm):
+        ctx.comm = comm
+        return comm.allreduce_(t.detach().clone().contiguous())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.comm.allreduce_(grad.detach().clone().contiguous()), None
+
+
+class _Gather(torch.autograd.Function):
+    """The whole grid from every tile, on every tile (MPI_Allgather of the equal tiles); backward
+    sums the whole grid's gradient over the tiles and keeps this tile's block."""
+
+    @staticmethod
+    def forward(ctx, x, tiling):
+        ctx.tiling = tiling
+        x = x.detach().contiguous()
+        parts = torch.empty((tiling.tiles, *x.shape), dtype=x.dtype)
+        with tiling.comm._guard("a tile gather"):
+            tiling.comm.comm.Allgather(x.numpy(), parts.numpy())
+        full = x.new_empty((*x.shape[:2], *tiling.grid))
+        for r in range(tiling.tiles):
+            full[tiling.block(r)] = parts[r]
+        return full
+
+    @staticmethod
+    def backward(ctx, grad):
+        tiling = ctx.tiling
+        total = tiling.comm.allreduce_(grad.detach().clone().contiguous())
+        return total[tiling.block(tiling.comm.rank)].clone(), None

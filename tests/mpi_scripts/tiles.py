@@ -1,0 +1,92 @@
+"""Run under mpiexec: a sample split over ranks gives the unsplit generator's output, loss and gradients.
+
+For every split the world size allows (2 ranks: 2-D [1, 2] and [2, 1], 3-D slabs [2, 1, 1]; 4 ranks:
+[2, 2], [1, 4], [4, 1, 1] and [2, 2, 1], and groups of 2 beside a data-parallel pair), each family's
+tiled loss (the Q1 energies on the tile's own elements, the gathered default for Burgers) and the
+tiled U-Net (nodal and multilevel output) are compared with the whole grid: the tile's output
+with its block of the whole output, the loss, and the parameter gradients summed over the
+tiles. float64 to 1e-10, float32 to 1e-5. Rank 0 prints one ``OK`` line per case; a mismatch
+raises (MPI_Abort through abort_on_error).
+"""
+
+import math
+
+import torch
+
+from deepfusion.comm import abort_on_error, world
+from deepfusion.halo import MPITiling, domain_groups
+from diffnet.networks import UNet
+from diffnet.problems.burgers import BurgersProblem
+from diffnet.problems.poisson import PoissonProblem
+from diffnet.problems.poisson3d import Poisson3D
+from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def case(problem, params, output, splits, domain, dtype, tol) -> str:
+    torch.manual_seed(0)  # the same model on every rank
+    channels = (4, 8, 8)
+    model = UNet(problem.in_channels, 1, channels, output=output, dims=problem.dims).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():  # the zero-initialised heads would make gradients trivial
+            p.add_(0.05 * torch.randn_like(p))
+    params = params.to(dtype) if params.is_floating_point() else params
+    # The whole grid, as one rank computes it.
+    x = problem.inputs(params).to(dtype)
+    raw = model(x)
+    terms = problem.loss_terms(problem.field(raw, params), params)
+    loss = sum(t.sum() for t in terms.values())
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    # The tile of this rank: its share of the objective is the (replicated) loss over the tiles.
+    tiling = MPITiling(domain, problem.resolution, splits, align=2 ** (len(channels) - 1))
+    raw_t = model(tiling.local(x), tiling)
+    terms_t = problem.tile_loss_terms(raw_t, params, tiling)
+    loss_t = sum(t.sum() for t in terms_t.values())
+    grads_t = torch.autograd.grad(loss_t / tiling.tiles, list(model.parameters()))
+    summed = [domain.allreduce_(g.detach().clone().contiguous()) for g in grads_t]
+    errors = {
+        "output": relative(raw_t, tiling.local(raw).detach()),
+        "loss": max(relative(terms_t[k], terms[k].detach()) for k in terms),
+        "gradient": max(relative(a, b) for a, b in zip(summed, grads)),
+    }
+    bad = {k: v for k, v in errors.items() if not v < tol}
+    label = f"{problem.name} {output} {list(splits)} {str(dtype).split('.')[-1]}"
+    if bad:
+        raise AssertionError(f"{label}: differs from the whole grid by {bad}")
+    return label + " " + " ".join(f"{k}={v:.1e}" for k, v in errors.items())
+
+
+def main(comm) -> None:
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(1)
+    kl = lambda n: torch.rand(n, 6, dtype=torch.float64, generator=g) * 6 - 3  # noqa: E731
+    problems = [
+        (PoissonProblem((32, 32)), kl(2)),
+        (ReactionDiffusionProblem((16, 32)), kl(2)),
+        (BurgersProblem((16, 32), viscosity=0.01), torch.tensor([3.5, 5.0], dtype=torch.float64)),
+        (Poisson3D((16, 16, 16)), kl(2)),
+    ]
+    splits2 = {2: [(1, 2), (2, 1)], 4: [(2, 2), (1, 4)]}
+    splits3 = {2: [(2, 1, 1)], 4: [(4, 1, 1), (2, 2, 1)]}
+    runs = []
+    for tiles in sorted({2, comm.size}):
+        domain, _ = domain_groups(comm, tiles)
+        for problem, params in problems:
+            for splits in (splits3 if problem.dims == 3 else splits2)[tiles]:
+                runs.append((problem, params, "multilevel", splits, domain, torch.float64, 1e-10))
+        runs.append((problems[0][0], problems[0][1], "nodal", splits2[tiles][0], domain, torch.float64, 1e-10))
+        runs.append((problems[0][0], problems[0][1], "multilevel", splits2[tiles][0], domain, torch.float32, 1e-5))
+        runs.append((problems[3][0], problems[3][1], "multilevel", splits3[tiles][0], domain, torch.float32, 1e-5))
+    for args in runs:
+        line = case(*args)
+        if comm.rank == 0:
+            print("OK", line, f"(domain groups of {math.prod(args[3])} in {comm.size} ranks)", flush=True)
+
+
+if __name__ == "__main__":
+    comm = world()
+    with abort_on_error(comm):
+        main(comm)
