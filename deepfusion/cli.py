@@ -83,6 +83,10 @@ def _add_infer(sub) -> None:
                    help="then K iterations of the family's polish step from the network's output (multigrid "
                         "V-cycles for the Q1 families, Newton sweeps of the conservative Burgers scheme); default 0 = "
                         "the pure network")
+    p.add_argument("--domain", default="", metavar="P[,P...]",
+                   help="split each field over the job's ranks (under mpiexec): tiles per axis, e.g. 1,2 or 2,2; one "
+                        "number for slabs along the first axis. The product must equal the number of ranks; rank 0 "
+                        "writes the file")
     p.set_defaults(func=_run("infer"))
 
 
@@ -176,8 +180,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
-    Under mpiexec/srun every rank runs this. ``train`` works on all ranks; the other
-    commands run on rank 0 alone. User errors are agreed on collectively and reported
+    Under mpiexec/srun every rank runs this. ``train`` (and ``infer --domain``, which splits
+    each field over the ranks) works on all ranks; the other commands run on rank 0 alone. User errors are agreed on collectively and reported
     once (status 2); any other exception on one rank aborts the whole job.
     """
     from deepfusion.comm import abort_on_error, world
@@ -189,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with abort_on_error(comm):
         try:
             args = make_parser().parse_args(argv)
-            if args.command != "train" and comm.rank != 0:
+            everyone = args.command == "train" or (args.command == "infer" and args.domain.strip())
+            if not everyone and comm.rank != 0:
                 return 0
             return args.func(args, comm)
         except user_errors() as exc:

@@ -19,7 +19,7 @@ import torch
 
 from diffnet.tiling import Tiling, grow
 
-__all__ = ["tile_bounds", "domain_groups", "MPITiling"]
+__all__ = ["tile_bounds", "domain_splits", "domain_groups", "MPITiling"]
 
 
 def tile_bounds(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
@@ -34,6 +34,11 @@ def tile_bounds(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
         raise ValueError(f"parallel.domain: {n} nodes do not split into {parts} tiles of a multiple of {align} nodes")
     size = n // parts
     return [(k * size, (k + 1) * size) for k in range(parts)]
+
+
+def domain_splits(domain: Sequence[int], dims: int) -> tuple[int, ...]:
+    """``parallel.domain`` as tiles per axis of a ``dims``-D grid (one number: slabs along the first axis)."""
+    return tuple(domain) if len(domain) == dims else (int(domain[0]),) + (1,) * (dims - 1)
 
 
 def domain_groups(comm, tiles: int):
@@ -92,6 +97,16 @@ class MPITiling(Tiling):
         # backward pass reaches the same exchanges in the same order.
         return _Exchange.apply(x, self, axis, low, high, mode)
 
+    def return_halos(self, axis, low, high, to_low, to_high, like):
+        if self.splits[axis] == 1:
+            return None, None
+        dim = 2 + axis
+        return self.swap(axis, None if to_low is None else to_low.contiguous(),
+                         None if to_high is None else to_high.contiguous(),
+                         _resized(like.shape, dim, high) if self.neighbour(axis, -1) is not None and high else None,
+                         _resized(like.shape, dim, low) if self.neighbour(axis, +1) is not None and low else None,
+                         like)
+
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         return _AllSum.apply(t, self.comm)
 
@@ -149,28 +164,7 @@ class _Exchange(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        tiling, axis, low, high, mode = ctx.tiling, ctx.axis, ctx.low, ctx.high, ctx.mode
-        dim, n = 2 + axis, ctx.shape[2 + axis]
-        has_low, has_high = tiling.neighbour(axis, -1) is not None, tiling.neighbour(axis, +1) is not None
-        lo_w = low if has_low or mode != "none" else 0  # layers grown at each face
-        grad = g.narrow(dim, lo_w, n).clone()
-        g_low, g_high = g.narrow(dim, 0, lo_w), g.narrow(dim, lo_w + n, g.shape[dim] - lo_w - n)
-        # My low halo came from the low neighbour's last layers: its gradient goes back there; what the
-        # low neighbour sends me is the gradient of its high halo, i.e. of my first ``high`` layers.
-        from_low, from_high = tiling.swap(axis, g_low.contiguous() if has_low and low else None,
-                                          g_high.contiguous() if has_high and high else None,
-                                          _resized(ctx.shape, dim, high) if has_low and high else None,
-                                          _resized(ctx.shape, dim, low) if has_high and low else None, g)
-        if from_low is not None:
-            grad.narrow(dim, 0, high).add_(from_low)
-        if from_high is not None:
-            grad.narrow(dim, n - low, low).add_(from_high)
-        if mode == "replicate":  # a boundary face's copies: their gradients go to the edge layer
-            if not has_low and low:
-                grad.narrow(dim, 0, 1).add_(g_low.sum(dim=dim, keepdim=True))
-            if not has_high and high:
-                grad.narrow(dim, n - 1, 1).add_(g_high.sum(dim=dim, keepdim=True))
-        return grad, None, None, None, None, None
+        return ctx.tiling.unpad_axis(g, ctx.axis, ctx.low, ctx.high, ctx.mode), None, None, None, None, None
 
 
 def _resized(shape: torch.Size, dim: int, width: int) -> tuple[int, ...]:
@@ -212,3 +206,40 @@ class _Gather(torch.autograd.Function):
         tiling = ctx.tiling
         total = tiling.comm.allreduce_(grad.detach().clone().contiguous())
         return total[tiling.block(tiling.comm.rank)].clone(), None
+
+
+class DomainSplit:
+    """This rank's place in the job's data x domain process grid (``parallel.domain``).
+
+    Parameters
+    ----------
+    comm : deepfusion.comm.MPICommunicator
+        The whole job.
+    splits : sequence of int
+        Tiles per spatial axis (:func:`domain_splits`).
+    Attributes
+    ----------
+    domain : MPICommunicator
+        The ranks that hold this rank's samples, one tile each.
+    data_rank, data_size : int
+        This rank's data-parallel group and the number of groups: the batch is split over the groups
+        as over ranks without a split.
+    """
+
+    def __init__(self, comm, splits: Sequence[int]) -> None:
+        self.splits = tuple(int(p) for p in splits)
+        tiles = math.prod(self.splits)
+        if comm.size % tiles:
+            raise ValueError(f"parallel.domain: {list(self.splits)} needs a multiple of {tiles} ranks, the job has "
+                             f"{comm.size}")
+        self.domain, _ = domain_groups(comm, tiles)
+        self.tiles = tiles
+        self.data_rank, self.data_size = comm.rank // tiles, comm.size // tiles
+        self._tilings: dict = {}
+
+    def tiling(self, grid: Sequence[int]) -> MPITiling:
+        """This rank's tile of ``grid`` (equal tiles; the U-Net checks its own alignment)."""
+        key = tuple(grid)
+        if key not in self._tilings:
+            self._tilings[key] = MPITiling(self.domain, key, self.splits)
+        return self._tilings[key]

@@ -42,6 +42,12 @@ def config_differences(old: Config, new: Config) -> list[str]:
     return out
 
 
+# How a run is laid out over ranks and threads, not what it computes (beyond rounding, as the
+# number of ranks, which is not in the config either): a run may continue with other values.
+LAYOUT_KEYS = ("parallel.domain", "parallel.threads_per_rank", "parallel.gradsync", "parallel.bucket_mb",
+               "parallel.progress_ms", "parallel.check_every", "parallel.collective_timeout_s")
+
+
 def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str], None],
                       may_differ: tuple[str, ...] = ()) -> tuple[Path, object] | None:
     """The newest valid checkpoint of the run in ``run_dir`` to continue from, or None for a fresh run.
@@ -49,8 +55,8 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
     A run directory holding checkpoints is resumed whether or not ``--resume`` is given
     (a requeued job simply runs the same command again); damaged checkpoints are
     skipped with one line each (``warn``); it must have been written with the same
-    config except for the keys in ``may_differ`` (a longer schedule), so a run is never
-    mixed with another; the refusal names the keys that differ.
+    config except for the keys in ``may_differ`` (a longer schedule) and the layout over ranks
+    (:data:`LAYOUT_KEYS`), so a run is never mixed with another; the refusal names the keys that differ.
     """
     from deepfusion.checkpoint import checkpoint_files, latest_valid_checkpoint
 
@@ -64,7 +70,7 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
         raise InputError(f"{directory}: no valid checkpoint left to resume from (all refused above)")
     path, ckpt = found
     differ = [k for k in config_differences(saved_config(ckpt, path), cfg)
-              if k not in may_differ and not k.startswith("output.")]  # the run may have been moved
+              if k not in may_differ and k not in LAYOUT_KEYS and not k.startswith("output.")]  # the run may have been moved
     if differ:
         shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
         raise InputError(

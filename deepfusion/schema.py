@@ -223,6 +223,11 @@ class ParallelConfig:
         doc="bucket size in MiB")
     check_every: int = _key(_nonnegative, default=100,
         doc="steps between cross-rank parameter checks (0: never)")
+    domain: tuple[int, ...] = _key(lambda v: None if len(v) <= 3 and all(1 <= p <= 4096 for p in v) else
+                                   "must be at most 3 tile counts, each 1..4096", default=(),
+        doc="split each sample's grid over this many ranks per axis (`[P_y, P_x]`, 3-D `[P_z, P_y, P_x]`; one number: "
+            "slabs along the first axis); the other ranks form data-parallel groups of prod(domain) ranks. `[]`: no "
+            "split (see Domain parallelism)")
     # CUDA only: how gradient buckets are summed, TF32 matrix products/convolutions,
     # bf16 autocast of the network, and the training step replayed as a CUDA graph.
     gpu_reduce: str = _key(_choice("auto", "nccl", "mpi", "staged"), default="auto",

@@ -18,35 +18,42 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
 
 
 def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
-             channels_last: bool = False) -> tuple[torch.Tensor, Terms]:
+             channels_last: bool = False, tiling=None) -> tuple[torch.Tensor, Terms]:
     """The batch's summed loss (a scalar to differentiate) and its per-term sums (detached).
 
     Every optimiser uses this one definition: the Adam steps (divided by the global batch),
-    the L-BFGS objective, and the benchmarks' training steps.
+    the L-BFGS objective, and the benchmarks' training steps. With a ``tiling``
+    (:class:`deepfusion.halo.MPITiling`: this rank holds one tile of each sample) the generator
+    and the loss run on the tile, every tile gets each sample's whole loss, and each
+    contributes 1/tiles of it: summed over all ranks, every sample counts once.
     """
     # bf16 autocast covers the network only: the PDE loss (differences of nearby
     # values, energies) stays in the training dtype, where it keeps its digits.
     amp = torch.autocast(p.device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
     x = problem.inputs(p)
+    if tiling is not None:
+        x = tiling.local(x).contiguous()  # a copy: the whole grid's input is not kept
     if channels_last:
         x = to_channels_last(x)
     with amp:
-        raw = model(x)
-    u = problem.field(raw.to(p.dtype), p)
-    terms = problem.loss_terms(u, p)
+        raw = model(x) if tiling is None else model(x, tiling)
+    if tiling is None:
+        terms = problem.loss_terms(problem.field(raw.to(p.dtype), p), p)
+    else:
+        terms = {k: t / tiling.tiles for k, t in problem.tile_loss_terms(raw.to(p.dtype), p, tiling).items()}
     return sum(t.sum() for t in terms.values()), {name: t.detach().sum() for name, t in terms.items()}
 
 
-def _forward(model, problem, b_eff: int, autocast: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
+def _forward(model, problem, b_eff: int, autocast: str, tiling=None) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
     def run(p: torch.Tensor) -> tuple[torch.Tensor, Terms]:
-        total, sums = loss_sum(model, problem, p, autocast=autocast)
+        total, sums = loss_sum(model, problem, p, autocast=autocast, tiling=tiling)
         return total / b_eff, sums
 
     return run
 
 
 def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none", cuda_graph: bool = False,
-                    example: torch.Tensor | None = None, warmup: int = 3) -> Callable[[torch.Tensor], Terms]:
+                    example: torch.Tensor | None = None, warmup: int = 3, tiling=None) -> Callable[[torch.Tensor], Terms]:
     """A function p -> per-term loss sums that leaves this rank's gradients in ``sync``'s buffer.
 
     Parameters
@@ -65,8 +72,10 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
         stream, as CUDA requires) and replay the graph every step: the step's many small
         kernel launches become one. Needs static shapes, which training has (every step
         has the same local batch); ``example`` is a batch of that shape.
+    tiling
+        This rank's tile of each sample under a domain split (see :func:`loss_sum`).
     """
-    run = _forward(model, problem, b_eff, autocast)
+    run = _forward(model, problem, b_eff, autocast, tiling)
     if not cuda_graph:
         def eager(p: torch.Tensor) -> Terms:
             loss, sums = run(p)

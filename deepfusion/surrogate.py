@@ -118,8 +118,12 @@ class Surrogate:
     def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0) -> np.ndarray:
         return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu), polish=polish)
 
-    def fields(self, params: np.ndarray, polish: int = 0) -> np.ndarray:
+    def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.
+
+        With a ``tiling`` (a domain split: :class:`deepfusion.halo.MPITiling`, collective over its
+        ranks) the generator runs on this rank's tile of each field and every rank gets the
+        gathered fields.
 
         ``polish`` > 0 improves them by that many classical iterations from the network's
         output (multigrid V-cycles for Poisson and reaction-diffusion, Newton sweeps of the
@@ -130,7 +134,7 @@ class Surrogate:
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
-        u = predict(self._model, self.problem, params, self.chunk)
+        u = predict(self._model, self.problem, params, self.chunk, tiling=tiling)
         if polish:
             require(self.problem, "polish", "polish")
             try:

@@ -98,6 +98,7 @@ def train(
     log: Callable[[str], None] = print,
     stages: Sequence[Stage] | None = None,
     level: Callable[[int], tuple[torch.nn.Module, Problem]] | None = None,
+    domain=None,
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
 
@@ -125,6 +126,10 @@ def train(
     has its own optimiser (a level's loss has its own scale), learning-rate schedule, batch and
     sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
     finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
+
+    With a ``domain`` (:class:`deepfusion.halo.DomainSplit`), each sample is split over a group of
+    ranks that hold one tile each; the batch is split over the groups as it is over ranks
+    without one, and the gradient sum over all ranks is the global mean's gradient.
 
     Raises
     ------
@@ -167,9 +172,10 @@ def train(
                 done = step
                 step, loss_value, stopped = _first_order_phase(
                     module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
-                    step=step, threads=threads, config_text=config_text, stop=stop,
+                    step=step, threads=threads, config_text=config_text, stop=stop, domain=domain,
                 )
-                samples += (step - done) * local_batch_size(stage.batch_size, comm.size) * comm.size
+                groups = comm.size if domain is None else domain.data_size
+                samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
                 if stopped:
                     break
             if step < total and not stopped:
@@ -200,20 +206,23 @@ def _stage_seed(seed: int, stage: Stage) -> int:
 
 
 def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed,
-                       comm, parallel, step, threads, config_text, stop: StopRequest) -> tuple[int, float, bool]:
+                       comm, parallel, step, threads, config_text, stop: StopRequest, domain=None) -> tuple[int, float, bool]:
     """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
     name = first_order(cfg.optimizer) or "adam"
     n, b = all_params.shape[0], stage.batch_size
-    b_eff = local_batch_size(b, comm.size) * comm.size
+    # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
+    data_rank, groups = (comm.rank, comm.size) if domain is None else (domain.data_rank, domain.data_size)
+    tiling = None if domain is None else domain.tiling(problem.resolution)
+    b_eff = local_batch_size(b, groups) * groups
     per_epoch = steps_per_epoch(n, b)
     schedule = dataclasses.replace(cfg, lr=stage.lr)
     seed = _stage_seed(seed, stage)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
                     parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
-    b_loc = local_batch_size(b, comm.size)
+    b_loc = local_batch_size(b, groups)
     local_step = make_local_step(model, problem, sync, b_eff, autocast=parallel.autocast,
-                                 cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc])
+                                 cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc], tiling=tiling)
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
     stopping = False
@@ -225,7 +234,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
             t0 = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = learning_rate(step - stage.first_step, stage.steps, schedule)
-            idx = local_indices(seed, epoch, k, comm.rank, comm.size, n, b)
+            idx = local_indices(seed, epoch, k, data_rank, groups, n, b)
             terms = local_step(all_params[idx])
             t1 = time.perf_counter()
             # The loss terms' sums and this rank's stop flag, summed beside the gradients: one

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from diffnet.constants import constant
 
-__all__ = ["interpolation_matrix", "prolong", "restrict", "synthesise", "synthesis_adjoint"]
+__all__ = ["interpolation_matrix", "prolong", "prolong_block", "restrict", "synthesise", "synthesis_adjoint"]
 
 
 def interpolation_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
@@ -63,6 +63,22 @@ def prolong(v: torch.Tensor, size: Sequence[int], align_corners: bool = True) ->
     :func:`interpolation_matrix` (one such factor per axis).
     """
     return F.interpolate(v, size=tuple(size), mode=_MODES[len(size)], align_corners=align_corners)
+
+
+def prolong_block(v: torch.Tensor, size: Sequence[int], bounds: Sequence[tuple[int, int]],
+                  align_corners: bool = True) -> torch.Tensor:
+    """The block ``bounds`` ([start, stop) per axis of ``size``) of :func:`prolong` ``(v, size)``, without
+    forming the rest: per axis, the interpolation matrix's rows of the block applied to the
+    coarse layers they touch (a domain split's tile of a whole coarse field)."""
+    d = len(size)
+    for axis, (a, b) in enumerate(bounds):
+        dim = v.ndim - d + axis
+        rows = interpolation_matrix(v.shape[dim], size[axis], align_corners)[a:b]
+        used = np.flatnonzero(np.abs(rows).sum(axis=0))
+        lo, hi = int(used[0]), int(used[-1]) + 1
+        m = constant(("interp block", v.shape[dim], size[axis], a, b, align_corners), lambda r=rows: r[:, lo:hi], v)
+        v = torch.movedim(torch.tensordot(v.narrow(dim, lo, hi - lo), m, dims=([dim], [1])), -1, dim)
+    return v
 
 
 def restrict(v: torch.Tensor, size: Sequence[int], align_corners: bool = True) -> torch.Tensor:

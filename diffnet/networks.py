@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from diffnet.multilevel import prolong, synthesise
+from diffnet.multilevel import prolong, prolong_block, synthesise
 from diffnet.tiling import Tiling, tiled_conv, tiled_group_norm, tiled_upsample2
 
 __all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "parameter_count"]
@@ -226,10 +226,13 @@ class _Refinement(nn.Module):
     def coarse_size(self, size: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(max(3, round(n * self.ratio)) for n in size)
 
-    def forward(self, x: torch.Tensor, raw: torch.Tensor, feats: torch.Tensor, recompute: bool):
-        size = x.shape[2:]
-        up = [prolong(t, size) for t in (raw, feats)]
-        h = (_recomputed if recompute else _direct)(self.block, torch.cat([x, *up], dim=1))
+    def forward(self, x: torch.Tensor, raw: torch.Tensor, feats: torch.Tensor, recompute: bool,
+                tiling: Tiling | None = None):
+        if tiling is None:
+            up = [prolong(t, x.shape[2:]) for t in (raw, feats)]
+        else:  # the whole coarse output, prolonged onto this tile only
+            up = [prolong_block(t, tiling.grid, tiling.bounds) for t in (raw, feats)]
+        h = (_recomputed if recompute else _direct)(self.block, torch.cat([x, *up], dim=1), tiling)
         return up[0] + self.head(h), h
 
 
@@ -241,17 +244,21 @@ class _Levels(nn.Module):
         self.base = base
         self.tops = nn.ModuleList(tops)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._run(x, len(self.tops))[0]
+    def forward(self, x: torch.Tensor, tiling: Tiling | None = None) -> torch.Tensor:
+        return self._run(x, len(self.tops), tiling)[0]
 
-    def _run(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _run(self, x: torch.Tensor, k: int, tiling: Tiling | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Level k's output and features. With a ``tiling`` (``x`` one tile), the top level's block
+        runs on the tile and the coarser levels whole on every tile of the sample: their grids are
+        2^-d of this one's, and the memory that matters is the finest grid's."""
         if k == 0:
-            return self.base.run(x)
+            return self.base.run(x, tiling)
         top = self.tops[k - 1]
-        coarse = prolong(x, top.coarse_size(x.shape[2:]))
+        whole = x if tiling is None else tiling.gather(x)
+        coarse = prolong(whole, top.coarse_size(whole.shape[2:]))
         raw, feats = self._run(coarse, k - 1)
         recompute = self.base.checkpoint_activations and self.training and torch.is_grad_enabled()
-        return top(x, raw, feats, recompute)
+        return top(x, raw, feats, recompute, tiling)
 
 
 class LevelStack(_Levels):

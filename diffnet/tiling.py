@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["Tiling", "Whole", "halo_pad", "tiled_conv", "tiled_group_norm", "tiled_upsample2", "owned_elements",
-           "grow", "zero_boundary", "axis_coordinates", "element_sum"]
+           "halo_unpad", "grow", "zero_boundary", "axis_coordinates", "element_sum"]
 
 
 class Tiling:
@@ -59,6 +59,42 @@ class Tiling:
         neighbouring tiles' layers at faces between tiles, ``mode`` at the grid's boundary (see
         :func:`halo_pad`); differentiable. Every tile of a sample calls it with the same arguments."""
         return grow(x, 2 + axis, None, None, low, high, mode)
+
+    def unpad_axis(self, g: torch.Tensor, axis: int, low: int, high: int, mode: str,
+                   inplace: bool = False) -> torch.Tensor:
+        """The adjoint of :meth:`pad_axis`: the gradient ``g`` of a grown tile back to the tile, the
+        halos' parts returned to the tiles they came from and added into their faces (a replicated
+        boundary face's into its edge layer). With ``inplace`` the result is a view of ``g``, whose
+        layers it changes."""
+        dim = 2 + axis
+        inner = (not self.physical(axis, 0), not self.physical(axis, 1))
+        lo_w = low if inner[0] or mode != "none" else 0  # layers grown at each face
+        hi_w = high if inner[1] or mode != "none" else 0
+        n = g.shape[dim] - lo_w - hi_w
+        g_low, g_high = g.narrow(dim, 0, lo_w), g.narrow(dim, lo_w + n, hi_w)
+        # My low halo came from the low neighbour's last layers, its gradient goes back there; the
+        # low neighbour returns the gradient of its high halo: my first ``high`` layers.
+        from_low, from_high = self.return_halos(axis, low, high, g_low if inner[0] and low else None,
+                                                g_high if inner[1] and high else None, g)
+        grad = g.narrow(dim, lo_w, n)
+        grad = grad if inplace else grad.clone()
+        if from_low is not None:
+            grad.narrow(dim, 0, high).add_(from_low)
+        if from_high is not None:
+            grad.narrow(dim, n - low, low).add_(from_high)
+        if mode == "replicate":
+            if not inner[0] and low:
+                grad.narrow(dim, 0, 1).add_(g_low.sum(dim=dim, keepdim=True))
+            if not inner[1] and high:
+                grad.narrow(dim, n - 1, 1).add_(g_high.sum(dim=dim, keepdim=True))
+        return grad
+
+    def return_halos(self, axis: int, low: int, high: int, to_low: torch.Tensor | None, to_high: torch.Tensor | None,
+                     like: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Send the gradients of this tile's ``low``/``high`` halos (``to_low``/``to_high``) back to the
+        neighbours along ``axis`` and receive those of the neighbours' halos, which are this tile's first
+        ``high`` and last ``low`` layers; (None, None) here, where the tile has no neighbours."""
+        return None, None
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` summed over the sample's tiles (every tile gets the sum); differentiable."""
@@ -101,6 +137,19 @@ def halo_pad(x: torch.Tensor, tiling: Tiling, width: int | Sequence[tuple[int, i
     return x
 
 
+def halo_unpad(g: torch.Tensor, tiling: Tiling, width: int | Sequence[tuple[int, int]], mode: str = "zeros",
+               inplace: bool = False) -> torch.Tensor:
+    """The adjoint of :func:`halo_pad` (the axes in reverse order): the gradient of a padded tile to
+    the tile's gradient, summed over the tiles that share layers."""
+    d = g.ndim - 2
+    widths = [(width, width)] * d if isinstance(width, int) else [tuple(w) for w in width]
+    for axis in reversed(range(d)):
+        lo, hi = widths[axis]
+        if lo or hi:
+            g = tiling.unpad_axis(g, axis, lo, hi, mode, inplace)
+    return g
+
+
 def grow(x: torch.Tensor, dim: int, low: torch.Tensor | None, high: torch.Tensor | None, lo: int, hi: int,
          mode: str) -> torch.Tensor:
     """``x`` with the halos ``low``/``high`` joined along ``dim``; a missing one (a face on the grid's
@@ -129,26 +178,84 @@ def tiled_conv(conv: torch.nn.Module, x: torch.Tensor, tiling: Tiling) -> torch.
     k = conv.kernel_size[0]
     if k == 1:
         return conv(x)
-    run = F.conv2d if x.ndim == 4 else F.conv3d
-    return run(halo_pad(x, tiling, k // 2, "zeros"), conv.weight, conv.bias)
+    return _HaloConv.apply(x, conv.weight, conv.bias, tiling, k // 2)
+
+
+class _HaloConv(torch.autograd.Function):
+    """Convolution of the halo-padded tile that keeps only the tile for its backward pass.
+
+    Autograd on ``conv(halo_pad(x))`` would store the padded copy of every convolution's input
+    beside ``x`` (which the layer before keeps anyway): a second activation per convolution,
+    as much as the split saves. Here the padding is redone in the backward pass (one more halo
+    exchange, a thin layer) and the halos' gradients go back through its own backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, tiling, width):
+        ctx.tiling, ctx.width, ctx.has_bias = tiling, width, bias is not None
+        ctx.save_for_backward(x, weight)
+        return _CONV[x.ndim - 2][0](halo_pad(x, tiling, width, "zeros"), weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        conv_input, conv_weight = _CONV[x.ndim - 2][1:]
+        g = g.contiguous()
+        padded = halo_pad(x, ctx.tiling, ctx.width, "zeros")
+        shape = padded.shape
+        grad_w = conv_weight(padded, weight.shape, g)
+        del padded  # before the input gradient: one padded-size tensor alive at a time
+        grad_x = halo_unpad(conv_input(shape, weight, g), ctx.tiling, ctx.width, "zeros", inplace=True)
+        grad_b = g.sum(dim=(0, *range(2, g.ndim))) if ctx.has_bias else None
+        return grad_x, grad_w, grad_b, None, None
+
+
+_CONV = {2: (F.conv2d, torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
+         3: (F.conv3d, torch.nn.grad.conv3d_input, torch.nn.grad.conv3d_weight)}
 
 
 def tiled_group_norm(norm: torch.nn.GroupNorm, x: torch.Tensor, tiling: Tiling) -> torch.Tensor:
     """GroupNorm with each (sample, group)'s mean and biased variance taken over all its tiles
     (two passes: the mean, then the squared deviations, as the whole-grid kernel is accurate)."""
-    s, c = x.shape[:2]
-    g = norm.num_groups
-    xg = x.reshape(s, g, -1)
-    # The whole grid at this tensor's level (the tile and the grid coarsen together).
-    count = c // g
-    for n, t, w in zip(tiling.grid, tiling.shape, x.shape[2:]):
-        count *= n * w // t
-    mean = tiling.sum(xg.sum(dim=2, keepdim=True)) / count
-    dev = xg - mean
-    var = tiling.sum(dev.square().sum(dim=2, keepdim=True)) / count
-    y = (dev * torch.rsqrt(var + norm.eps)).reshape(x.shape)
-    shape = (1, c) + (1,) * (x.ndim - 2)
-    return y * norm.weight.reshape(shape) + norm.bias.reshape(shape)
+    return _GroupNorm.apply(x, norm.weight, norm.bias, tiling, norm.num_groups, norm.eps)
+
+
+class _GroupNorm(torch.autograd.Function):
+    """GroupNorm over a sample's tiles that keeps, as PyTorch's kernel does, only its input and the
+    statistics for the backward pass (the two sums of the gradient formula are summed over the
+    tiles there); autograd on the formula would keep three activation-sized intermediates."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, tiling, groups, eps):
+        s, c = x.shape[:2]
+        # The whole grid at this tensor's level (the tile and the grid coarsen together).
+        count = c // groups
+        for n, t, w in zip(tiling.grid, tiling.shape, x.shape[2:]):
+            count *= n * w // t
+        xg = x.reshape(s, groups, -1)
+        mean = tiling.sum(xg.sum(dim=2, keepdim=True)) / count
+        var = tiling.sum((xg - mean).square_().sum(dim=2, keepdim=True)) / count
+        rstd = torch.rsqrt(var + eps)
+        ctx.tiling, ctx.groups, ctx.count = tiling, groups, count
+        ctx.save_for_backward(x, weight, mean, rstd)
+        shape = (1, c) + (1,) * (x.ndim - 2)
+        return (xg - mean).mul_(rstd).view(x.shape).mul_(weight.reshape(shape)).add_(bias.reshape(shape))
+
+    @staticmethod
+    def backward(ctx, g):
+        # In place where it can be: the pass starts with every activation of the network alive.
+        x, weight, mean, rstd = ctx.saved_tensors
+        s, c = x.shape[:2]
+        xh = (x.reshape(s, ctx.groups, -1) - mean).mul_(rstd)  # x normalised, (S, G, n)
+        gc = g.reshape(s, c, -1)
+        xc = xh.view(s, c, -1)
+        grad_w = torch.einsum("scn,scn->c", gc, xc)
+        grad_b = gc.sum(dim=(0, 2))
+        dy = (gc * weight.reshape(1, c, 1)).view(s, ctx.groups, -1)
+        m1 = ctx.tiling.sum(dy.sum(dim=2, keepdim=True)) / ctx.count
+        m2 = ctx.tiling.sum(torch.einsum("sgn,sgn->sg", dy, xh)[..., None]) / ctx.count
+        grad_x = dy.sub_(m1).sub_(xh.mul_(m2)).mul_(rstd).reshape(x.shape)
+        return grad_x, grad_w, grad_b, None, None, None
 
 
 def tiled_upsample2(x: torch.Tensor, tiling: Tiling) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import warnings
 from pathlib import Path
@@ -33,9 +34,12 @@ def run(args: argparse.Namespace, comm) -> int:
         params = surrogate.instances(c=args.c, coeffs=coeffs, nu=nu, names=names)
     for w in caught:
         warn(str(w.message))
+    tiling = _tiling(args.domain, surrogate.problem.resolution, comm)
     t0 = time.perf_counter()
-    u = surrogate.fields(params, polish=args.polish)
+    u = surrogate.fields(params, polish=args.polish, tiling=tiling)
     seconds = time.perf_counter() - t0
+    if comm.rank != 0:
+        return 0
     attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
     out = write_fields(args.out, u, surrogate.problem.coordinates(), {dataset_name(surrogate.problem, params): params},
                        attrs)
@@ -44,3 +48,26 @@ def run(args: argparse.Namespace, comm) -> int:
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
           f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}")
     return 0
+
+
+def _tiling(domain: str, grid: tuple[int, ...], comm):
+    """This rank's tile of ``grid`` under ``--domain`` (None without one)."""
+    if not domain.strip():
+        return None
+    from deepfusion.halo import MPITiling, domain_splits
+
+    try:
+        counts = [int(v) for v in domain.split(",")]
+    except ValueError:
+        raise InputError(f"--domain: expected tile counts such as 2 or 1,2, got {domain!r}") from None
+    if len(counts) not in (1, len(grid)) or min(counts) < 1:
+        raise InputError(f"--domain: give one tile count per axis of the {len(grid)}-D grid, or one for slabs; "
+                         f"got {domain!r}")
+    splits = domain_splits(counts, len(grid))
+    if math.prod(splits) != comm.size:
+        raise InputError(f"--domain: {list(splits)} needs {math.prod(splits)} ranks, the job has {comm.size} "
+                         f"(launch with mpiexec -n {math.prod(splits)})")
+    try:
+        return MPITiling(comm, grid, splits)
+    except ValueError as e:
+        raise InputError(str(e).replace("parallel.domain", "--domain")) from None

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from deepfusion.wiring import build_model, build_problem, heldout_parameters, le
 __all__ = ["run"]
 
 EXIT_DIVERGED = 3
+EXIT_OUT_OF_MEMORY = 5
 # Keys a finished or interrupted run may change when it is continued: a longer schedule, or
 # an L-BFGS finish added to an Adam run (its settings free until the phase has begun).
 _LBFGS_KEYS = tuple(f"train.{key}" for key in TrainConfig.__dataclass_fields__
@@ -150,7 +152,7 @@ def _setup_device(cfg: Config, comm) -> str:
     return device
 
 
-def _batch_warnings(cfg: Config, stages, params: np.ndarray, comm, key: str) -> None:
+def _batch_warnings(cfg: Config, stages, params: np.ndarray, groups: int, key: str, unit: str = "rank") -> None:
     from deepfusion.partition import local_batch_size
 
     test = heldout_parameters(cfg)
@@ -159,10 +161,10 @@ def _batch_warnings(cfg: Config, stages, params: np.ndarray, comm, key: str) -> 
     if overlap.any():
         print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
     for b in sorted({s.batch_size for s in stages}):
-        if b % comm.size:
-            b_loc = local_batch_size(b, comm.size)
-            print(f"warning: {key} {b} is not divisible by {comm.size} ranks; each step uses "
-                  f"{b_loc * comm.size} samples ({b_loc} per rank)", file=sys.stderr)
+        if b % groups:
+            b_loc = local_batch_size(b, groups)
+            print(f"warning: {key} {b} is not divisible by {groups} {unit}s; each step uses "
+                  f"{b_loc * groups} samples ({b_loc} per {unit})", file=sys.stderr)
 
 
 def run(args: argparse.Namespace, comm) -> int:
@@ -183,10 +185,14 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.trainer import TrainingDiverged, train
 
     stages = build_schedule(cfg)
+    domain = _domain_split(cfg, comm)
+    groups = comm.size if domain is None else domain.data_size
     key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
     smallest = min(s.batch_size for s in stages)
-    if local_batch_size(smallest, comm.size) == 0:  # the same on every rank, and checked before anything is written
-        raise InputError(f"{key}: {smallest} is smaller than the {comm.size} ranks; each rank needs a sample")
+    if local_batch_size(smallest, groups) == 0:  # the same on every rank, and checked before anything is written
+        what = f"{comm.size} ranks" if domain is None else f"{groups} data-parallel groups"
+        raise InputError(f"{key}: {smallest} is smaller than the {what}; each {'rank' if domain is None else 'group'} "
+                         f"needs a sample")
     leader = comm.rank == 0
     say = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     run_dir = Path(cfg.output.dir)
@@ -212,7 +218,7 @@ def run(args: argparse.Namespace, comm) -> int:
         # starts the metrics over; a resumed one drops lines past its checkpoint.
         truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
-        _batch_warnings(cfg, stages, params, comm, key)
+        _batch_warnings(cfg, stages, params, groups, key, "rank" if domain is None else "data-parallel group")
     say(
         f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
@@ -220,6 +226,8 @@ def run(args: argparse.Namespace, comm) -> int:
         + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
            f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
         + f" | ranks {comm.size} x {threads} threads"
+        + ("" if domain is None else f" | each sample split {'x'.join(map(str, domain.splits))} "
+           f"over {domain.tiles} ranks, {domain.data_size} data-parallel group{'s' if domain.data_size > 1 else ''}")
         + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
     )
     if len(stages) > 1:
@@ -257,12 +265,24 @@ def run(args: argparse.Namespace, comm) -> int:
                 result = train(
                     model, problem, params, cfg.train, seed=cfg.data.seed, comm=comm, parallel=cfg.parallel,
                     run_dir=run_dir, config_text=to_toml(cfg), threads=threads, start_step=start_step, resume=ckpt,
-                    stop=stop, log=say, stages=stages, level=level_models(cfg, model),
+                    stop=stop, log=say, stages=stages, level=level_models(cfg, model), domain=domain,
                 )
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
             return EXIT_DIVERGED
+        except (MemoryError, RuntimeError) as exc:
+            if not _out_of_memory(exc):
+                raise
+            # One line, then every rank ends (the others may be waiting in a halo exchange or a sum).
+            split = "x".join(map(str, domain.splits)) if domain is not None else "1"
+            print(f"deepfusion: error: out of memory on rank {comm.rank} in a training step of the "
+                  f"{'x'.join(map(str, cfg.problem.resolution))} grid (each sample split {split}): split each sample "
+                  f"over more ranks (parallel.domain), give fewer samples per rank (train.batch_size, more ranks) "
+                  f"or recompute activations (model.checkpoint_activations = true)", file=sys.stderr, flush=True)
+            if comm.size > 1:
+                comm.abort(EXIT_OUT_OF_MEMORY)
+            return EXIT_OUT_OF_MEMORY
         if result.stopped:
             command = ["deepfusion", "train", str(args.config), *(a for s in args.set or [] for a in ("--set", s)),
                        "--out", str(run_dir), "--resume"]
@@ -275,8 +295,38 @@ def run(args: argparse.Namespace, comm) -> int:
             f"trained {result.steps} steps in {result.seconds:.1f} s "
             f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
         )
+    pred = None
+    if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
+        from deepfusion.evaluate import predict
+
+        t0 = time.perf_counter()
+        fields = predict(model, problem, heldout_parameters(cfg), tiling=domain.tiling(problem.resolution))
+        pred = (fields, time.perf_counter() - t0)
     if leader:
         from deepfusion.evaluate import evaluate_run
 
-        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else _trained_seconds(run_dir))
+        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else _trained_seconds(run_dir),
+                     pred=pred)
     return 0
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether an allocation failed: Python's MemoryError, or torch's allocators (CPU: a RuntimeError
+    "can't allocate memory"; CUDA: torch.OutOfMemoryError)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
+
+
+def _domain_split(cfg: Config, comm):
+    """The data x domain process grid of ``parallel.domain`` (None without a split)."""
+    import math
+
+    if not cfg.parallel.domain or math.prod(cfg.parallel.domain) == 1:
+        return None
+    from deepfusion.halo import DomainSplit, domain_splits
+
+    splits = domain_splits(cfg.parallel.domain, len(cfg.problem.resolution))
+    if comm.size % math.prod(splits):
+        raise InputError(f"parallel.domain: {list(splits)} needs a multiple of {math.prod(splits)} ranks, the job has "
+                         f"{comm.size}")
+    return DomainSplit(comm, splits)

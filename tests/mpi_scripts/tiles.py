@@ -3,7 +3,7 @@
 For every split the world size allows (2 ranks: 2-D [1, 2] and [2, 1], 3-D slabs [2, 1, 1]; 4 ranks:
 [2, 2], [1, 4], [4, 1, 1] and [2, 2, 1], and groups of 2 beside a data-parallel pair), each family's
 tiled loss (the Q1 energies on the tile's own elements, the gathered default for Burgers) and the
-tiled U-Net (nodal and multilevel output) are compared with the whole grid: the tile's output
+tiled U-Net (nodal and multilevel output, and a deepened two-level stack) are compared with the whole grid: the tile's output
 with its block of the whole output, the loss, and the parameter gradients summed over the
 tiles. float64 to 1e-10, float32 to 1e-5. Rank 0 prints one ``OK`` line per case; a mismatch
 raises (MPI_Abort through abort_on_error).
@@ -15,7 +15,7 @@ import torch
 
 from deepfusion.comm import abort_on_error, world
 from deepfusion.halo import MPITiling, domain_groups
-from diffnet.networks import UNet
+from diffnet.networks import UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
@@ -29,7 +29,12 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def case(problem, params, output, splits, domain, dtype, tol) -> str:
     torch.manual_seed(0)  # the same model on every rank
     channels = (4, 8, 8)
-    model = UNet(problem.in_channels, 1, channels, output=output, dims=problem.dims).to(dtype)
+    if output == "stack":  # a deepened multigrid generator: the coarse U-Net whole, the top block tiled
+        n = problem.resolution[0]
+        model = build_network("unet", problem.in_channels, channels, levels=(n // 2, n), top_channels=8,
+                              output="multilevel", dims=problem.dims).to(dtype)
+    else:
+        model = UNet(problem.in_channels, 1, channels, output=output, dims=problem.dims).to(dtype)
     with torch.no_grad():
         for p in model.parameters():  # the zero-initialised heads would make gradients trivial
             p.add_(0.05 * torch.randn_like(p))
@@ -78,6 +83,8 @@ def main(comm) -> None:
             for splits in (splits3 if problem.dims == 3 else splits2)[tiles]:
                 runs.append((problem, params, "multilevel", splits, domain, torch.float64, 1e-10))
         runs.append((problems[0][0], problems[0][1], "nodal", splits2[tiles][0], domain, torch.float64, 1e-10))
+        runs.append((problems[0][0], problems[0][1], "stack", splits2[tiles][-1], domain, torch.float64, 1e-10))
+        runs.append((problems[3][0], problems[3][1], "stack", splits3[tiles][-1], domain, torch.float64, 1e-10))
         runs.append((problems[0][0], problems[0][1], "multilevel", splits2[tiles][0], domain, torch.float32, 1e-5))
         runs.append((problems[3][0], problems[3][1], "multilevel", splits3[tiles][0], domain, torch.float32, 1e-5))
     for args in runs:
