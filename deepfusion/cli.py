@@ -145,6 +145,9 @@ def _add_jobs(sub) -> None:
     p.add_argument("--account", help="allocation to charge")
     p.add_argument("--node-type", help="node type of --partition when the site names its queues itself")
     p.add_argument("--cores-per-node", type=int, help="cores of one node, when not in the shipped table")
+    p.add_argument("--memory-per-node", type=float, metavar="GIB",
+                   help="memory of one node in GiB: split each sample over ranks (parallel.domain) when a training "
+                        "step would not fit a rank's share of it (estimated from the config; see the user guide)")
     p.set_defaults(func=_run("jobs"))
 
 

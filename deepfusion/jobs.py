@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -9,7 +10,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NodeType", "CLUSTERS", "JobError", "JobRequest", "render_job", "template_path"]
+__all__ = ["NodeType", "CLUSTERS", "JobError", "JobRequest", "render_job", "template_path", "size_domain"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,35 @@ class JobRequest:
     account: str | None = None
     node_type: str | None = None
     cores_per_node: int | None = None
+    domain: tuple[int, ...] | None = None  # parallel.domain for the job's command line
+
+
+def size_domain(grid: tuple[int, ...], sample_bytes: float, samples: int, ranks: int, memory_per_rank: float,
+                align: int) -> tuple[int, ...] | None:
+    """The smallest domain split (tiles per axis) under which one rank's share of a training step fits
+    ``memory_per_rank`` bytes, or None when no split is needed.
+
+    ``samples`` is the global batch and ``ranks`` the job's ranks: a split into T tiles makes
+    ranks / T data-parallel groups, each holding ceil(samples / groups) samples, T ranks to each.
+    Tiles double along the axes in turn (2-D [1,2], [2,2], [2,4], ...; 3-D slabs first), each a
+    multiple of ``align`` nodes a side. Raises JobError when even a split over every rank does not fit.
+    """
+    def need(tiles: int) -> float:
+        groups = max(1, ranks // tiles)
+        return sample_bytes * -(-samples // groups) / tiles
+
+    splits = [1] * len(grid)
+    axis = 0 if len(grid) == 3 else len(grid) - 1
+    while need(math.prod(splits)) > memory_per_rank:
+        splits[axis] *= 2
+        axis = (axis + 1) % len(grid) if len(grid) == 3 else (axis - 1) % len(grid)
+        tiles = math.prod(splits)
+        if tiles > ranks or ranks % tiles or any(n % p or (n // p) % align for n, p in zip(grid, splits)):
+            raise JobError(f"--memory-per-node: a training step of the {'x'.join(map(str, grid))} grid needs about "
+                           f"{need(1) / 2**30:.1f} GiB per rank unsplit; no domain split over these {ranks} ranks "
+                           f"brings it under {memory_per_rank / 2**30:.1f} GiB (more nodes, a smaller batch, or "
+                           f"model.checkpoint_activations)")
+    return tuple(splits) if math.prod(splits) > 1 else None
 
 
 def template_path(cluster: str) -> Path:
@@ -151,6 +181,8 @@ def render_job(request: JobRequest, local_cores: int = 1, mpiexec: str | None = 
         "mpiexec": shlex.quote(mpiexec or "mpiexec"),
         "config": shlex.quote(str(request.config.resolve())),
         "run_dir": shlex.quote(str(request.run_dir.resolve())),
+        "train_args": "" if not request.domain else
+        "--set " + shlex.quote(f"parallel.domain=[{','.join(str(int(p)) for p in request.domain)}]"),
     }
     text = template_path(request.cluster).read_text()
     missing = {m for m in _PLACEHOLDER.findall(text) if m not in values}

@@ -15,4 +15,4 @@ resume=()
 if compgen -G "$RUN_DIR/checkpoints/step-*.h5" > /dev/null; then resume=(--resume); fi
 
 # The launcher forwards SIGTERM and SIGINT to the ranks.
-exec "$MPIEXEC" -n @ranks_per_node@ "$PYTHON" -m deepfusion train "$CONFIG" --out "$RUN_DIR" "${resume[@]}"
+exec "$MPIEXEC" -n @ranks_per_node@ "$PYTHON" -m deepfusion train "$CONFIG" --out "$RUN_DIR" "${resume[@]}" @train_args@

@@ -144,3 +144,50 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
                 np.testing.assert_array_equal(value, _model(copy)[key], err_msg=key)
         else:
             _close(_model(runs["1x2"]), _model(copy), 1e-7)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.timeout(200)
+def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
+    # Rank 1 stops answering (SIGSTOP: a hung node) while rank 0 needs its halos or sums: the
+    # collective watchdog ends the job with one line naming the step, status 4.
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "deepfusion", "train", str(ROOT / "configs" / "poisson.toml"),
+           "--out", str(out), *SPLIT_RUN, "--set", "parallel.domain=[1,2]", "--set", "multigrid.epochs=[2,500]",
+           "--set", "parallel.collective_timeout_s=5"]
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len((out / "metrics.jsonl").read_text().splitlines()) < 6:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        ranks = {}
+        for pid in os.listdir("/proc"):
+            try:
+                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            except (OSError, ValueError):
+                continue
+            if str(out).encode() in cmdline and b"mpiexec" not in cmdline:
+                rank = [e for e in environ if e.startswith(b"PMI_RANK=")]
+                if rank:
+                    ranks[int(rank[0].split(b"=")[1])] = int(pid)
+        os.kill(ranks[1], signal.SIGSTOP)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+        for pid in locals().get("ranks", {}).values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 4 and took < 40, err
+    line = [x for x in err.splitlines() if "did not complete within parallel.collective_timeout_s = 5" in x]
+    assert len(line) == 1 and " at step " in line[0], err

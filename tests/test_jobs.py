@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from deepfusion.jobs import CLUSTERS
 from deepfusion.runtime import find_mpiexec
 
@@ -92,6 +92,46 @@ def test_site_settings_per_cluster(tmp_path):
     assert "--map-by ppr:2:numa:pe=4 --bind-to core" in out["azure"] and "UCX_TLS" in out["azure"]
     assert "FI_PROVIDER=efa" in out["aws"] and "srun --mpi=pmix --cpus-per-task=4 --cpu-bind=cores" in out["aws"]
     assert "#SBATCH --partition=skx" in out["stampede"] and "#SBATCH --partition=hpc6a" in out["aws"]
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_NAMES)
+def test_memory_per_node_sizes_the_domain_split(tmp_path, cluster):
+    # 128^3 with a global batch of 2 on 4 ranks of a 2 GiB node: a sample (about 0.8 GiB, estimated) does not
+    # fit a rank's 0.4 GiB, half of it does: slabs [2, 1, 1], two data-parallel groups of two.
+    text = (ROOT / "configs" / "poisson3d_128.toml").read_text().replace("batch_size = 8", "batch_size = 2")
+    config = tmp_path / "big.toml"
+    config.write_text(text.replace('dir = "runs/poisson3d_128"', f'dir = "{tmp_path / "run"}"'))
+    cores = ["--cores-per-node", "4"] if cluster == "local" else []
+    proc = _render(tmp_path, cluster, "--ranks-per-node", "4", "--threads", "1", "--memory-per-node", "2", *cores,
+                   config=config)
+    assert proc.returncode == 0, proc.stderr
+    assert "--set 'parallel.domain=[2,1,1]'" in proc.stdout and "parallel.domain = [2, 1, 1]" in proc.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(proc.stdout)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    checker = _shellcheck()
+    if checker is not None:
+        lint = subprocess.run([checker, "--severity=style", str(script)], capture_output=True, text=True)
+        assert lint.returncode == 0 and lint.stdout == "", lint.stdout
+    # With room for a whole sample per rank there is nothing to split; with too little even split, one line.
+    roomy = _render(tmp_path, cluster, "--ranks-per-node", "4", "--threads", "1", "--memory-per-node", "64", *cores,
+                    config=config)
+    assert roomy.returncode == 0 and "parallel.domain" not in roomy.stdout and "none needed" in roomy.stderr
+    tight = _render(tmp_path, cluster, "--ranks-per-node", "4", "--threads", "1", "--memory-per-node", "0.1", *cores,
+                    config=config)
+    assert tight.returncode == 2 and "no domain split over these 4 ranks" in tight.stderr
+
+
+def test_size_domain_doubles_the_axes_in_turn():
+    from deepfusion.jobs import JobError, size_domain
+
+    gib = 2**30
+    assert size_domain((1024, 1024), 4 * gib, 1, 8, 1.1 * gib, 4) == (2, 2)
+    assert size_domain((1024, 1024), 4 * gib, 1, 8, 2.5 * gib, 4) == (1, 2)
+    assert size_domain((64, 64, 64), 4 * gib, 1, 8, 0.6 * gib, 4) == (2, 2, 2)
+    assert size_domain((64, 64, 64), 1 * gib, 1, 8, 2 * gib, 4) is None
+    with pytest.raises(JobError, match="no domain split"):
+        size_domain((64, 64), 4 * gib, 1, 8, 0.1 * gib, 8)
 
 
 def test_paths_are_quoted(tmp_path):
