@@ -12,8 +12,11 @@ and prints one JSON object with samples/s of each and the ratios ``ratio_vs_bare
 (a/b), ``ratio_vs_ddp_compute`` and ``ratio_vs_ddp_comm`` (c/d), plus the bandwidth of
 deepfusion's flat gradient Allreduce against one raw mpi4py Allreduce of the same bytes
 (``allreduce_ratio``). Separate processes differ by a few per cent from one start to the
-next on this machine, so (c) and (d) of the compute case also run in alternating blocks
-inside the same two processes (``ratio_vs_ddp_compute_same_process``).
+next on this machine (0.935 and 1.09 for c/d an hour apart), so every variant runs
+``--repeats`` times, interleaved (a b c d e, a b c d e, ...) so that drifting load hits all
+alike; each ratio is the median of the per-repeat ratios, with their spread (min, max) under
+``spread``. (c) and (d) of the compute case also run in alternating blocks inside the same
+two processes (``ratio_vs_ddp_compute_same_process``: the median of the per-block ratios).
 
     python benchmarks/data_parallel.py [--steps N] [--repeats R]
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -187,7 +191,7 @@ def _launch(kind: str, case: str, ranks: int, threads: int, steps: int, repeats:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="timed steps per run (after warm-up)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each variant; the best is kept")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each variant, interleaved; medians reported")
     parser.add_argument("--worker", choices=["deepfusion", "bare", "ddp", "same-process"], help=argparse.SUPPRESS)
     parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -205,34 +209,49 @@ def main() -> None:
     variants = {"a_deepfusion_1x1": ("deepfusion", 1, 1), "b_bare_1x1": ("bare", 1, 1),
                 "c_deepfusion_2x1": ("deepfusion", 2, 1), "d_ddp_gloo_2x1": ("ddp", 2, 1),
                 "e_deepfusion_1x2": ("deepfusion", 1, 2)}
-    results: dict = {"benchmark": "data_parallel", "cores": os.cpu_count(), "cases": {}}
+    results: dict = {"benchmark": "data_parallel", "cores": os.cpu_count(), "repeats": args.repeats, "cases": {},
+                     "spread": {}}
+    runs: dict = {}
     for case, spec in CASES.items():
-        figures = {"resolution": list(spec["resolution"]), "global_batch": spec["batch"],
-                   "channels": list(spec["channels"])}
+        runs[case] = {name: [] for name in variants}
         # Interleave the variants over the repeats so drifting machine load hits all alike.
         for _ in range(args.repeats):
             for name, (kind, ranks, threads) in variants.items():
                 print(f"[{case}] {name} ...", file=sys.stderr, flush=True)
-                r = _launch(kind, case, ranks, threads, args.steps)
-                if name not in figures or r["samples_per_s"] > figures[name]["samples_per_s"]:
-                    figures[name] = r
+                runs[case][name].append(_launch(kind, case, ranks, threads, args.steps))
+        figures = {"resolution": list(spec["resolution"]), "global_batch": spec["batch"],
+                   "channels": list(spec["channels"])}
+        for name, rs in runs[case].items():
+            rates = [r["samples_per_s"] for r in rs]
+            median = sorted(rs, key=lambda r: r["samples_per_s"])[len(rs) // 2]
+            figures[name] = {**median, "samples_per_s": statistics.median(rates),
+                             "samples_per_s_all": [round(v, 3) for v in rates]}
         results["cases"][case] = figures
-    cc, cm = results["cases"]["compute"], results["cases"]["comm"]
-    sps = lambda d, k: d[k]["samples_per_s"]  # noqa: E731
-    results["ratio_vs_bare"] = round(sps(cc, "a_deepfusion_1x1") / sps(cc, "b_bare_1x1"), 3)
-    results["ratio_vs_bare_comm_case"] = round(sps(cm, "a_deepfusion_1x1") / sps(cm, "b_bare_1x1"), 3)
-    results["ratio_vs_ddp_compute"] = round(sps(cc, "c_deepfusion_2x1") / sps(cc, "d_ddp_gloo_2x1"), 3)
-    results["ratio_vs_ddp_comm"] = round(sps(cm, "c_deepfusion_2x1") / sps(cm, "d_ddp_gloo_2x1"), 3)
-    results["ratio_2x1_vs_1x2_compute"] = round(sps(cc, "c_deepfusion_2x1") / sps(cc, "e_deepfusion_1x2"), 3)
+
+    def ratio(key: str, case: str, top: str, bottom: str) -> None:
+        # One ratio per repeat (the two arms ran next to each other), then their median and spread.
+        per = [t["samples_per_s"] / b["samples_per_s"] for t, b in zip(runs[case][top], runs[case][bottom])]
+        results[key] = round(statistics.median(per), 3)
+        results["spread"][key] = {"min": round(min(per), 3), "max": round(max(per), 3),
+                                  "all": [round(v, 3) for v in per]}
+
+    ratio("ratio_vs_bare", "compute", "a_deepfusion_1x1", "b_bare_1x1")
+    ratio("ratio_vs_bare_comm_case", "comm", "a_deepfusion_1x1", "b_bare_1x1")
+    ratio("ratio_vs_ddp_compute", "compute", "c_deepfusion_2x1", "d_ddp_gloo_2x1")
+    ratio("ratio_vs_ddp_comm", "comm", "c_deepfusion_2x1", "d_ddp_gloo_2x1")
+    ratio("ratio_2x1_vs_1x2_compute", "compute", "c_deepfusion_2x1", "e_deepfusion_1x2")
+    cc = results["cases"]["compute"]
     results["strong_scaling_efficiency_1to2_compute"] = round(
-        sps(cc, "c_deepfusion_2x1") / (2 * sps(cc, "a_deepfusion_1x1")), 3)
-    c2 = cm["c_deepfusion_2x1"]
-    results["allreduce_ratio"] = round(c2["allreduce_gbps"] / c2["raw_allreduce_gbps"], 3)
+        cc["c_deepfusion_2x1"]["samples_per_s"] / (2 * cc["a_deepfusion_1x1"]["samples_per_s"]), 3)
+    bandwidth = [r["allreduce_gbps"] / r["raw_allreduce_gbps"] for r in runs["comm"]["c_deepfusion_2x1"]]
+    results["allreduce_ratio"] = round(statistics.median(bandwidth), 3)
     print("[compute] DDP and deepfusion alternating in the same 2 processes ...", file=sys.stderr, flush=True)
     same = _launch("same-process", "compute", 2, 1, args.steps, args.repeats)
     results["same_process_compute"] = same
-    results["ratio_vs_ddp_compute_same_process"] = round(
-        sum(same["deepfusion_samples_per_s"]) / sum(same["ddp_samples_per_s"]), 3)
+    per_block = [o / d for o, d in zip(same["deepfusion_samples_per_s"], same["ddp_samples_per_s"])]
+    results["ratio_vs_ddp_compute_same_process"] = round(statistics.median(per_block), 3)
+    results["spread"]["ratio_vs_ddp_compute_same_process"] = {
+        "min": round(min(per_block), 3), "max": round(max(per_block), 3), "all": [round(v, 3) for v in per_block]}
     results["goals"] = {"ratio_vs_bare": 0.97, "ratio_vs_ddp_compute": 1.0, "ratio_vs_ddp_comm": 1.5,
                         "allreduce_ratio": 0.9}
     print(json.dumps(results, indent=1))

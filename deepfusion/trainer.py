@@ -274,9 +274,11 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
                     "ranks": comm.size,
                     "threads": threads,
                 }
+                if domain is not None:
+                    record["tiles"] = domain.tiles
                 if stage.grid:
                     record["grid"] = list(stage.grid)
-                eta = stages_eta(rec.stages, stage, step, rate, comm.size)
+                eta = stages_eta(rec.stages, stage, step, rate, groups)
                 extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
                 rec.record(
                     record,

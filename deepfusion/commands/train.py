@@ -275,9 +275,9 @@ def run(args: argparse.Namespace, comm) -> int:
             if not _out_of_memory(exc):
                 raise
             # One line, then every rank ends (the others may be waiting in a halo exchange or a sum).
-            split = "x".join(map(str, domain.splits)) if domain is not None else "1"
+            split = f"each sample split {'x'.join(map(str, domain.splits))}" if domain is not None else "samples whole"
             print(f"deepfusion: error: out of memory on rank {comm.rank} in a training step of the "
-                  f"{'x'.join(map(str, cfg.problem.resolution))} grid (each sample split {split}): split each sample "
+                  f"{'x'.join(map(str, cfg.problem.resolution))} grid ({split}): split each sample "
                   f"over more ranks (parallel.domain), give fewer samples per rank (train.batch_size, more ranks) "
                   f"or recompute activations (model.checkpoint_activations = true)", file=sys.stderr, flush=True)
             if comm.size > 1:
