@@ -135,9 +135,10 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
 
     test = heldout_parameters(cfg)
     pname = problem.parameters.name
-    t0 = time.perf_counter()
-    pred, infer_seconds = pred or (predict(model, problem, test), None)
-    infer_seconds = time.perf_counter() - t0 if infer_seconds is None else infer_seconds
+    if pred is None:
+        t0 = time.perf_counter()
+        pred = (predict(model, problem, test), time.perf_counter() - t0)
+    pred, infer_seconds = pred
     coords = problem.coordinates()
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
     if not problem.has("reference"):

@@ -19,7 +19,7 @@ import torch
 
 from diffnet.tiling import Tiling, grow
 
-__all__ = ["tile_bounds", "domain_splits", "domain_groups", "MPITiling"]
+__all__ = ["tile_bounds", "domain_splits", "domain_groups", "data_group", "MPITiling", "DomainSplit"]
 
 
 def tile_bounds(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
@@ -45,7 +45,8 @@ def domain_groups(comm, tiles: int):
     """(the domain group of this rank, its data group): ``comm``'s ranks in consecutive blocks of
     ``tiles`` (one sample's tiles), and the ranks holding the same tile of every block (collective)."""
     if tiles < 1 or comm.size % tiles:
-        raise ValueError(f"parallel.domain: {tiles} tiles per sample do not divide the {comm.size} ranks")
+        raise ValueError(f"parallel.domain: {tiles} tiles per sample need a multiple of {tiles} ranks, the job has "
+                         f"{comm.size}")
     if tiles == 1:
         return None, comm
     return comm.split(comm.rank // tiles, comm.rank), comm.split(comm.rank % tiles, comm.rank)
@@ -116,8 +117,7 @@ class MPITiling(Tiling):
     def block(self, rank: int) -> tuple[slice, ...]:
         """The index of domain rank ``rank``'s tile in a whole-grid tensor (..., *grid)."""
         coords = np.unravel_index(rank, self.splits)
-        sizes = [n // p for n, p in zip(self.grid, self.splits)]
-        return (Ellipsis, *(slice(c * s, (c + 1) * s) for c, s in zip(coords, sizes)))
+        return (Ellipsis, *(slice(*tile_bounds(n, p)[c]) for n, p, c in zip(self.grid, self.splits, coords)))
 
     def swap(self, axis: int, to_low: torch.Tensor | None, to_high: torch.Tensor | None,
              from_low: tuple[int, ...] | None, from_high: tuple[int, ...] | None, like: torch.Tensor):
@@ -228,18 +228,16 @@ class DomainSplit:
 
     def __init__(self, comm, splits: Sequence[int]) -> None:
         self.splits = tuple(int(p) for p in splits)
-        tiles = math.prod(self.splits)
-        if comm.size % tiles:
-            raise ValueError(f"parallel.domain: {list(self.splits)} needs a multiple of {tiles} ranks, the job has "
-                             f"{comm.size}")
-        self.domain, _ = domain_groups(comm, tiles)
-        self.tiles = tiles
-        self.data_rank, self.data_size = comm.rank // tiles, comm.size // tiles
-        self._tilings: dict = {}
+        self.tiles = math.prod(self.splits)
+        self.domain, _ = domain_groups(comm, self.tiles)  # raises when the tiles do not divide the ranks
+        self.data_rank, self.data_size = comm.rank // self.tiles, comm.size // self.tiles
 
     def tiling(self, grid: Sequence[int]) -> MPITiling:
         """This rank's tile of ``grid`` (equal tiles; the U-Net checks its own alignment)."""
-        key = tuple(grid)
-        if key not in self._tilings:
-            self._tilings[key] = MPITiling(self.domain, key, self.splits)
-        return self._tilings[key]
+        return MPITiling(self.domain, grid, self.splits)
+
+
+def data_group(comm, domain: DomainSplit | None) -> tuple[int, int]:
+    """(this rank's data-parallel group, the number of groups): the rank and the job's size without a
+    split, the ``domain``'s groups with one."""
+    return (comm.rank, comm.size) if domain is None else (domain.data_rank, domain.data_size)

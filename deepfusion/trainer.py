@@ -15,6 +15,7 @@ import torch
 from deepfusion.checkpoint import Checkpoint
 from deepfusion.config import ParallelConfig, TrainConfig
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
+from deepfusion.halo import data_group
 from deepfusion.lbfgs_phase import lbfgs_phase
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
@@ -174,7 +175,7 @@ def train(
                     module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
                     step=step, threads=threads, config_text=config_text, stop=stop, domain=domain,
                 )
-                groups = comm.size if domain is None else domain.data_size
+                groups = data_group(comm, domain)[1]
                 samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
                 if stopped:
                     break
@@ -211,7 +212,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
     name = first_order(cfg.optimizer) or "adam"
     n, b = all_params.shape[0], stage.batch_size
     # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
-    data_rank, groups = (comm.rank, comm.size) if domain is None else (domain.data_rank, domain.data_size)
+    data_rank, groups = data_group(comm, domain)
     tiling = None if domain is None else domain.tiling(problem.resolution)
     b_eff = local_batch_size(b, groups) * groups
     per_epoch = steps_per_epoch(n, b)

@@ -108,8 +108,7 @@ class Tiling:
 
     def local(self, full: torch.Tensor) -> torch.Tensor:
         """The tile's block of a whole-grid tensor (..., *grid)."""
-        d = len(self.grid)
-        return full[(Ellipsis, *(slice(a, b) for a, b in self.bounds))] if full.shape[-d:] == self.grid else full
+        return full[(Ellipsis, *(slice(a, b) for a, b in self.bounds))]
 
 
 class Whole(Tiling):

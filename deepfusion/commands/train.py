@@ -179,6 +179,7 @@ def run(args: argparse.Namespace, comm) -> int:
     import torch
 
     from deepfusion.gradsync import ParameterDrift
+    from deepfusion.halo import data_group
     from deepfusion.partition import local_batch_size
     from deepfusion.rundir import truncate_metrics
     from deepfusion.schedule import build_schedule, total_steps
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace, comm) -> int:
 
     stages = build_schedule(cfg)
     domain = _domain_split(cfg, comm)
-    groups = comm.size if domain is None else domain.data_size
+    groups = data_group(comm, domain)[1]
     key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
     smallest = min(s.batch_size for s in stages)
     if local_batch_size(smallest, groups) == 0:  # the same on every rank, and checked before anything is written
@@ -325,8 +326,7 @@ def _domain_split(cfg: Config, comm):
         return None
     from deepfusion.halo import DomainSplit, domain_splits
 
-    splits = domain_splits(cfg.parallel.domain, len(cfg.problem.resolution))
-    if comm.size % math.prod(splits):
-        raise InputError(f"parallel.domain: {list(splits)} needs a multiple of {math.prod(splits)} ranks, the job has "
-                         f"{comm.size}")
-    return DomainSplit(comm, splits)
+    try:
+        return DomainSplit(comm, domain_splits(cfg.parallel.domain, len(cfg.problem.resolution)))
+    except ValueError as e:  # the same on every rank
+        raise InputError(str(e)) from None

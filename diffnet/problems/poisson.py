@@ -24,6 +24,7 @@ __all__ = [
     "KLOptions",
     "KLCoefficients",
     "KLFamily",
+    "LiftedEnergy",
     "PoissonProblem",
 ]
 
@@ -278,8 +279,37 @@ class KLFamily(KLCoefficients, Q1Classical, Family):
         return self._fem_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
 
 
+class LiftedEnergy:
+    """The field and loss of the Poisson families in any dimension: u = 1 at x = 0, u = 0 at x = 1 (x the
+    last axis), zero flux elsewhere; the family supplies ``_energy(u, nu)``, the Q1 energy per sample."""
+
+    def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = (1 - x) + M * N, with the mask M zero on the Dirichlet planes x = 0, 1."""
+        x = torch.linspace(0.0, 1.0, self.resolution[-1], dtype=raw.dtype, device=raw.device)
+        return (1.0 - x) + F.pad(raw[:, 0, ..., 1:-1], (1, 1))
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample energy divided by that of the lift u = 1 - x (1/2 integral of nu), shape (S,)."""
+        nu = self.diffusivity(params.to(u.dtype))
+        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
+        return {"energy": self._energy(u, nu) / self._energy(lift, nu)}
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+        """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
+        summed over the tiles."""
+        axis = len(self.resolution) - 1
+        x = axis_coordinates(tiling, axis, raw)
+        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [axis])
+        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
+        lift = (1.0 - x).expand_as(u)
+        return {"energy": element_sum(self._energy, tiling, u, nu) / element_sum(self._energy, tiling, lift, nu)}
+
+
 @dataclass(frozen=True)
-class PoissonProblem(KLFamily):
+class PoissonProblem(LiftedEnergy, KLFamily):
     """-div(nu grad u) = 0 on [0,1]^2; u = 1 at x = 0, u = 0 at x = 1, zero flux at y = 0, 1.
 
     The loss is the Q1 energy J(u) = integral 1/2 nu |grad u|^2 of the network's field,
@@ -291,26 +321,8 @@ class PoissonProblem(KLFamily):
     name = "poisson"
     Options = KLOptions
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = (1 - x) + M * N, with the mask M zero on the Dirichlet columns x = 0, 1."""
-        raw = raw[:, 0]
-        x = torch.linspace(0.0, 1.0, self.resolution[1], dtype=raw.dtype, device=raw.device)
-        return (1.0 - x) + F.pad(raw[:, :, 1:-1], (1, 1))
-
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-sample normalised energy ``energy``, shape (S,)."""
-        nu = self.diffusivity(params.to(u.dtype))
-        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[1], dtype=u.dtype, device=u.device)).expand_as(u)
-        return {"energy": dirichlet_energy(u, nu, self.hx, self.hy) / dirichlet_energy(lift, nu, self.hx, self.hy)}
-
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
-        """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
-        summed over the tiles."""
-        x = axis_coordinates(tiling, 1, raw)
-        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [1])
-        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
-        energy = lambda v, c: dirichlet_energy(v, c, self.hx, self.hy)  # noqa: E731
-        return {"energy": element_sum(energy, tiling, u, nu) / element_sum(energy, tiling, (1.0 - x).expand_as(u), nu)}
+    def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+        return dirichlet_energy(u, nu, self.hx, self.hy)
 
     def _fem_system(self, nu: np.ndarray):
         from diffnet.solvers.poisson import poisson_system

@@ -22,8 +22,7 @@ from diffnet.constants import constant
 from diffnet.energy3d import dirichlet_energy_3d
 from diffnet.family import Family
 from diffnet.options import integer_in, option
-from diffnet.problems.poisson import KLCoefficients, KLOptions, kl_modes
-from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
+from diffnet.problems.poisson import KLCoefficients, KLOptions, LiftedEnergy, kl_modes
 
 __all__ = ["KL3DOptions", "Poisson3D"]
 
@@ -38,7 +37,7 @@ class KL3DOptions(KLOptions):
 
 
 @dataclass(frozen=True)
-class Poisson3D(KLCoefficients, Q1Classical, Family):
+class Poisson3D(LiftedEnergy, KLCoefficients, Q1Classical, Family):
     """The 3-D KL Poisson family on an (N_z, N_y, N_x) nodal grid of [0,1]^3.
 
     Instance parameters are coefficient rows a (S, m), or nodal diffusivity fields
@@ -100,26 +99,8 @@ class Poisson3D(KLCoefficients, Q1Classical, Family):
                                  for k in ("z", "y", "x")), indexing="ij")
         return torch.stack([torch.log(nu), *(g.expand(s, -1, -1, -1) for g in grids)], dim=1)
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = (1 - x) + M * N, the mask M zero on the Dirichlet planes x = 0, 1."""
-        x = torch.linspace(0.0, 1.0, self.resolution[2], dtype=raw.dtype, device=raw.device)
-        return (1.0 - x) + F.pad(raw[:, 0, :, :, 1:-1], (1, 1))
-
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-sample energy divided by that of the lift u = 1 - x (1/2 integral of nu), as in 2-D."""
-        nu = self.diffusivity(params.to(u.dtype))
-        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[2], dtype=u.dtype, device=u.device)).expand_as(u)
-        h = self.spacing
-        return {"energy": dirichlet_energy_3d(u, nu, *h) / dirichlet_energy_3d(lift, nu, *h)}
-
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
-        """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
-        summed over the tiles."""
-        x = axis_coordinates(tiling, 2, raw)
-        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [2])
-        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
-        energy = lambda v, c: dirichlet_energy_3d(v, c, *self.spacing)  # noqa: E731
-        return {"energy": element_sum(energy, tiling, u, nu) / element_sum(energy, tiling, (1.0 - x).expand_as(u), nu)}
+    def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+        return dirichlet_energy_3d(u, nu, *self.spacing)
 
     # -- classical solves ----------------------------------------------------------------
     def fem_system(self, params: np.ndarray):
