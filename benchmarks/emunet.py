@@ -255,6 +255,12 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"
             while state.read_text().strip() != "up" and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.2)  # the bridge's forwarding state follows the carrier
+            # While the link was down, a node that tried to reach another marked that neighbour FAILED; for
+            # a few seconds more the kernel answers a new connection to it with "No route to host" (a job
+            # resumed at once failed its MPI_Init so under load). Forget every neighbour: the next packet asks again.
+            _ip("neigh", "flush", "dev", self.bridge, check=False)
+            for ns in self.namespaces:
+                _ip("neigh", "flush", "dev", "eth0", ns=ns, check=False)
 
 
 def main() -> int:

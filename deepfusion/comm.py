@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import socket
+import stat
 import sys
+import termios
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
@@ -189,8 +194,8 @@ class MPICommunicator:
         return _sub(self.comm.Split(color, key), self)
 
     def abort(self, code: int) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        """End every rank of the job with status ``code``, after this rank's last lines have left it."""
+        drain_stdio()
         self.comm.Abort(code)
 
     @property
@@ -227,6 +232,38 @@ def world() -> SerialCommunicator | MPICommunicator:
     if MPI.COMM_WORLD.Get_size() == 1:
         return SerialCommunicator()
     return MPICommunicator(MPI.COMM_WORLD)
+
+
+_DRAIN_S = 5.0  # the longest an aborting rank waits for its launcher to take its last lines
+
+
+def _unread(fd: int) -> int:
+    """Bytes written to ``fd`` that its reader has not taken yet (0 where that cannot be known)."""
+    try:
+        mode = os.fstat(fd).st_mode
+        count = array.array("i", [0])
+        if stat.S_ISFIFO(mode):  # a pipe (Hydra's proxy, srun): the bytes still in it
+            fcntl.ioctl(fd, termios.FIONREAD, count)
+        elif stat.S_ISSOCK(mode):  # a socket: the bytes its peer has not acknowledged
+            fcntl.ioctl(fd, termios.TIOCOUTQ, count)
+        return count[0]
+    except OSError:  # a file or terminal: written is delivered
+        return 0
+
+
+def drain_stdio(timeout_s: float = _DRAIN_S) -> None:
+    """Flush stdout and stderr and wait (at most ``timeout_s``) until their readers have taken every byte.
+
+    A rank's output reaches the user through the launcher's proxy, which reads the rank's pipes and
+    forwards them. MPI_Abort makes the proxy kill its ranks and close those pipes; a line still
+    unread in a pipe then never arrives (seen under load: a job that ended with status 4 and an empty
+    stderr). Aborting only once the pipes are empty makes the message precede the abort.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + timeout_s
+    while (_unread(1) or _unread(2)) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 @contextmanager

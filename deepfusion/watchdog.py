@@ -22,7 +22,7 @@ from typing import Callable
 __all__ = ["EXIT_COLLECTIVE_TIMEOUT", "Watchdog"]
 
 EXIT_COLLECTIVE_TIMEOUT = 4
-_GRACE_S = 10.0  # how long MPI_Abort may take before the process exits on its own
+_GRACE_S = 15.0  # how long the abort may take (up to 5 s for the launcher to take the message) before the process exits on its own
 
 
 class Watchdog:

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli, tiny, train_once
+from conftest import ROOT, float32_atol, run_cli, tiny, train_once
 from deepfusion.runtime import find_mpiexec
 from diffnet.problems.poisson import PoissonProblem
 
@@ -51,6 +51,7 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     assert not np.isclose(a[:, None], train[None], atol=1e-9).all(axis=2).any()
 
 
+@pytest.mark.float32
 def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     run_dir, _ = poisson_run
     from deepfusion.wiring import build_problem
@@ -66,7 +67,11 @@ def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     proc = run_cli("infer", str(run_dir), "--nu", str(tmp_path / "nu.npy"), "--out", str(tmp_path / "fn.h5"))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(tmp_path / "fa.h5") as fa, h5py.File(tmp_path / "fn.h5") as fn:
-        np.testing.assert_allclose(fa["u"][()], expected[:2], rtol=1e-5, atol=1e-6)
+        # The KL rows: the run's own inputs at another batch shape, equal to float32 rounding.
+        np.testing.assert_allclose(fa["u"][()], expected[:2], rtol=0, atol=float32_atol(run_dir, np.abs(expected).max()))
+        # The fields of nu: the same instances, but the network's input is computed another way
+        # (from the float64 nu given, not from the KL sum in float32), so only "nothing wildly
+        # off" is claimed: a wrong nu path (another field, log or scale) is off by O(1).
         np.testing.assert_allclose(fn["u"][()], expected[:2], rtol=1e-4, atol=1e-5)
         assert fn["nu"].shape == (2, 16, 16)
 

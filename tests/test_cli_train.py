@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli, train_once
+from conftest import ROOT, TINY, float32_atol, run_cli, train_once
 from deepfusion.checkpoint import load_checkpoint
 from deepfusion.config import load_config
 
@@ -44,6 +44,7 @@ def test_tiny_training_lowers_loss_and_writes_run_dir(tiny_run):
     assert ckpt.step == 40 and ckpt.epoch == 10 and ckpt.ranks == 1
 
 
+@pytest.mark.float32
 def test_infer_writes_field_file(tiny_run, tmp_path, cli):
     run_dir, _ = tiny_run
     out = tmp_path / "fields.h5"
@@ -54,9 +55,11 @@ def test_infer_writes_field_file(tiny_run, tmp_path, cli):
         np.testing.assert_allclose(f["c"][()], [3.3, 4.1])
         assert f["t"].shape == (16,) and f["x"].shape == (16,)
         assert f["t"][-1] == pytest.approx(1 / 3)
-        # Same instances, same model: the same fields as the run's own evaluation.
+        # Same instances, same model: the same fields as the run's own evaluation, to float32
+        # rounding (two instances here, the whole test set there: another batch shape).
         with h5py.File(run_dir / "test_prediction.h5") as g:
-            np.testing.assert_allclose(f["u"][()], g["u"][:2], rtol=1e-6, atol=1e-7)
+            expected = g["u"][:2]
+            np.testing.assert_allclose(f["u"][()], expected, rtol=0, atol=float32_atol(run_dir, np.abs(expected).max()))
     assert out.with_suffix(".xdmf").is_file()
 
 

@@ -38,3 +38,32 @@ def test_watchdog_ends_the_process_when_a_collective_overstays():
     assert proc.returncode == 4 and time.monotonic() - t0 < 10
     assert proc.stderr.count("\n") == 1 and "rank 1" in proc.stderr
     assert "the gradient sum at step 7 did not complete within parallel.collective_timeout_s = 0.3 s" in proc.stderr
+
+
+def test_an_aborting_rank_waits_until_its_last_lines_are_read():
+    # MPI_Abort makes the launcher's proxy kill the ranks and close their pipes: a message still
+    # unread in a pipe then never reaches the user (a job that ended with status 4 and an empty
+    # stderr). drain_stdio holds the rank until the reader has taken every byte, for at most its
+    # timeout; here the reader waits 1 s before reading, and the child reports how long it waited.
+    import subprocess
+    import sys
+    import time
+
+    from conftest import child_env
+
+    child = ("import sys, time\nfrom deepfusion.comm import drain_stdio\n"
+             "sys.stderr.write('deepfusion: the last words\\n' * 200)\n"
+             "t = time.monotonic(); drain_stdio(5.0); waited = time.monotonic() - t\n"
+             "sys.stdout.write(f'waited {waited:.2f}\\n'); sys.stdout.flush()\n")
+    proc = subprocess.Popen([sys.executable, "-c", child], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    err = proc.stderr.read().decode()
+    out = proc.stdout.read().decode()
+    assert proc.wait(timeout=30) == 0
+    assert err.count("the last words") == 200
+    assert 0.7 < float(out.split()[1]) < 5.0, out
+    # A reader that never reads (until the child has ended): the rank goes on after the timeout.
+    stuck = subprocess.Popen([sys.executable, "-c", child.replace("5.0", "0.5")], env=child_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert stuck.wait(timeout=30) == 0
+    assert 0.4 < float(stuck.stdout.read().split()[1]) < 2.0

@@ -67,11 +67,12 @@ def test_tiled_loss_on_one_tile_is_the_loss():
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("n, cases", [(2, 12), (4, 25)])
+@pytest.mark.parametrize("n, cases", [(2, 12), pytest.param(4, 25, marks=pytest.mark.float32)])
 def test_split_sample_equals_the_whole_grid(n, cases):
     # Every family (the Q1 energies tile by tile, Burgers through the gathered default), the
     # nodal and multilevel U-Net, 2-D [1,2] [2,1] [2,2] [1,4] and 3-D slabs and pencils:
-    # output, loss and summed gradients equal the unsplit run (float64 1e-10, float32 1e-5).
+    # output, loss and summed gradients equal the unsplit run (float64 to 1e-10; float32 to a
+    # bound from the arithmetic, tiles.py's float32_bounds).
     proc = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(ROOT / "tests" / "mpi_scripts" / "tiles.py")],
                           env=child_env(), capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -124,6 +124,8 @@ def test_resume_at_p2_from_p1_checkpoint_follows_the_same_curve(uninterrupted, t
     assert sorted(got) == sorted(ref)
     after = [s for s in ref if s > resumed_at]
     assert after
+    # float32, another P after the resume: the same curve up to rounding carried along the steps
+    # (Adam magnifies it; see test_mpi.py), so loose on purpose. Bitwise at the same P above.
     np.testing.assert_allclose([got[s] for s in after], [ref[s] for s in after], rtol=2e-5)
 
 

@@ -90,6 +90,9 @@ def test_same_trajectory_for_any_p(tmp_path):
             got = finals["float64", n][name]
             rel = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-300)
             assert rel < 1e-9, (n, name, rel)
+    # float32 on other P: the same sums in another order, then Adam's division by sqrt(v) turns the
+    # rounding of near-zero gradient entries into whole steps, for 20 steps. The bound is loose on
+    # purpose (nothing wildly off: a wrong reduction is off by O(1)); the float64 case is the claim.
     for n in (2, 4):
         scale = np.abs(preds["float32", 1]).max()
         assert np.abs(preds["float32", n] - preds["float32", 1]).max() / scale < 1e-4

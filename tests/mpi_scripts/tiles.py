@@ -5,11 +5,15 @@ For every split the world size allows (2 ranks: 2-D [1, 2] and [2, 1], 3-D slabs
 tiled loss (the Q1 energies on the tile's own elements, the gathered default for Burgers) and the
 tiled U-Net (nodal and multilevel output, and a deepened two-level stack) are compared with the whole grid: the tile's output
 with its block of the whole output, the loss, and the parameter gradients summed over the
-tiles. float64 to 1e-10, float32 to 1e-5. Rank 0 prints one ``OK`` line per case; a mismatch
+tiles. The split's claim is exactness, and float64 to 1e-10 is its proof. The float32 cases show
+only that nothing is wildly off, to a bound from the arithmetic (see :func:`float32_bounds`), so that
+it holds for any of oneDNN's kernel choices. Rank 0 prints one ``OK`` line per case; a mismatch
 raises (MPI_Abort through abort_on_error).
 """
 
+import copy
 import math
+import sys
 
 import torch
 
@@ -24,6 +28,35 @@ from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+UNIT = 2.0**-24  # float32's unit roundoff
+MARGIN = 8.0  # how far two summation orders' rounding may part, in units of one order's (measured: up to 3)
+
+
+def float32_bounds(model, problem, params, raw, terms, grads, summed_abs) -> dict[str, float]:
+    """Bounds on how far the split float32 run may lie from the unsplit one, relative to the largest entry.
+
+    Both runs evaluate the same sums in float32 in different orders (the tiles' partial sums, oneDNN's
+    blocking for the tile's shape); each lies from the exact value by about the unsplit run's own
+    rounding R, measured against its float64 twin (floored at the unit roundoff). The output has no
+    sum across tiles: 2 R. The loss sums non-negative element energies (nothing cancels): 2 R. A
+    gradient entry is a sum over the tiles of partial gradients, each rounded relative to its own
+    size, so the split's error scales with kappa = max sum_t |g_t| / max |g|, the cancellation across
+    tiles: (1 + kappa) R. Each times MARGIN, since rounding errors of two orders are not equal.
+    """
+    twin = copy.deepcopy(model).double()
+    raw64 = twin(problem.inputs(params.double()))
+    terms64 = problem.loss_terms(problem.field(raw64, params.double()), params.double())
+    grads64 = torch.autograd.grad(sum(t.sum() for t in terms64.values()), list(twin.parameters()))
+    rounding = {
+        "output": relative(raw.double(), raw64.detach()),
+        "loss": max(relative(terms[k].double(), terms64[k].detach()) for k in terms),
+        "gradient": max(relative(a.double(), b) for a, b in zip(grads, grads64)),
+    }
+    kappa = max((s.abs().max() / g.abs().max().clamp_min(1e-30)).item() for s, g in zip(summed_abs, grads))
+    factor = {"output": 2.0, "loss": 2.0, "gradient": 1.0 + kappa}
+    return {k: MARGIN * factor[k] * max(r, UNIT) for k, r in rounding.items()}
 
 
 def case(problem, params, output, splits, domain, dtype, tol) -> str:
@@ -57,14 +90,19 @@ def case(problem, params, output, splits, domain, dtype, tol) -> str:
         "loss": max(relative(terms_t[k], terms[k].detach()) for k in terms),
         "gradient": max(relative(a, b) for a, b in zip(summed, grads)),
     }
-    bad = {k: v for k, v in errors.items() if not v < tol}
+    if tol is None:  # float32: a bound per quantity from the arithmetic
+        summed_abs = [domain.allreduce_(g.detach().abs().contiguous()) for g in grads_t]
+        bounds = float32_bounds(model, problem, params, raw.detach(), terms, grads, summed_abs)
+    else:
+        bounds = dict.fromkeys(errors, tol)
+    bad = {k: f"{v:.2e} (bound {bounds[k]:.2e})" for k, v in errors.items() if not v < bounds[k]}
     label = f"{problem.name} {output} {list(splits)} {str(dtype).split('.')[-1]}"
     if bad:
         raise AssertionError(f"{label}: differs from the whole grid by {bad}")
-    return label + " " + " ".join(f"{k}={v:.1e}" for k, v in errors.items())
+    return label + " " + " ".join(f"{k}={v:.1e}/{bounds[k]:.1e}" for k, v in errors.items())
 
 
-def main(comm) -> None:
+def main(comm, dtypes: set[str]) -> None:
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(1)
     kl = lambda n: torch.rand(n, 6, dtype=torch.float64, generator=g) * 6 - 3  # noqa: E731
@@ -85,8 +123,9 @@ def main(comm) -> None:
         runs.append((problems[0][0], problems[0][1], "nodal", splits2[tiles][0], domain, torch.float64, 1e-10))
         runs.append((problems[0][0], problems[0][1], "stack", splits2[tiles][-1], domain, torch.float64, 1e-10))
         runs.append((problems[3][0], problems[3][1], "stack", splits3[tiles][-1], domain, torch.float64, 1e-10))
-        runs.append((problems[0][0], problems[0][1], "multilevel", splits2[tiles][0], domain, torch.float32, 1e-5))
-        runs.append((problems[3][0], problems[3][1], "multilevel", splits3[tiles][0], domain, torch.float32, 1e-5))
+        runs.append((problems[0][0], problems[0][1], "multilevel", splits2[tiles][0], domain, torch.float32, None))
+        runs.append((problems[3][0], problems[3][1], "multilevel", splits3[tiles][0], domain, torch.float32, None))
+    runs = [r for r in runs if str(r[5]).split(".")[-1] in dtypes]
     for args in runs:
         line = case(*args)
         if comm.rank == 0:
@@ -96,4 +135,4 @@ def main(comm) -> None:
 if __name__ == "__main__":
     comm = world()
     with abort_on_error(comm):
-        main(comm)
+        main(comm, set(sys.argv[1:]) or {"float64", "float32"})
