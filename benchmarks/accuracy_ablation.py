@@ -3,6 +3,11 @@
 ``--case poisson`` (the default): Poisson 128^2 trained four ways, ``model.output`` nodal or
 multilevel x ``multigrid.coarse_loss`` rediscretised or galerkin, otherwise the same
 multigrid run (configs/poisson.toml at 128^2, levels 32, 64, 128, deepened).
+``--case loss``: Poisson (configs/poisson.toml: multilevel output, deepened levels) trained on the
+Q1 energy or on the multigrid-preconditioned residual (``train.loss = "preconditioned"``, target and
+loss forms; diffnet/preconditioned.py); each row also gives the error against the grid's own
+solution beside its data-free estimate |B g| / |u - B g|, and the time per step relative to the
+energy's.
 ``--case burgers``: viscous Burgers (configs/burgers_256.toml, levels 32 ... 256) with the
 multilevel output and Galerkin coarse levels, the conservative residual plain or weighted by
 ``burgers.preconditioner = "implicit_diffusion"``.
@@ -13,7 +18,7 @@ budget. Each arm's error against the case's reference, the grid's floor, their r
 error's share in the lowest modes and its cosine with the coarse imprint come from the run's
 own eval.json. Prints one JSON object with ``ratio_<arm>`` and ``best_arm``.
 
-    python benchmarks/accuracy_ablation.py [--case poisson|burgers] [--budget-s 600] [--ranks 2] [--resolution 128]
+    python benchmarks/accuracy_ablation.py [--case poisson|loss|burgers] [--budget-s 600] [--ranks 2] [--resolution 128]
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ CASES = {
         "nodal_galerkin": ("model.output=nodal", "multigrid.coarse_loss=galerkin"),
         "multilevel_rediscretised": ("model.output=multilevel", "multigrid.coarse_loss=rediscretised"),
         "multilevel_galerkin": ("model.output=multilevel", "multigrid.coarse_loss=galerkin"),
+    }, {32: 38, 64: 19, 128: 10, 256: 6}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 4096, 32),
+    "loss": Case("poisson.toml", {
+        "energy": ("train.loss=family",),
+        "preconditioned_target": ("train.loss=preconditioned", "train.precondition_form=target"),
+        "preconditioned_loss": ("train.loss=preconditioned", "train.precondition_form=loss"),
     }, {32: 38, 64: 19, 128: 10, 256: 6}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 4096, 32),
     # The split is configs/burgers_256.toml's own.
     "burgers": Case("burgers_256.toml", {
@@ -102,8 +112,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the case's)")
     parser.add_argument("--probe-steps", type=int, default=6)
     parser.add_argument("--arms", nargs="+", default=None,
-                        help="a subset of the case's arms (poisson: " + ", ".join(CASES["poisson"].arms)
-                        + "; burgers: " + ", ".join(CASES["burgers"].arms) + ")")
+                        help="a subset of the case's arms (" + "; ".join(f"{name}: " + ", ".join(case.arms)
+                                                                            for name, case in CASES.items()) + ")")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     case = CASES[args.case]
@@ -137,9 +147,15 @@ def main() -> None:
                    "mean_rel_l2": report["mean_rel_l2"], "mean_floor": report["mean_floor"],
                    "ratio_to_floor": report["ratio_to_floor"], "mean_low_mode_share": report["mean_low_mode_share"],
                    "mean_imprint_cosine": report.get("mean_imprint_cosine")}
+            if "grid_rel_l2" in report:  # the family can precondition: the error on its own grid and its estimate
+                row["mean_grid_rel_l2"] = statistics.mean(report["grid_rel_l2"])
+                row["mean_estimated_grid_rel_l2"] = statistics.mean(report["estimated_grid_rel_l2"])
             result["arms"][arm] = row
             result[f"ratio_{arm}"] = round(report["ratio_to_floor"], 3)
             print(f"{arm}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    first = result["arms"][args.arms[0]]["step_seconds"]
+    for row in result["arms"].values():  # the finest level's step time against the first arm's
+        row["step_time_vs_first_arm"] = round(row["step_seconds"][-1] / first[-1], 3)
     result["best_arm"] = min(result["arms"], key=lambda a: result["arms"][a]["ratio_to_floor"])
     print(json.dumps(result, indent=2))
 

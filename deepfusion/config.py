@@ -105,6 +105,15 @@ def _cross_checks(cfg: Config, family: type) -> None:
         message = str(e)
         raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
     t = cfg.train
+    if t.loss == "preconditioned" and not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
+        raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
+                          f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
+    if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
+                          "use parallel.domain = [] or train.loss = 'family'")
+    if t.loss == "preconditioned" and cfg.parallel.cuda_graphs:
+        raise ConfigError("parallel.cuda_graphs: the preconditioned loss builds each batch's V-cycle (a dense "
+                          "factorisation) outside any graph; use parallel.cuda_graphs = false")
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
     if has_lbfgs(t.optimizer) and t.lbfgs_mode == "multibatch":

@@ -149,9 +149,10 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
                  field_attrs(cfg, "reference") | {"reference": acc.truth_name})
+    estimate = _estimated_error(cfg, problem, test, pred, acc)
     report = {"parameter": pname, pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
               "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
-              "inference_seconds": infer_seconds, **structure}
+              "inference_seconds": infer_seconds, **structure, **estimate}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     names = _labels(problem, test)
     width = max(10, max(len(n) for n in names))
@@ -170,12 +171,29 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
                   f"; cosine with the coarse level's imprint {structure['mean_imprint_cosine']:.2f} "
                   f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)"
                   if "imprint_cosine" in structure else ""))
+    if estimate:
+        print(f"error against this grid's own solution: {np.mean(estimate['grid_rel_l2']):.4f} measured, "
+              f"{np.mean(estimate['estimated_grid_rel_l2']):.4f} estimated by |B g| / |u - B g| "
+              f"({cfg.train.precondition_cycles} V-cycle{'s' if cfg.train.precondition_cycles > 1 else ''}; "
+              "the preconditioned loss's value, data-free)")
     print(f"inference {infer_seconds:.3f} s for {len(test)} instances; reference {acc.truth_seconds:.2f} s, "
           f"floor {acc.floor_seconds:.2f} s")
     if cfg.output.plots:
         _plots(cfg, problem, test, pred, acc, names, run_dir / "plots")
     print(f"run directory: {run_dir}")
     return acc
+
+
+def _estimated_error(cfg, problem, test: np.ndarray, pred: np.ndarray, acc: FloorReport) -> dict:
+    """Beside the error against the grid's own solution (the floor's field), its data-free estimate
+    |B g| / |u - B g| (:func:`diffnet.preconditioned.error_estimate`), for families that can precondition."""
+    if not problem.has("precondition") or acc.optimum is None:
+        return {}
+    from diffnet.preconditioned import error_estimate
+
+    estimated = error_estimate(problem, torch.as_tensor(pred, dtype=torch.float64),
+                               torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_cycles)
+    return {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist(), "estimated_grid_rel_l2": estimated.tolist()}
 
 
 def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:

@@ -136,6 +136,14 @@ class TrainConfig:
         doc="steps between metrics lines")
     dtype: str = _key(_choice("float32", "float64"), default="float32",
         doc="`float32` or `float64`")
+    loss: str = _key(_choice("family", "preconditioned"), default="family",
+        doc="`family` (the family's own loss, e.g. the Q1 energy) or `preconditioned` (1/2 |B g|^2, the family's "
+            "residual g through B, `train.precondition_cycles` V-cycles of its Hessian, in float64: an estimate of the "
+            "squared relative error; families with the `precondition` capability; see Physics)")
+    precondition_cycles: int = _key(lambda v: None if 1 <= v <= 10 else "must be in 1..10", default=1,
+        doc="V-cycles in B (`train.loss = 'preconditioned'`)")
+    precondition_form: str = _key(_choice("target", "loss"), default="target",
+        doc="`target` (1/2 |u - sg(u - B g)|^2: gradient B g) or `loss` (1/2 |B g(u)|^2: gradient H B B g)")
     # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
     lbfgs_mode: str = _key(_choice("full", "multibatch"), default="full",
         doc="`full` (fixed objective, torch's L-BFGS with strong-Wolfe line search) or `multibatch` (overlapping batches)")

@@ -11,6 +11,7 @@ from deepfusion.config import Config
 
 __all__ = [
     "build_problem",
+    "training_problem",
     "build_model",
     "inference_bytes_per_sample",
     "training_bytes_per_sample",
@@ -30,6 +31,15 @@ def build_problem(cfg: Config, resolution: tuple[int, ...] | None = None):
 
     cls = family_class(cfg.problem.family)
     return cls.from_options(cfg.family, tuple(resolution or cfg.problem.resolution))
+
+
+def training_problem(cfg: Config, problem):
+    """What the generator trains on: the family itself, or its preconditioned loss (``train.loss``)."""
+    if cfg.train.loss == "family":
+        return problem
+    from diffnet.preconditioned import PreconditionedLoss
+
+    return PreconditionedLoss(problem, cfg.train.precondition_cycles, cfg.train.precondition_form)
 
 
 def sample_parameters(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
@@ -114,7 +124,7 @@ def level_models(cfg: Config, model):
     def on_grid(k: int):
         if k not in grids:
             grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * len(cfg.problem.resolution)
-            grids[k] = build_problem(cfg, grid)
+            grids[k] = training_problem(cfg, build_problem(cfg, grid))
         return grids[k]
 
     def level(k: int):

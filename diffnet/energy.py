@@ -25,8 +25,11 @@ __all__ = [
     "gauss_basis",
     "at_gauss_points",
     "quadratic_energy",
+    "quadratic_stencil",
     "dirichlet_energy",
+    "dirichlet_stencil",
     "reaction_diffusion_energy",
+    "reaction_diffusion_stencil",
 ]
 
 # An element's nodes as (dy, dx) offsets from its lower-left node: the order of gauss_basis's
@@ -150,6 +153,50 @@ def quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, o
     return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k)
 
 
+def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:
+    """The Hessian of :func:`quadratic_energy` in u as a 3^d-point stencil, per sample.
+
+    The energy is 1/2 uᵀ H u with H = sum over elements and Gauss points q of c_q D_qᵀ D_q, so
+    each element adds c_q (D_qᵀ D_q)[a, b] to the coupling of its node a to its node b.
+
+    Parameters
+    ----------
+    coeff : torch.Tensor
+        Nodal coefficient (S, *grid), ``grid`` 2-D or 3-D.
+    interp, ops : numpy.ndarray
+        As for :func:`quadratic_energy`.
+
+    Returns
+    -------
+    torch.Tensor
+        (S, 3^d, *grid): entry k at node i is H[i, i + o_k], the offsets o_k in
+        ``itertools.product((-1, 0, 1), repeat=d)`` order (:mod:`diffnet.vcycle`'s layout).
+    """
+    import itertools
+
+    dims = coeff.ndim - 1
+    corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order
+    offsets = list(itertools.product((-1, 0, 1), repeat=dims))
+    pairs = np.einsum("dqa,dqb->qab", np.stack(ops), np.stack(ops))  # (Q, nodes, nodes): sum_d D_qa D_qb
+    conv, _ = _conv(dims)
+    kernel = (2,) * dims
+    c = coeff[:, None]
+    with no_tf32():
+        c_q = [conv(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
+               for row in interp]
+    grid = coeff.shape[1:]
+    stencil = coeff.new_zeros(coeff.shape[0], len(offsets), *grid)
+    for a, ca in enumerate(corners):
+        pad = []
+        for o in reversed(ca):  # the element at e sits at node e + ca in the node grid
+            pad += [o, 1 - o]
+        for b, cb in enumerate(corners):
+            element = sum(float(pairs[q, a, b]) * c_q[q] for q in range(len(c_q)))
+            k = offsets.index(tuple(j - i for i, j in zip(ca, cb)))
+            stencil[:, k] += F.pad(element, pad)
+    return stencil
+
+
 def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) -> torch.Tensor:
     """J(u) = integral of 1/2 nu |grad u|^2 over the Q1 elements, per sample.
 
@@ -168,6 +215,18 @@ def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) ->
     """
     values, gx, gy, w = gauss_basis(hx, hy)
     return w * quadratic_energy(u, nu, values, [gx, gy])
+
+
+def dirichlet_stencil(nu: torch.Tensor, hx: float, hy: float) -> torch.Tensor:
+    """The Hessian of :func:`dirichlet_energy` (the Q1 stiffness matrix K of nu) as a 9-point stencil (S, 9, N_y, N_x)."""
+    values, gx, gy, w = gauss_basis(hx, hy)
+    return w * quadratic_stencil(nu, values, [gx, gy])
+
+
+def reaction_diffusion_stencil(nu: torch.Tensor, kappa: float, hx: float, hy: float) -> torch.Tensor:
+    """The Hessian of :func:`reaction_diffusion_energy`, K + kappa^2 M, as a 9-point stencil (S, 9, N_y, N_x)."""
+    values, gx, gy, w = gauss_basis(hx, hy)
+    return w * (quadratic_stencil(nu, values, [gx, gy]) + kappa**2 * quadratic_stencil(torch.ones_like(nu), values, [values]))
 
 
 def reaction_diffusion_energy(

@@ -17,9 +17,9 @@ import math
 import numpy as np
 import torch
 
-from diffnet.energy import quadratic_energy
+from diffnet.energy import quadratic_energy, quadratic_stencil
 
-__all__ = ["HEX_NODES", "hex_basis", "dirichlet_energy_3d"]
+__all__ = ["HEX_NODES", "hex_basis", "dirichlet_energy_3d", "dirichlet_stencil_3d"]
 
 # An element's nodes as (dz, dy, dx) offsets from its lowest corner, dx fastest: the order of
 # hex_basis's columns (and of a 2x2x2 convolution kernel read row-major).
@@ -73,3 +73,9 @@ def dirichlet_energy_3d(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float,
         raise ValueError(f"need u and nu of one shape (S, N_z, N_y, N_x), got {tuple(u.shape)} and {tuple(nu.shape)}")
     values, gx, gy, gz, w = hex_basis(hx, hy, hz)
     return w * quadratic_energy(u, nu, values, [gx, gy, gz])
+
+
+def dirichlet_stencil_3d(nu: torch.Tensor, hx: float, hy: float, hz: float) -> torch.Tensor:
+    """The Hessian of :func:`dirichlet_energy_3d` (the Q1 stiffness matrix of nu) as a 27-point stencil (S, 27, N_z, N_y, N_x)."""
+    values, gx, gy, gz, w = hex_basis(hx, hy, hz)
+    return w * quadratic_stencil(nu, values, [gx, gy, gz])

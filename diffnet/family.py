@@ -27,6 +27,10 @@ capability      members
 ``polish``      ``polish(params, fields, k)``, ``polish_step``: k classical iterations from the
                 network's output ("DiffNet + k cycles")
 ``input_fields`` ``input_fields(params)``: fields that show an instance in plots (e.g. log10 nu)
+``precondition`` ``hessian(u, params)``: the Hessian of the summed loss in the field at u as a
+                3^d-point stencil (default: read off the loss by 3^d probes, valid where the
+                loss couples each node to its 3^d neighbours only); with it the engine trains
+                on the multigrid-preconditioned residual (``train.loss = "preconditioned"``)
 ==============  ===============================================================================
 """
 
@@ -41,7 +45,7 @@ import torch
 
 __all__ = ["CAPABILITIES", "Family", "ParameterSpec", "sample_box"]
 
-CAPABILITIES = ("reference", "floor", "classical", "polish", "input_fields")
+CAPABILITIES = ("reference", "floor", "classical", "polish", "input_fields", "precondition")
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,19 @@ class Family:
         return self.loss_terms(self.field(tiling.gather(raw), params), params)
 
     # -- defaults of optional members -------------------------------------------------
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The Hessian of the summed loss terms in the field at ``u`` (S, *resolution), as a stencil
+        (S, 3^d, *resolution) (capability ``precondition``; layout of :func:`diffnet.vcycle.apply_stencil`).
+
+        The default reads it off the loss with 3^d Hessian-vector products
+        (:func:`diffnet.vcycle.probe_stencil`): right for any loss that couples each node to its
+        3^d neighbours only, linear or not (then it is the linearisation at ``u``). A family whose
+        loss is a known quadratic form returns its stencil directly, at a tenth of the cost.
+        """
+        from diffnet.vcycle import probe_stencil
+
+        return probe_stencil(self, u, params)
+
     def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
         """The independent reference on this grid's nodes (default: :meth:`reference`)."""
         return self.reference(params, progress)

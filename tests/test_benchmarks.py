@@ -86,14 +86,19 @@ def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
     assert (tmp_path / "opt.png").stat().st_size > 10_000
 
 
-def test_accuracy_ablation_trains_its_arms_to_one_budget(tmp_path):
+@pytest.mark.parametrize("case, arms", [("poisson", ["multilevel_galerkin"]), ("loss", ["energy", "preconditioned_target"])])
+def test_accuracy_ablation_trains_its_arms_to_one_budget(tmp_path, case, arms):
     out = subprocess.run([sys.executable, str(BENCH / "accuracy_ablation.py"), "--resolution", "64", "--budget-s", "4",
                           "--n-train", "16", "--batch", "8", "--probe-steps", "3", "--n-test", "1", "--ranks", "1",
-                          "--arms", "nodal_rediscretised", "multilevel_galerkin"],
+                          "--case", case, "--arms", *arms],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert set(report["arms"]) == {"nodal_rediscretised", "multilevel_galerkin"} and report["levels"] == [32, 64]
+    assert set(report["arms"]) == set(arms) and report["levels"] == [32, 64]
+    if case == "loss":  # the preconditioned arm reports the error on its grid beside its estimate
+        row = report["arms"]["preconditioned_target"]
+        assert row["mean_estimated_grid_rel_l2"] > 0 and row["mean_grid_rel_l2"] > 0
+        assert report["arms"]["energy"]["step_time_vs_first_arm"] == 1.0
     for arm, row in report["arms"].items():
         assert report[f"ratio_{arm}"] == pytest.approx(row["ratio_to_floor"], rel=1e-2)
         assert len(row["epochs"]) == 2 and all(e >= 1 for e in row["epochs"]) and row["mean_floor"] > 0
@@ -136,3 +141,25 @@ def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
     assert report["gmg3d_vs_pyamg_default_16"] == round(row3["pyamg_over_gmg"], 2) > 0
     assert [r["grid"] for r in report["scaling"]] == [17, 33]
     assert all(r["seconds_per_unknown"] > 0 for r in report["scaling"])
+
+
+def test_second_stage_runs_both_arms_at_one_budget(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "second_stage.py"), "--resolution", "64", "--budget-s", "6",
+                          "--n-train", "16", "--batch", "8", "--probe-steps", "2", "--n-test", "1", "--ranks", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    one, two = report["one_stage"], report["two_stages"]
+    assert two["steps"] >= 10 and one["mean_floor"] == pytest.approx(two["mean_floor"])
+    assert report["ratio_two_stages"] == pytest.approx(two["ratio_to_floor"], rel=1e-2)
+    assert two["mean_grid_rel_l2"] > 0 and two["first_stage_ratio_to_floor"] > 0
+
+
+def test_residual_precision_reports_both_estimates(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "residual_precision.py"), "--resolution", "33", "--instances", "2"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout)["rows"]
+    for row in rows[:2]:  # a coarse error: both residuals see it, and the estimate is of its size
+        assert row["estimate_float64"] == pytest.approx(row["estimate_float32"], rel=1e-3)
+        assert 0.3 < row["estimate_float64"] / row["true_rel_error"] < 3

@@ -121,3 +121,21 @@ def test_compare_adds_a_labelled_gpu_row(tmp_path):
     # The same network on either device: the same error, measured once.
     assert rows[0]["diffnet_error"] == rows[1]["diffnet_error"] and rows[1]["diffnet_s_batched"] > 0
     assert "a different machine's figure" in proc.stdout
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_vcycle_on_cuda_is_the_cpu_vcycle(dims):
+    # The preconditioner of train.loss = "preconditioned" runs on the batch's device: float64 on
+    # the GPU gives the CPU's B r to float64 rounding.
+    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.problems.poisson3d import Poisson3D
+    from diffnet.vcycle import VCycle
+
+    family = PoissonProblem((40, 40)) if dims == 2 else Poisson3D((17, 17, 17))
+    params = torch.rand(2, 6, dtype=torch.float64) * 6 - 3
+    u = family.field(torch.randn(2, 1, *family.resolution, dtype=torch.float64), params)
+    cpu = VCycle.build(family, u, params)
+    r = torch.randn_like(u) * cpu.levels[0].free
+    gpu = VCycle.build(family, u.cuda(), params.cuda())
+    expected = cpu(r)
+    assert torch.allclose(gpu(r.cuda()).cpu(), expected, rtol=0, atol=1e-10 * float(expected.abs().max()))

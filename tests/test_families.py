@@ -23,6 +23,7 @@ MEMBERS = {
                   "classical_to_grid"),
     "polish": ("polish", "polish_step"),
     "input_fields": ("input_fields",),
+    "precondition": ("hessian", "at_resolution"),
 }
 
 
@@ -68,6 +69,13 @@ def test_builtin_families_keep_the_protocol(name):
     u = problem.field(torch.zeros(4, 1, *grid, dtype=torch.float64), torch.as_tensor(params))
     assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, *grid)
     assert problem.at_resolution((5,) * cls.dims).resolution == (5,) * cls.dims
+    if problem.has("precondition"):  # the family's Hessian is what its loss says
+        from diffnet.vcycle import probe_stencil
+
+        p = torch.as_tensor(params)
+        v = problem.field(torch.randn(4, 1, *grid, dtype=torch.float64), p)
+        stencil, probed = problem.hessian(v, p), probe_stencil(problem, v, p)
+        assert stencil.shape == (4, 3**cls.dims, *grid) and torch.allclose(stencil, probed, rtol=0, atol=1e-9 * probed.abs().max())
 
 
 def _tutorial(tmp_path):

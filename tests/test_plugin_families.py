@@ -182,3 +182,18 @@ def test_plugin_stops_on_sigterm_resumes_and_guards_against_nan(site, tmp_path):
                   "--set", "train.dtype=float32")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 3 and ("NaN or Inf" in last or "loss is inf" in last or "loss is nan" in last), last
+
+
+def test_a_plugin_trains_on_the_preconditioned_loss_through_the_default_hessian(site, tmp_path):
+    # cubic_reaction declares "precondition" and no hessian of its own: the base class reads the
+    # linearisation of its nonlinear energy off 9 probes of the loss, on every level's grid.
+    proc = _train(site, "cubic_reaction", tmp_path / "pre", None, "--set", "train.loss=preconditioned")
+    assert proc.returncode == 0, proc.stderr
+    assert "estimated by |B g| / |u - B g|" in proc.stdout
+
+    report = json.loads((tmp_path / "pre" / "eval.json").read_text())
+    measured, estimated = np.array(report["grid_rel_l2"]), np.array(report["estimated_grid_rel_l2"])
+    assert (estimated > 0.3 * measured).all() and (estimated < 3 * measured).all(), (measured, estimated)
+    # A family that does not declare it is refused in one line.
+    proc = _train(site, "advection_diffusion", tmp_path / "no", None, "--set", "train.loss=preconditioned")
+    assert proc.returncode == 2 and "does not declare the 'precondition' capability" in proc.stderr

@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 
 from diffnet.classical import Q1Classical
 from diffnet.constants import constant
-from diffnet.energy import dirichlet_energy
+from diffnet.energy import dirichlet_energy, dirichlet_stencil
 from diffnet.family import Family, ParameterSpec
 from diffnet.options import integer_in, interval, option, positive
 from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
@@ -157,7 +157,7 @@ class KLFamily(KLCoefficients, Q1Classical, Family):
 
     in_channels = 3
     polish_step = "V-cycle"  # one iteration of :meth:`polish`
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition"})
 
     @classmethod
     def from_options(cls, options: KLOptions, resolution: tuple[int, ...]) -> "KLFamily":
@@ -286,6 +286,17 @@ class LiftedEnergy:
     def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _energy_stencil(self, nu: torch.Tensor) -> torch.Tensor:
+        """The Hessian of ``_energy`` in u (the Q1 stiffness matrix of nu) as a 3^d-point stencil."""
+        raise NotImplementedError
+
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The Hessian of :meth:`loss_terms` in u: the stiffness stencil divided by the lift's energy."""
+        nu = self.diffusivity(params.to(u.dtype))
+        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
+        scale = self._energy(lift, nu).reshape(-1, *([1] * u.ndim))
+        return self._energy_stencil(nu) / scale
+
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """u = (1 - x) + M * N, with the mask M zero on the Dirichlet planes x = 0, 1."""
         x = torch.linspace(0.0, 1.0, self.resolution[-1], dtype=raw.dtype, device=raw.device)
@@ -323,6 +334,9 @@ class PoissonProblem(LiftedEnergy, KLFamily):
 
     def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
         return dirichlet_energy(u, nu, self.hx, self.hy)
+
+    def _energy_stencil(self, nu: torch.Tensor) -> torch.Tensor:
+        return dirichlet_stencil(nu, self.hx, self.hy)
 
     def _fem_system(self, nu: np.ndarray):
         from diffnet.solvers.poisson import poisson_system

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from diffnet.classical import Q1Classical
 from diffnet.constants import constant
-from diffnet.energy3d import dirichlet_energy_3d
+from diffnet.energy3d import dirichlet_energy_3d, dirichlet_stencil_3d
 from diffnet.family import Family
 from diffnet.options import integer_in, option
 from diffnet.problems.poisson import KLCoefficients, KLOptions, LiftedEnergy, kl_modes
@@ -55,7 +55,7 @@ class Poisson3D(LiftedEnergy, KLCoefficients, Q1Classical, Family):
     in_channels = 4
     dims = 3
     polish_step = "V-cycle"
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition"})
 
     def __post_init__(self) -> None:
         if len(self.resolution) != 3 or min(self.resolution) < 3:
@@ -101,6 +101,9 @@ class Poisson3D(LiftedEnergy, KLCoefficients, Q1Classical, Family):
 
     def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
         return dirichlet_energy_3d(u, nu, *self.spacing)
+
+    def _energy_stencil(self, nu: torch.Tensor) -> torch.Tensor:
+        return dirichlet_stencil_3d(nu, *self.spacing)
 
     # -- classical solves ----------------------------------------------------------------
     def fem_system(self, params: np.ndarray):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.energy import reaction_diffusion_energy
+from diffnet.energy import reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.options import nonnegative, one_of, option
 from diffnet.problems.poisson import KLFamily, KLOptions
 from diffnet.tiling import element_sum, zero_boundary
@@ -76,6 +76,12 @@ class ReactionDiffusionProblem(KLFamily):
         nu = self.diffusivity(params.to(u.dtype))
         j = reaction_diffusion_energy(u, nu, self.kappa, self.source, self.hx, self.hy)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
+
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The Hessian of :meth:`loss_terms` in u: (K + kappa^2 M) divided by the energy scale."""
+        nu = self.diffusivity(params.to(u.dtype))
+        scale = energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source).reshape(-1, 1, 1, 1)
+        return reaction_diffusion_stencil(nu, self.kappa, self.hx, self.hy) / scale
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energy of its own elements

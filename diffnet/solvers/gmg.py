@@ -126,6 +126,12 @@ class GMGSolver:
     system: FEMSystem
     levels: list
     coarse_lu: object  # SuperLU of the coarsest operator
+    # The smoother of every V-cycle: forward Gauss-Seidel before the coarse correction and backward
+    # after (the classical solver's), or ``sweeps`` damped-Jacobi sweeps before and after (the one
+    # the batched torch V-cycle of diffnet.vcycle runs, so this hierarchy is its test oracle).
+    smoother: str = "gauss-seidel"
+    sweeps: int = 2
+    omega: float = 2.0 / 3.0
 
     @classmethod
     def build(cls, system: FEMSystem, coarsest: int = COARSEST) -> "GMGSolver":
@@ -156,6 +162,32 @@ class GMGSolver:
         lu = splu(kernels.to_csr(levels[-1].S).tocsc())
         return cls(system, levels, lu)
 
+    @classmethod
+    def from_systems(cls, systems: list[FEMSystem], smoother: str = "jacobi") -> "GMGSolver":
+        """A hierarchy of rediscretised operators: ``systems`` on successively coarser grids, finest
+        first (each its own assembly, not a Galerkin product), bilinear transfers between them."""
+        from scipy.sparse.linalg import splu
+
+        levels = [_Level(s.stencil, s.fixed.reshape(s.shape), s.values.reshape(s.shape)) for s in systems]
+        for fine, coarse in zip(levels, levels[1:]):
+            fine.y = interpolation_weights(fine.fixed.shape[0], coarse.fixed.shape[0])
+            fine.x = interpolation_weights(fine.fixed.shape[1], coarse.fixed.shape[1])
+        return cls(systems[0], levels, splu(kernels.to_csr(levels[-1].S).tocsc()), smoother=smoother)
+
+    def _smooth(self, level: "_Level", x: np.ndarray, b: np.ndarray, forward: bool) -> None:
+        if self.smoother == "gauss-seidel":
+            kernels.gauss_seidel(level.S, x, b, forward)
+            return
+        w = level.S.shape[2] // 2
+        diagonal = level.S[:, :, w, w]
+        for _ in range(self.sweeps):
+            kernels.residual(level.S, x, b, level.residual)
+            x += self.omega * level.residual / diagonal
+
+    def precondition(self, r: np.ndarray, cycles: int = 1) -> np.ndarray:
+        """B r: ``cycles`` V-cycles on A x = r from x = 0 (r (N_y, N_x), zero on the fixed nodes)."""
+        return self._cycles(0, np.zeros(self.system.shape), np.ascontiguousarray(r, dtype=np.float64), cycles)
+
     def _coarse_solve(self, b: np.ndarray) -> np.ndarray:
         return self.coarse_lu.solve(b.ravel()).reshape(b.shape)
 
@@ -163,7 +195,7 @@ class GMGSolver:
         """One V(1,1)-cycle on level k in place: forward Gauss-Seidel, coarse correction, backward
         Gauss-Seidel (a symmetric cycle, so a valid CG preconditioner, at half the cost of symmetric sweeps)."""
         level, coarse = self.levels[k], self.levels[k + 1]
-        kernels.gauss_seidel(level.S, x, b, True)
+        self._smooth(level, x, b, True)
         kernels.residual(level.S, x, b, level.residual)
         rc = level.down(level.residual, coarse, coarse.rhs)
         if k + 2 == len(self.levels):
@@ -173,7 +205,7 @@ class GMGSolver:
             e[:] = 0.0
             self._vcycle(k + 1, e, rc)
         level.up(e, x)
-        kernels.gauss_seidel(level.S, x, b, False)
+        self._smooth(level, x, b, False)
 
     def _cycles(self, k: int, x: np.ndarray, b: np.ndarray, cycles: int) -> np.ndarray:
         for _ in range(cycles):
@@ -263,7 +295,7 @@ class GMGSolver:
             return -out.ravel()
 
         def precondition(r: np.ndarray) -> np.ndarray:
-            return self._cycles(0, np.zeros(shape), np.ascontiguousarray(r.reshape(shape)), 1).ravel()
+            return self.precondition(r.reshape(shape)).ravel()
 
         iterations = [0]
 

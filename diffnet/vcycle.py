@@ -1,0 +1,235 @@
+"""A batched multigrid V-cycle in torch for any family whose loss has a nearest-neighbour Hessian.
+
+It is the preconditioner B of :mod:`diffnet.preconditioned`: an approximate inverse of the loss's
+Hessian in the field, one per instance, applied to the whole batch at once (CPU or CUDA, 2-D or
+3-D). Nothing in it knows a family: every level's operator is read off the family's own loss.
+
+* **Operators from the family**: its ``hessian(u, params)`` (capability ``precondition``), the
+  Q1 families' stencils built straight from the coefficient (:func:`diffnet.energy.quadratic_stencil`).
+* **Or by probing**, the default of ``hessian``. Where the loss couples each node only to its 3^d neighbours (the Q1
+  energies, linear or not), the Hessian is a 3^d-point stencil, and 3^d Hessian-vector products
+  with coloured probes (1 on the nodes whose index is c modulo 3 along each axis) give every
+  entry: each neighbour of a node has its own colour. The products are central differences of
+  the loss's gradient in float64, exact for a quadratic loss up to rounding, and the linearisation
+  at the current field for a nonlinear one. The stencil is then symmetrised.
+* **Rediscretised coarse levels**: the family on each coarser grid (``at_resolution``), probed at
+  the field interpolated there, down to a grid of at most 9 (2-D) or 5 (3-D) nodes a side, which
+  is solved exactly (a dense Cholesky factor per instance: a few dozen unknowns).
+* **Dirichlet nodes** are the nodes the family's ``field`` does not take from the network; the
+  operators act on the other nodes only (identity rows on the fixed ones), as the numpy multigrid's
+  Dirichlet rows do.
+* **Smoothing**: ``sweeps`` damped-Jacobi sweeps (omega = 2/3) before and after the coarse
+  correction, with bilinear prolongation P and restriction Pᵀ, so that B is symmetric. Jacobi and
+  not Gauss-Seidel: it is one stencil application for the whole batch, where Gauss-Seidel is a
+  sequential sweep. :class:`diffnet.solvers.gmg.GMGSolver` with ``smoother="jacobi"`` on the same
+  levels is the test oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids"]
+
+_OMEGA = 2.0 / 3.0
+_PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
+
+
+def coarse_grids(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Node grids from ``shape`` down, halving the cells (ceil(N / 2) nodes), until a side has at most
+    9 (2-D) or 5 (3-D) nodes: the numpy multigrid's coarsening."""
+    coarsest = 9 if len(shape) == 2 else 5
+    grids = [tuple(shape)]
+    while min(grids[-1]) > coarsest:
+        grids.append(tuple((n + 1) // 2 for n in grids[-1]))
+    return grids
+
+
+def _offsets(dims: int) -> list[tuple[int, ...]]:
+    return list(itertools.product((-1, 0, 1), repeat=dims))
+
+
+def _shifted(x: torch.Tensor, offset: tuple[int, ...]) -> torch.Tensor:
+    """y[i] = x[i + offset] (zero outside the grid), for x (S, *grid)."""
+    pad = []
+    for o in reversed(offset):
+        pad += [max(-o, 0), max(o, 0)]
+    padded = torch.nn.functional.pad(x, pad)
+    # Along each axis the padding before it is max(-o, 0): node i + o sits at i + o + max(-o, 0).
+    index = tuple(slice(max(-o, 0) + o, max(-o, 0) + o + n) for o, n in zip(offset, x.shape[1:]))
+    return padded[(slice(None), *index)]
+
+
+def apply_stencil(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A x for a 3^d-point stencil (S, 3^d, *grid) (offsets in :func:`itertools.product` order) and x (S, *grid)."""
+    out = torch.zeros_like(x)
+    for k, offset in enumerate(_offsets(x.ndim - 1)):
+        out += stencil[:, k] * _shifted(x, offset)
+    return out
+
+
+def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(S, *grid) bool: the nodes the family's field does not take from the network's output."""
+    raw = torch.zeros(params.shape[0], 1, *family.resolution, dtype=dtype, device=params.device)
+    return family.field(raw + 1.0, params) == family.field(raw, params)
+
+
+def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
+    """(*grid) int: the colour of each node, sum over axes of (index mod 3) 3^axis."""
+    colour = torch.zeros(grid, dtype=torch.long, device=device)
+    for axis, n in enumerate(grid):
+        shape = [1] * len(grid)
+        shape[axis] = n
+        colour = colour + (torch.arange(n, device=device) % 3).reshape(shape) * 3**axis
+    return colour
+
+
+def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """The Hessian of the family's summed loss at the field u (S, *grid) as a stencil (S, 3^d, *grid),
+    read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype).
+
+    Valid where the loss couples each node to its 3^d neighbours only (a family's ``hessian`` default)."""
+    dims = u.ndim - 1
+    grid = tuple(u.shape[1:])
+    colour = _colours(grid, u.device)
+
+    def gradient(v: torch.Tensor) -> torch.Tensor:
+        v = v.detach().requires_grad_(True)
+        total = sum(t.sum() for t in family.loss_terms(v, params).values())
+        return torch.autograd.grad(total, v)[0]
+
+    step = _PROBE_STEP * max(1.0, float(u.abs().max()))
+    products = []
+    for c in range(3**dims):
+        e = (colour == c).to(u.dtype).expand_as(u)
+        products.append((gradient(u + step * e) - gradient(u - step * e)) / (2 * step))
+    stencil = torch.empty(u.shape[0], 3**dims, *grid, dtype=u.dtype, device=u.device)
+    for k, offset in enumerate(_offsets(dims)):
+        # The neighbour i + offset has colour(i + offset): read that probe's product at i.
+        target = _shifted(colour[None].to(u.dtype), offset)[0].round().long()
+        inside = _shifted(torch.ones(1, *grid, dtype=u.dtype, device=u.device), offset)[0] > 0
+        entry = torch.zeros_like(u)
+        for c in range(3**dims):
+            entry = torch.where((target == c) & inside, products[c], entry)
+        stencil[:, k] = entry
+    return stencil
+
+
+def _on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """The operator on the free nodes: couplings to fixed nodes cut, identity rows on them, and
+    symmetrised ((i, i + o) and (i + o, i) are one coupling; a probed stencil holds both to rounding)."""
+    dims = free.ndim - 1
+    offsets = _offsets(dims)
+    mask = free.to(stencil.dtype)
+    cut = torch.stack([stencil[:, k] * mask * _shifted(mask, o) for k, o in enumerate(offsets)], dim=1)
+    mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
+    twin = torch.stack([_shifted(cut[:, mirror[k]], o) for k, o in enumerate(offsets)], dim=1)
+    out = 0.5 * (cut + twin)
+    centre = offsets.index((0,) * dims)
+    out[:, centre] = torch.where(free, out[:, centre], torch.ones_like(out[:, centre]))
+    return out
+
+
+def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_fine, n_coarse) linear interpolation between uniform node grids (the numpy multigrid's weights)."""
+    from diffnet.solvers.stencil import interpolation_weights
+
+    left, weight = interpolation_weights(n_fine, n_coarse)
+    mat = torch.zeros(n_fine, n_coarse, dtype=like.dtype, device=like.device)
+    rows = torch.arange(n_fine, device=like.device)
+    left_t = torch.as_tensor(left, device=like.device)
+    w = torch.as_tensor(weight, dtype=like.dtype, device=like.device)
+    mat.index_put_((rows, left_t), 1.0 - w, accumulate=True)
+    inner = left_t + 1 < n_coarse
+    mat.index_put_((rows[inner], left_t[inner] + 1), w[inner], accumulate=True)
+    return mat
+
+
+def _along(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
+    for axis, mat in enumerate(mats, start=1):
+        m = mat.T if transpose else mat
+        x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
+    return x
+
+
+@dataclass
+class _Level:
+    stencil: torch.Tensor  # (S, 3^d, *grid)
+    free: torch.Tensor  # (S, *grid) bool
+    diagonal: torch.Tensor  # (S, *grid)
+    down: list[torch.Tensor] | None = None  # per axis, interpolation from the next coarser grid
+
+
+@dataclass
+class VCycle:
+    """B: ``cycles`` symmetric V-cycles for the Hessian of a family's loss, one hierarchy per instance.
+
+    Build it with :meth:`build` at the current field; ``vcycle(r)`` is B r for a batch r (S, *grid)
+    that is zero on the fixed nodes.
+    """
+
+    levels: list[_Level]
+    coarse_factor: torch.Tensor  # (S, n, n) Cholesky factor of the coarsest operator
+    sweeps: int = 2
+    cycles: int = 1
+
+    @classmethod
+    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
+        """The hierarchy of ``family`` (on ``u``'s grid) linearised at the field ``u`` (S, *grid), float64 advised."""
+        if sweeps < 1 or cycles < 1:
+            raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")
+        grids = coarse_grids(tuple(u.shape[1:]))
+        levels = []
+        field = u
+        for k, grid in enumerate(grids):
+            level_family = family if k == 0 else family.at_resolution(grid)
+            if k > 0:
+                field = _along(field, [_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
+            free = fixed_nodes(level_family, params, u.dtype).logical_not()
+            stencil = _on_free_nodes(level_family.hessian(field, params).to(u.dtype), free)
+            centre = len(_offsets(u.ndim - 1)) // 2
+            levels.append(_Level(stencil, free, stencil[:, centre]))
+        for fine, coarse in zip(levels, levels[1:]):
+            fine.down = [_interpolation(n, m, u) for n, m in zip(fine.free.shape[1:], coarse.free.shape[1:])]
+        coarsest = levels[-1]
+        n = math.prod(coarsest.free.shape[1:])
+        basis = torch.eye(n, dtype=u.dtype, device=u.device).reshape(n, *coarsest.free.shape[1:])
+        columns = [apply_stencil(coarsest.stencil[s : s + 1].expand(n, *coarsest.stencil.shape[1:]), basis)
+                   for s in range(u.shape[0])]
+        dense = torch.stack([c.reshape(n, n).T for c in columns])
+        return cls(levels, torch.linalg.cholesky(dense), sweeps, cycles)
+
+    def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
+        fine = self.levels[k]
+        return _along(coarse * self.levels[k + 1].free, fine.down, False) * fine.free
+
+    def _restrict(self, k: int, fine: torch.Tensor) -> torch.Tensor:
+        return _along(fine * self.levels[k].free, self.levels[k].down, True) * self.levels[k + 1].free
+
+    def _smooth(self, level: _Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.sweeps):
+            x = x + _OMEGA * (b - apply_stencil(level.stencil, x)) / level.diagonal
+        return x
+
+    def _cycle(self, k: int, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if k == len(self.levels) - 1:
+            shape = b.shape
+            return torch.cholesky_solve(b.reshape(shape[0], -1, 1), self.coarse_factor).reshape(shape)
+        level = self.levels[k]
+        x = self._smooth(level, x, b)
+        rc = self._restrict(k, b - apply_stencil(level.stencil, x))
+        correction = self._cycle(k + 1, torch.zeros_like(rc), rc)
+        x = x + self._prolong(k, correction)
+        return self._smooth(level, x, b)
+
+    def __call__(self, r: torch.Tensor) -> torch.Tensor:
+        """B r: ``cycles`` V-cycles on A x = r from x = 0."""
+        x = torch.zeros_like(r)
+        for _ in range(self.cycles):
+            x = self._cycle(0, x, r)
+        return x
