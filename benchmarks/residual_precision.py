@@ -25,9 +25,8 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from diffnet.preconditioned import _residual
     from diffnet.problems.poisson import PoissonProblem
-    from diffnet.vcycle import VCycle
+    from diffnet.vcycle import VCycle, loss_gradient
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resolution", type=int, default=256)
@@ -48,7 +47,7 @@ def main() -> None:
         true = ((u - solution).square().sum((1, 2)) / solution.square().sum((1, 2))).sqrt()
         row = {"delta": delta, "true_rel_error": float(true.mean())}
         for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
-            g = _residual(family, u.to(dtype), params.to(dtype)).double()
+            g = loss_gradient(family, u.to(dtype), params.to(dtype)).double()
             d = B(g * B.levels[0].free)
             row[f"estimate_{name}"] = float(((d.square().sum((1, 2)) / (u - d).square().sum((1, 2))).sqrt()).mean())
         rows.append(row)

@@ -44,13 +44,12 @@ class _Second:
     def __init__(self, problem, surrogate, params):
         import torch
 
-        from diffnet.vcycle import VCycle
-        from diffnet.preconditioned import _residual
-
+        from diffnet.vcycle import VCycle, loss_gradient
+        
         p = torch.as_tensor(params, dtype=torch.float64)
         self.u1 = torch.as_tensor(surrogate.fields(params), dtype=torch.float64)
         B = VCycle.build(problem, self.u1, p)
-        d = B(_residual(problem, self.u1, p) * B.levels[0].free)
+        d = B(loss_gradient(problem, self.u1, p) * B.levels[0].free)
         self.eps = d.square().mean(dim=tuple(range(1, d.ndim))).sqrt().clamp_min(1e-12)
         self.channel = (d / self.eps.reshape(-1, *([1] * (d.ndim - 1)))).float()  # the correction the stage must make
 

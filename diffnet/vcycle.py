@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids"]
+__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient"]
 
 _OMEGA = 2.0 / 3.0
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
@@ -43,11 +43,9 @@ _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2)
 def coarse_grids(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Node grids from ``shape`` down, halving the cells (ceil(N / 2) nodes), until a side has at most
     9 (2-D) or 5 (3-D) nodes: the numpy multigrid's coarsening."""
-    coarsest = 9 if len(shape) == 2 else 5
-    grids = [tuple(shape)]
-    while min(grids[-1]) > coarsest:
-        grids.append(tuple((n + 1) // 2 for n in grids[-1]))
-    return grids
+    from diffnet.solvers.gmg import grid_hierarchy
+
+    return grid_hierarchy(tuple(shape), 9 if len(shape) == 2 else 5)
 
 
 def _offsets(dims: int) -> list[tuple[int, ...]]:
@@ -79,6 +77,13 @@ def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.
     return family.field(raw + 1.0, params) == family.field(raw, params)
 
 
+def loss_gradient(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """g = dL/du of the family's summed loss terms at the field u (no graph kept)."""
+    v = u.detach().requires_grad_(True)
+    total = sum(t.sum() for t in family.loss_terms(v, params).values())
+    return torch.autograd.grad(total, v)[0]
+
+
 def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
     """(*grid) int: the colour of each node, sum over axes of (index mod 3) 3^axis."""
     colour = torch.zeros(grid, dtype=torch.long, device=device)
@@ -97,17 +102,12 @@ def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.T
     dims = u.ndim - 1
     grid = tuple(u.shape[1:])
     colour = _colours(grid, u.device)
-
-    def gradient(v: torch.Tensor) -> torch.Tensor:
-        v = v.detach().requires_grad_(True)
-        total = sum(t.sum() for t in family.loss_terms(v, params).values())
-        return torch.autograd.grad(total, v)[0]
-
     step = _PROBE_STEP * max(1.0, float(u.abs().max()))
     products = []
     for c in range(3**dims):
         e = (colour == c).to(u.dtype).expand_as(u)
-        products.append((gradient(u + step * e) - gradient(u - step * e)) / (2 * step))
+        products.append((loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params))
+                        / (2 * step))
     stencil = torch.empty(u.shape[0], 3**dims, *grid, dtype=u.dtype, device=u.device)
     for k, offset in enumerate(_offsets(dims)):
         # The neighbour i + offset has colour(i + offset): read that probe's product at i.
@@ -136,18 +136,10 @@ def _on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
 
 
 def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
-    """(n_fine, n_coarse) linear interpolation between uniform node grids (the numpy multigrid's weights)."""
-    from diffnet.solvers.stencil import interpolation_weights
+    """(n_fine, n_coarse) linear interpolation between uniform node grids: the numpy multigrid's, dense."""
+    from diffnet.solvers.gmg import interpolation_1d
 
-    left, weight = interpolation_weights(n_fine, n_coarse)
-    mat = torch.zeros(n_fine, n_coarse, dtype=like.dtype, device=like.device)
-    rows = torch.arange(n_fine, device=like.device)
-    left_t = torch.as_tensor(left, device=like.device)
-    w = torch.as_tensor(weight, dtype=like.dtype, device=like.device)
-    mat.index_put_((rows, left_t), 1.0 - w, accumulate=True)
-    inner = left_t + 1 < n_coarse
-    mat.index_put_((rows[inner], left_t[inner] + 1), w[inner], accumulate=True)
-    return mat
+    return torch.as_tensor(interpolation_1d(n_fine, n_coarse).toarray(), dtype=like.dtype, device=like.device)
 
 
 def _along(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
@@ -184,18 +176,18 @@ class VCycle:
         if sweeps < 1 or cycles < 1:
             raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")
         grids = coarse_grids(tuple(u.shape[1:]))
+        # Per level but the coarsest, per axis: the interpolation from the next coarser grid (P; Pᵀ restricts).
+        transfers = [[_interpolation(n, m, u) for n, m in zip(fine, coarse)] for fine, coarse in zip(grids, grids[1:])]
+        centre = len(_offsets(u.ndim - 1)) // 2
         levels = []
         field = u
         for k, grid in enumerate(grids):
             level_family = family if k == 0 else family.at_resolution(grid)
-            if k > 0:
+            if k > 0:  # the linearisation's field, interpolated to this level's nodes
                 field = _along(field, [_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
             free = fixed_nodes(level_family, params, u.dtype).logical_not()
             stencil = _on_free_nodes(level_family.hessian(field, params).to(u.dtype), free)
-            centre = len(_offsets(u.ndim - 1)) // 2
-            levels.append(_Level(stencil, free, stencil[:, centre]))
-        for fine, coarse in zip(levels, levels[1:]):
-            fine.down = [_interpolation(n, m, u) for n, m in zip(fine.free.shape[1:], coarse.free.shape[1:])]
+            levels.append(_Level(stencil, free, stencil[:, centre], transfers[k] if k < len(transfers) else None))
         coarsest = levels[-1]
         n = math.prod(coarsest.free.shape[1:])
         basis = torch.eye(n, dtype=u.dtype, device=u.device).reshape(n, *coarsest.free.shape[1:])

@@ -293,8 +293,7 @@ class LiftedEnergy:
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The Hessian of :meth:`loss_terms` in u: the stiffness stencil divided by the lift's energy."""
         nu = self.diffusivity(params.to(u.dtype))
-        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
-        scale = self._energy(lift, nu).reshape(-1, *([1] * u.ndim))
+        scale = self._energy(self._lift(u), nu).reshape(-1, *([1] * u.ndim))
         return self._energy_stencil(nu) / scale
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -305,8 +304,11 @@ class LiftedEnergy:
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample energy divided by that of the lift u = 1 - x (1/2 integral of nu), shape (S,)."""
         nu = self.diffusivity(params.to(u.dtype))
-        lift = (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
-        return {"energy": self._energy(u, nu) / self._energy(lift, nu)}
+        return {"energy": self._energy(u, nu) / self._energy(self._lift(u), nu)}
+
+    def _lift(self, u: torch.Tensor) -> torch.Tensor:
+        """The lift 1 - x on u's grid, dtype and device, in u's shape."""
+        return (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
