@@ -86,16 +86,17 @@ def _base(args, levels: list[int], arm: str) -> list[str]:
             "multigrid.batch_size=[]", "output.plots=false", "train.checkpoint_every=0"]
 
 
-def step_seconds(args, levels: list[int], arm: str, workdir: Path) -> list[float]:
-    """Seconds per optimiser step on each level, from a probe of ``args.probe_steps`` steps per level."""
+def step_seconds(args, levels: list[int], arm: str, workdir: Path, extra: tuple[str, ...] = ()) -> list[float]:
+    """Seconds per optimiser step on each level (and on a second stage's, with ``extra`` asking for one),
+    from a probe of ``args.probe_steps`` steps per level."""
     run = workdir / f"probe-{arm}"
     n = args.batch * args.probe_steps
     train_run(ROOT / "configs" / CASES[args.case].config, run, args.ranks,
               _base(args, levels, arm) + [f"data.n_train={n}", "data.n_test=1", f"multigrid.epochs={[1] * len(levels)}",
-                                          "train.log_every=1"], quiet=True)
+                                          "train.log_every=1", *extra], quiet=True)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     out = []
-    for k in range(len(levels)):
+    for k in sorted({r["level"] for r in records}):
         rates = [r["samples_per_s"] for r in records if r["level"] == k][1:]  # the first carries the warm-up
         out.append(args.batch / statistics.median(rates))
     return out

@@ -2,12 +2,13 @@
 
 One stage: configs/poisson.toml at ``--resolution`` with ``train.loss = "preconditioned"``, trained for
 the whole budget (its epochs per level from a probe, as in accuracy_ablation.py). Two stages: the
-same run for half the budget, then a second U-Net v trained for the other half on
-u = u1 + eps v (multi-stage networks, Wang & Lai, J. Comput. Phys. 2024): u1 the first stage's
-field, eps per sample the first stage's estimated error |B g1| (RMS), v fed the first stage's inputs
-and the scaled correction B g1 / eps, trained on the same loss of u (diffnet/preconditioned.py).
-Both are evaluated on the same held-out instances: error against the reference, the grid's floor,
-their ratio, and the error against the grid's own solution. Prints one JSON object.
+same config with ``train.second_stage_epochs`` (diffnet/stages.py): the first stage for
+``--first-share`` of the budget, then a second U-Net v on u = u1 + eps v (multi-stage networks,
+Wang & Lai, J. Comput. Phys. 2024) for the rest, the epochs of each from the probe's step times.
+Both are evaluated by `deepfusion train` on the same held-out instances: error against the reference,
+the grid's floor, their ratio, the error against the grid's own solution, and the two-stage run's
+first stage alone; and each again after one polish V-cycle (`Surrogate(..., polish=1)`), the
+cheaper way to the same accuracy the second stage must beat. Prints one JSON object.
 
     python benchmarks/second_stage.py [--resolution 64] [--budget-s 600] [--ranks 2]
 """
@@ -18,7 +19,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,100 +27,41 @@ sys.path.insert(0, str(ROOT))
 from accuracy_ablation import CASES, _base, _levels, step_seconds  # noqa: E402
 from launch import train_run  # noqa: E402
 
+ARM = "preconditioned_target"
 
-def _stage_one(args, levels, budget: float, run: Path, workdir: Path) -> None:
+
+def _epochs(args, levels, per_step: list[float], budget: float) -> list[int]:
+    """Epochs per level that fill ``budget`` seconds, in the case's split."""
     case = CASES["loss"]
-    per_step = step_seconds(args, levels, "preconditioned_target", workdir)
     per_epoch = [(args.n_train // args.batch) * t for t in per_step]
     scale = budget / sum(case.split[n] * e for n, e in zip(levels, per_epoch))
-    epochs = [max(1, round(scale * case.split[n])) for n in levels]
-    train_run(ROOT / "configs" / case.config, run, args.ranks,
-              _base(args, levels, "preconditioned_target") + [f"multigrid.epochs={epochs}"])
+    return [max(1, round(scale * case.split[n])) for n in levels]
 
 
-class _Second:
-    """The second stage's data: the first stage's field, its estimated error and correction per instance."""
-
-    def __init__(self, problem, surrogate, params):
-        import torch
-
-        from diffnet.vcycle import VCycle, loss_gradient
-        
-        p = torch.as_tensor(params, dtype=torch.float64)
-        self.u1 = torch.as_tensor(surrogate.fields(params), dtype=torch.float64)
-        B = VCycle.build(problem, self.u1, p)
-        d = B(loss_gradient(problem, self.u1, p) * B.levels[0].free)
-        self.eps = d.square().mean(dim=tuple(range(1, d.ndim))).sqrt().clamp_min(1e-12)
-        self.channel = (d / self.eps.reshape(-1, *([1] * (d.ndim - 1)))).float()  # the correction the stage must make
-
-
-def _second_inputs(problem, params, data: _Second, index):
-    import torch
-
-    x = problem.inputs(torch.as_tensor(params[index], dtype=torch.float32))
-    return torch.cat([x, data.channel[index, None]], dim=1)
-
-
-def _second_field(problem, raw, params, data: _Second, index):
-    import torch
-
-    p = torch.as_tensor(params[index], dtype=torch.float64)
-    zero = problem.field(torch.zeros_like(raw), p.float())
-    correction = (problem.field(raw, p.float()) - zero).double()  # the homogeneous boundary conditions
-    return data.u1[index] + data.eps[index].reshape(-1, *([1] * (raw.ndim - 2))) * correction
-
-
-def _stage_two(args, run: Path, budget: float) -> tuple[dict, float]:
+def _polished_ratio(run: Path, cycles: int = 1) -> float:
+    """The run's held-out fields after ``cycles`` polish V-cycles, over the floor (its own reference fields)."""
+    import h5py
     import numpy as np
-    import torch
 
-    from deepfusion.config import load_config
-    from deepfusion.evaluate import against_floor, relative_l2
-    from deepfusion.surrogate import Surrogate
-    from deepfusion.wiring import build_problem, heldout_parameters, training_parameters
-    from diffnet.networks import UNet
-    from diffnet.preconditioned import PreconditionedLoss
+    from deepfusion import Surrogate
+    from deepfusion.evaluate import relative_l2
 
-    cfg = load_config(run / "config.toml")
-    problem = build_problem(cfg)
-    surrogate = Surrogate.load(run)
-    train, test = training_parameters(cfg), heldout_parameters(cfg)
-    t0 = time.perf_counter()
-    data_train, data_test = _Second(problem, surrogate, train), _Second(problem, surrogate, test)
-    setup = time.perf_counter() - t0  # the first stage's fields and corrections: part of the budget
-    model = UNet(problem.in_channels + 1, 1, tuple(cfg.model.channels), output="multilevel")
-    loss = PreconditionedLoss(problem)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr2)
-    rng = np.random.default_rng(0)
-    steps, timed, total = 0, None, None
-    while total is None or steps < total:
-        index = rng.choice(len(train), args.batch, replace=False)
-        if total is not None:  # cosine decay over the steps the budget allows
-            for group in opt.param_groups:
-                group["lr"] = args.lr2 * 0.5 * (1 + np.cos(np.pi * steps / total))
-        raw = model(_second_inputs(problem, train, data_train, index))
-        u = _second_field(problem, raw, train, data_train, index)
-        value = loss.loss_terms(u, torch.as_tensor(train[index], dtype=torch.float64))["preconditioned"].mean()
-        opt.zero_grad(set_to_none=True)
-        value.backward()
-        opt.step()
-        steps += 1
-        if steps == 1:
-            t1 = time.perf_counter()
-        if steps == 6:  # the steps the rest of the budget allows, timed on steps 2-6
-            timed = (time.perf_counter() - t1) / 5
-            total = max(10, int((budget - setup) / timed))
-    seconds = time.perf_counter() - t0
-    with torch.no_grad():
-        raw = model(_second_inputs(problem, test, data_test, np.arange(len(test))))
-        pred = _second_field(problem, raw, test, data_test, np.arange(len(test))).numpy()
-    acc = against_floor(problem, test, pred)
-    first = against_floor(problem, test, data_test.u1.numpy())
-    return {"steps": steps, "train_seconds": round(seconds, 1), "setup_seconds": round(setup, 1),
-            "mean_rel_l2": float(acc.error.mean()),
-            "mean_floor": float(acc.floor.mean()), "ratio_to_floor": acc.ratio,
-            "mean_grid_rel_l2": float(relative_l2(pred, acc.optimum).mean()),
-            "first_stage_ratio_to_floor": first.ratio}, seconds
+    with h5py.File(run / "test_reference.h5") as f:
+        truth, params = f["u"][...], f["a"][...]
+    fields = Surrogate.load(run).fields(params, polish=cycles)
+    report = json.loads((run / "eval.json").read_text())
+    return float(np.mean(relative_l2(fields, truth)) / report["mean_floor"])
+
+
+def _row(run: Path) -> dict:
+    report = json.loads((run / "eval.json").read_text())
+    row = {"train_seconds": round(report["train_seconds"], 1), "mean_rel_l2": report["mean_rel_l2"],
+           "mean_floor": report["mean_floor"], "ratio_to_floor": report["ratio_to_floor"],
+           "mean_grid_rel_l2": sum(report["grid_rel_l2"]) / len(report["grid_rel_l2"]),
+           "ratio_with_one_polish_v_cycle": _polished_ratio(run)}
+    if "first_stage_ratio_to_floor" in report:
+        row["first_stage_ratio_to_floor"] = report["first_stage_ratio_to_floor"]
+    return row
 
 
 def main() -> None:
@@ -132,31 +73,35 @@ def main() -> None:
     parser.add_argument("--n-test", type=int, default=8)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--probe-steps", type=int, default=4)
+    parser.add_argument("--first-share", type=float, default=0.5, help="the first stage's share of the budget")
     parser.add_argument("--lr2", type=float, default=1e-3, help="the second stage's peak learning rate")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true",
-                        help="take the two CLI runs (one_stage, first) already in --workdir instead of training them")
+                        help="take the one-stage run already in --workdir instead of training it again")
     args = parser.parse_args()
     args.case = "loss"
-    if not (args.budget_s > 0 and args.n_train >= args.batch >= 1):
-        raise SystemExit("second_stage.py: need --budget-s > 0 and --n-train >= --batch >= 1")
+    if not (args.budget_s > 0 and args.n_train >= args.batch >= 1 and 0 < args.first_share < 1):
+        raise SystemExit("second_stage.py: need --budget-s > 0, --n-train >= --batch >= 1 and 0 < --first-share < 1")
     levels = _levels(args.resolution)
-    result = {"resolution": args.resolution, "budget_s": args.budget_s, "n_train": args.n_train, "batch": args.batch}
+    config = ROOT / "configs" / CASES["loss"].config
+    result = {"resolution": args.resolution, "budget_s": args.budget_s, "n_train": args.n_train, "batch": args.batch,
+              "first_share": args.first_share}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
+        second = (f"train.second_stage_lr={args.lr2}",)
+        *per_step, per_step2 = step_seconds(args, levels, ARM, workdir, second + ("train.second_stage_epochs=1",))
         if not (args.reuse and (workdir / "one_stage" / "eval.json").is_file()):
-            _stage_one(args, levels, args.budget_s, workdir / "one_stage", workdir)
-        one = json.loads((workdir / "one_stage" / "eval.json").read_text())
-        result["one_stage"] = {"train_seconds": round(one["train_seconds"], 1), "mean_rel_l2": one["mean_rel_l2"],
-                               "mean_floor": one["mean_floor"], "ratio_to_floor": one["ratio_to_floor"],
-                               "mean_grid_rel_l2": sum(one["grid_rel_l2"]) / len(one["grid_rel_l2"])}
-        if not (args.reuse and (workdir / "first" / "eval.json").is_file()):
-            _stage_one(args, levels, args.budget_s / 2, workdir / "first", workdir)
-        first_seconds = json.loads((workdir / "first" / "eval.json").read_text())["train_seconds"]
+            train_run(config, workdir / "one_stage", args.ranks,
+                      _base(args, levels, ARM) + [f"multigrid.epochs={_epochs(args, levels, per_step, args.budget_s)}"])
+        one = _row(workdir / "one_stage")
         # Equal wall time with the one-stage run as it went (its probe-planned budget is only a plan).
-        row, _ = _stage_two(args, workdir / "first", one["train_seconds"] - first_seconds)
-        row["train_seconds"] = round(first_seconds + row["train_seconds"], 1)
-        result["two_stages"] = row
+        first = _epochs(args, levels, per_step, args.first_share * one["train_seconds"])
+        rest = (1 - args.first_share) * one["train_seconds"]
+        epochs2 = max(1, round(rest / ((args.n_train // args.batch) * per_step2)))
+        train_run(config, workdir / "two_stages", args.ranks,
+                  _base(args, levels, ARM) + [f"multigrid.epochs={first}", f"train.second_stage_epochs={epochs2}", *second])
+        result["one_stage"], result["two_stages"] = one, _row(workdir / "two_stages") | {"second_stage_epochs": epochs2}
+        result["step_seconds"] = {"first_stage_finest": per_step[-1], "second_stage": per_step2}
     result["ratio_one_stage"] = round(result["one_stage"]["ratio_to_floor"], 3)
     result["ratio_two_stages"] = round(result["two_stages"]["ratio_to_floor"], 3)
     print(json.dumps(result, indent=2))

@@ -91,6 +91,20 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
     return cls(**kwargs)
 
 
+def _check_second_stage(cfg: Config, family: type) -> None:
+    what = "train.second_stage_epochs: a second stage"
+    if not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
+        raise ConfigError(f"{what} is fed the first stage's preconditioned residual, and the {family.name} family "
+                          f"(as configured) does not declare the 'precondition' capability; use 0")
+    if has_lbfgs(cfg.train.optimizer):
+        raise ConfigError(f"{what} follows Adam or SGD, not an L-BFGS phase; use train.optimizer = 'adam' or 'sgd'")
+    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
+    if cfg.parallel.cuda_graphs:
+        raise ConfigError(f"{what} runs the first network and a V-cycle outside any graph; "
+                          "use parallel.cuda_graphs = false")
+
+
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -105,6 +119,8 @@ def _cross_checks(cfg: Config, family: type) -> None:
         message = str(e)
         raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
     t = cfg.train
+    if t.second_stage_epochs:
+        _check_second_stage(cfg, family)
     if t.loss == "preconditioned" and not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
         raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
                           f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")

@@ -89,9 +89,11 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def _architecture(cfg: Config) -> tuple:
-    """What a checkpoint's weights depend on: the problem, the model and the multigrid levels it deepened."""
+    """What a checkpoint's weights depend on: the problem, the model, the multigrid levels it deepened
+    and whether it has a second stage."""
     mg = cfg.multigrid
-    return cfg.problem, cfg.family, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else ()
+    return (cfg.problem, cfg.family, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
+            cfg.train.second_stage_epochs > 0)
 
 
 def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Callable[[str], None] = lambda s: None):

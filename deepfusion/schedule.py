@@ -22,8 +22,8 @@ class Stage:
     """One visit of one level: optimiser steps ``first_step`` .. ``first_step + steps - 1``."""
 
     index: int  # position in the schedule
-    level: int  # 0 = the coarsest grid
-    levels: int  # how many levels the run has
+    level: int  # 0 = the coarsest grid; ``levels``: the second stage (on the finest grid)
+    levels: int  # how many grid levels the run has
     grid: tuple[int, int]
     epochs: int
     lr: float
@@ -37,7 +37,9 @@ class Stage:
         return self.first_step + self.steps
 
     def label(self) -> str:
-        """``level 2/3 128x128`` (empty for a single-level run)."""
+        """``level 2/3 128x128``, ``second stage 64x64`` (empty for a single-level run's one stage)."""
+        if self.level == self.levels:
+            return f"second stage {'x'.join(map(str, self.grid))}"
         return f"level {self.level + 1}/{self.levels} {'x'.join(map(str, self.grid))}" if self.levels > 1 else ""
 
 
@@ -79,7 +81,8 @@ def cycle_visits(cycle: str, n: int) -> list[int]:
 
 
 def build_schedule(cfg: Config) -> list[Stage]:
-    """The stages of the run ``cfg`` describes (one stage when ``multigrid.levels`` is empty)."""
+    """The stages of the run ``cfg`` describes (one stage when ``multigrid.levels`` is empty), then
+    the second stage's (``train.second_stage_epochs``)."""
     mg, t = cfg.multigrid, cfg.train
     grids = [(n,) * len(cfg.problem.resolution) for n in mg.levels] or [tuple(cfg.problem.resolution)]
     n = len(grids)
@@ -93,6 +96,10 @@ def build_schedule(cfg: Config) -> list[Stage]:
         steps = steps_per_epoch(cfg.data.n_train, batches[level]) * epochs[level]
         stages.append(Stage(index, level, n, grids[level], epochs[level], lrs[level], batches[level], first, steps))
         first += steps
+    if t.second_stage_epochs:  # the second network, on the finest grid at its batch
+        steps = steps_per_epoch(cfg.data.n_train, batches[-1]) * t.second_stage_epochs
+        stages.append(Stage(len(stages), n, n, grids[-1], t.second_stage_epochs, t.second_stage_lr, batches[-1],
+                            first, steps))
     return stages
 
 

@@ -144,6 +144,12 @@ class TrainConfig:
         doc="V-cycles in B (`train.loss = 'preconditioned'`)")
     precondition_form: str = _key(_choice("target", "loss"), default="target",
         doc="`target` (1/2 |u - sg(u - B g)|^2: gradient B g) or `loss` (1/2 |B g(u)|^2: gradient H B B g)")
+    second_stage_epochs: int = _key(_nonnegative, default=0,
+        doc="epochs of a second network on the finest grid after the first stage: u = u1 + eps v, v fed the "
+            "first stage's correction B g1 / eps, trained on the same loss (0: one stage; families with the "
+            "`precondition` capability; see Physics)")
+    second_stage_lr: float = _key(lambda v: None if 0 < v < 1 else "must be in (0, 1)", default=1e-3,
+        doc="peak learning rate of the second stage (its own Adam and schedule)")
     # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
     lbfgs_mode: str = _key(_choice("full", "multibatch"), default="full",
         doc="`full` (fixed objective, torch's L-BFGS with strong-Wolfe line search) or `multibatch` (overlapping batches)")

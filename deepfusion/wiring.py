@@ -72,7 +72,8 @@ def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
 
 def build_model(cfg: Config, problem):
     """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets
-    a :class:`~diffnet.networks.LevelStack` with one refinement per finer level."""
+    a :class:`~diffnet.networks.LevelStack` with one refinement per finer level, and a run with a
+    second stage (``train.second_stage_epochs``) a :class:`~diffnet.stages.TwoStage` of both networks."""
     import torch
 
     from diffnet.networks import build_network
@@ -82,6 +83,12 @@ def build_model(cfg: Config, problem):
                           cfg.model.checkpoint_activations,
                           levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
                           output=cfg.model.output, dims=len(problem.resolution))
+    if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
+        from diffnet.stages import Correction, TwoStage
+
+        second = build_network(cfg.model.name, problem.in_channels + 1, tuple(cfg.model.channels),
+                               cfg.model.checkpoint_activations, output=cfg.model.output, dims=len(problem.resolution))
+        model = TwoStage(model, Correction(second), cfg.train.precondition_cycles)
     return model.to(getattr(torch, cfg.train.dtype))
 
 
@@ -113,13 +120,17 @@ def level_models(cfg: Config, model):
     """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid
     (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
     problem of the level's prolonged output), and the generator trained there (the deepened
-    stack's level k, or the carried network)."""
+    stack's level k, or the carried network); one past the finest level, the second stage's
+    network and problem (:meth:`diffnet.stages.TwoStage.pair`)."""
     from diffnet.galerkin import GalerkinLevel
     from diffnet.networks import LevelStack
 
+    from diffnet.stages import TwoStage
+
     grids: dict[int, object] = {}  # the problem on each level's own grid, built once
     levels = cfg.multigrid.levels
-    finest = len(levels) - 1
+    finest = max(len(levels), 1) - 1
+    first = model.first if isinstance(model, TwoStage) else model
 
     def on_grid(k: int):
         if k not in grids:
@@ -128,9 +139,11 @@ def level_models(cfg: Config, model):
         return grids[k]
 
     def level(k: int):
+        if k == finest + 1:  # the second stage (build_schedule)
+            return model.pair(build_problem(cfg), on_grid(finest))
         galerkin = cfg.multigrid.coarse_loss == "galerkin" and k < finest
         problem = GalerkinLevel(on_grid(k), on_grid(finest)) if galerkin else on_grid(k)
-        return (model.level(k) if isinstance(model, LevelStack) else model), problem
+        return (first.level(k) if isinstance(first, LevelStack) else first), problem
 
     return level
 

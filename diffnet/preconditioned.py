@@ -30,7 +30,7 @@ import torch
 
 from diffnet.vcycle import VCycle, apply_stencil, loss_gradient
 
-__all__ = ["FORMS", "PreconditionedLoss", "error_estimate"]
+__all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
 
 FORMS = ("target", "loss")
 
@@ -39,7 +39,7 @@ def _float64(params: torch.Tensor) -> torch.Tensor:
     return params.double() if params.is_floating_point() else params
 
 
-def _correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle, torch.Tensor]:
+def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle, torch.Tensor]:
     """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them."""
     precondition = VCycle.build(family, u64, p64, cycles=cycles)
     return precondition, precondition(loss_gradient(family, u64, p64) * precondition.levels[0].free)
@@ -49,7 +49,7 @@ def error_estimate(family: Any, u: torch.Tensor, params: torch.Tensor, cycles: i
     """|B g| / |u - B g| per sample (S,), in float64: the estimated relative error of fields u (S, *grid)
     against the grid's own solution of the family's loss."""
     u64 = u.detach().double()
-    _, d = _correction(family, u64, _float64(params), cycles)
+    _, d = correction(family, u64, _float64(params), cycles)
     dims = tuple(range(1, u.ndim))
     return (d.square().sum(dims) / (u64 - d).square().sum(dims)).sqrt()
 
@@ -86,7 +86,7 @@ class PreconditionedLoss:
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         u64 = u.detach().double()
-        precondition, d = _correction(self.family, u64, _float64(params), self.cycles)
+        precondition, d = correction(self.family, u64, _float64(params), self.cycles)
         dims = tuple(range(1, u.ndim))
         scale = (u64 - d).square().sum(dims)  # |u_h|², about: the value is 1/2 (relative error)²
         if self.form == "target":

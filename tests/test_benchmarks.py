@@ -150,7 +150,9 @@ def test_second_stage_runs_both_arms_at_one_budget(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     one, two = report["one_stage"], report["two_stages"]
-    assert two["steps"] >= 10 and one["mean_floor"] == pytest.approx(two["mean_floor"])
+    assert two["second_stage_epochs"] >= 1 and one["mean_floor"] == pytest.approx(two["mean_floor"])
+    assert report["step_seconds"]["second_stage"] > 0
+    assert one["ratio_with_one_polish_v_cycle"] < one["ratio_to_floor"]  # a V-cycle from a 2-step network helps
     assert report["ratio_two_stages"] == pytest.approx(two["ratio_to_floor"], rel=1e-2)
     assert two["mean_grid_rel_l2"] > 0 and two["first_stage_ratio_to_floor"] > 0
 

@@ -231,12 +231,17 @@ def run(args: argparse.Namespace, comm) -> int:
            f"over {domain.tiles} ranks, {domain.data_size} data-parallel group{'s' if domain.data_size > 1 else ''}")
         + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
     )
-    if len(stages) > 1:
+    visits = [s for s in stages if s.level < s.levels]
+    if len(visits) > 1:
         mg = cfg.multigrid
         how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
         say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
             + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
-                          for s in stages))
+                          for s in visits))
+    if len(visits) < len(stages):
+        s = stages[-1]
+        say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "
+            f"stage's correction B g1 / eps, the first frozen ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})")
     if init_from is not None:
         say(f"initial weights from {init_from} (--init-from)")
     elif args.init_from is not None:

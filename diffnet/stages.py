@@ -1,0 +1,128 @@
+"""A second stage: a second network that corrects a trained first one, u = u1 + eps v.
+
+The first network's field u1 sits at an error the optimiser no longer reduces (the plateau of
+docs/physics.md). Multi-stage networks (Wang & Lai, J. Comput. Phys. 2024) fit what is left
+with a second network on a rescaled target. Here the target comes from no data: the first
+stage's correction d1 = B g1 (``B`` V-cycles of the loss's Hessian, ``g1`` the loss's gradient
+at u1, :mod:`diffnet.preconditioned`) is about its error, so ``eps = rms(d1)`` per sample sets
+the scale, the second network sees the family's inputs and d1 / eps, and its field v (with the
+family's homogeneous boundary conditions) is of order one:
+
+    u = u1 + eps (field(v) - field(0)).
+
+It trains on the same loss as the first stage (the loss of u) with the first network frozen.
+
+:class:`TwoStage` holds both networks (one checkpoint); :meth:`TwoStage.pair` gives the second
+network and the problem it runs under (:class:`SecondStage`): its ``inputs`` run the first
+network and the V-cycle and carry u1 and eps to ``field`` as two more channels, which the
+network passes through untouched (:class:`Correction`), so the usual ``model(problem.inputs(p))``
+then ``problem.field(raw, p)`` works for training and inference alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from diffnet.preconditioned import correction
+
+__all__ = ["TwoStage", "SecondStage", "Correction"]
+
+
+class Correction(nn.Module):
+    """The second network: ``net`` on the family's inputs and the scaled correction; the two last input
+    channels (u1 and eps) pass through to its output unchanged."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.net(x[:, :-2]).to(x.dtype), x[:, -2:]], dim=1)
+
+
+class TwoStage(nn.Module):
+    """A two-stage generator: ``first`` (any generator of the finest grid, e.g. a
+    :class:`~diffnet.networks.LevelStack`) and ``second`` (a :class:`Correction`).
+
+    Not called itself: :meth:`pair` gives the module and the problem a forward pass runs.
+
+    Parameters
+    ----------
+    first, second : nn.Module
+        The two networks; ``second`` takes the family's input channels plus one.
+    cycles : int
+        V-cycles in the B that gives the second network its input.
+    """
+
+    def __init__(self, first: nn.Module, second: Correction, cycles: int = 1) -> None:
+        super().__init__()
+        self.first = first
+        self.second = second
+        self.cycles = cycles
+
+    def forward(self, *args: Any) -> torch.Tensor:
+        raise TypeError("a TwoStage generator runs as model, problem = two_stage.pair(family)")
+
+    def pair(self, family: Any, loss: Any = None) -> tuple[Correction, "SecondStage"]:
+        """The second network and its problem on ``family`` (trained on ``loss``, default the family's own)."""
+        return self.second, SecondStage(family, self.first, loss, self.cycles)
+
+
+def _rows(values: torch.Tensor, ndim: int) -> torch.Tensor:
+    return values.reshape(-1, *([1] * (ndim - 1)))
+
+
+@dataclass(frozen=True)
+class SecondStage:
+    """The problem the second network runs under: ``family``'s parameters, u = u1 + eps v, ``loss``'s terms.
+
+    ``inputs(p)`` (S, C + 3, *grid): the family's C channels, d1 / eps, then u1 and eps (broadcast),
+    which :class:`Correction` passes through; ``field(raw, p)`` reads them back. ``in_channels`` is
+    C + 1, what the second network itself sees. Every other member is the family's.
+    """
+
+    family: Any
+    first: nn.Module
+    loss: Any = None
+    cycles: int = 1
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("family", "first", "loss", "cycles"):
+            raise AttributeError(name)
+        return getattr(self.family, name)
+
+    @property
+    def in_channels(self) -> int:
+        return self.family.in_channels + 1
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        x = self.family.inputs(params)
+        with torch.no_grad():
+            u1 = self.family.field(self.first(x), params)
+        # The residual needs autograd (the loss's gradient): outside inference mode, on plain copies.
+        with torch.inference_mode(False), torch.enable_grad():
+            p64 = params.clone().double() if params.is_floating_point() else params.clone()
+            d = correction(self.family, u1.clone().double(), p64, self.cycles)[1]
+        if d.shape[1:] != x.shape[2:]:
+            raise ValueError(f"a second stage needs the family's inputs on its field's grid: inputs "
+                             f"{tuple(x.shape[2:])}, field {tuple(d.shape[1:])}")
+        eps = d.square().mean(dim=tuple(range(1, d.ndim))).sqrt().clamp_min(1e-30)
+        scaled = (d / _rows(eps, d.ndim)).to(x.dtype)
+        return torch.cat([x, scaled[:, None], u1[:, None].to(x.dtype),
+                          _rows(eps, d.ndim).expand_as(d)[:, None].to(x.dtype)], dim=1)
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        v, u1, eps = raw[:, :1], raw[:, 1], raw[:, 2].flatten(1)[:, :1]
+        zero = self.family.field(torch.zeros_like(v), params)  # the lift: v carries homogeneous conditions
+        return u1 + _rows(eps, u1.ndim) * (self.family.field(v, params) - zero)
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        return (self.loss or self.family).loss_terms(u, params)
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError("a second stage does not run under a domain split (parallel.domain): "
+                                  "its V-cycle needs each sample whole")
