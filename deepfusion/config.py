@@ -234,6 +234,9 @@ def _sort_problem_keys(data: dict[str, Any], family: type, saved: bool) -> None:
     own = {f.name for f in dataclasses.fields(family.Options)}
     legacy = "name" in problem
     for key in [k for k in problem if k not in _COMMON]:
+        if legacy and key in own and key in table and not saved:  # never one of two places in silence
+            raise ConfigError(f"problem.{key}: the older layout's place of {family.name}.{key}, which is given "
+                              f"too; set only {family.name}.{key}")
         if legacy and key in own:
             table.setdefault(key, problem.pop(key))
         elif legacy and (saved or key == "name"):
@@ -260,6 +263,10 @@ def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
             raise ConfigError(f"{section}: must be a table of keys, got {_show(values)}")
     data = {section: dict(values) for section, values in data.items()}
     problem = data.setdefault("problem", {})
+    if "name" in problem and "family" in problem and not saved:
+        raise ConfigError(f"problem.name: the older layout's name of problem.family, given beside it "
+                          f"(problem.name = {_show(problem['name'])}, problem.family = {_show(problem['family'])}); "
+                          "set only problem.family")
     if "name" in problem and "family" not in problem:
         problem["family"] = problem["name"]
     family = _family(data)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config, parse_override, to_toml
 
 
@@ -86,6 +86,28 @@ def test_flat_layout_of_earlier_versions_is_read():
         config_from_dict(old)  # a user's file: another family's key is refused by name
     del old["problem"]["viscosity"], old["problem"]["t_final"]
     assert config_from_dict(old) == cfg
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"family": "burgers"}, r"problem.name: the older layout's name of problem.family, given beside it "
+                            r"\(problem.name = 'poisson', problem.family = 'burgers'\); set only problem.family"),
+    ({"family": "poisson"}, "problem.name: .* given beside it"),
+])
+def test_a_legacy_key_beside_its_new_name_is_refused_in_one_line(extra, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        config_from_dict({"problem": {"name": "poisson", **extra}})
+    assert "\n" not in str(exc.value)
+    # A family key in both places (the flat layout's [problem] and the family's table): neither is dropped in silence.
+    with pytest.raises(ConfigError, match=r"problem.kl_terms: the older layout's place of poisson.kl_terms, which is "
+                                          r"given too; set only poisson.kl_terms"):
+        config_from_dict({"problem": {"name": "poisson", "kl_terms": 4}, "poisson": {"kl_terms": 5}})
+
+
+def test_a_legacy_name_set_on_a_current_config_is_refused_by_the_cli(tmp_path):
+    proc = run_cli("train", str(ROOT / "configs" / "burgers.toml"), "--set", 'problem.name="navier"',
+                   "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "set only problem.family" in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_family_tables_round_trip(tmp_path):
