@@ -326,6 +326,19 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, saved: bo
     return config_from_dict(data, saved=saved)
 
 
+def defaults_notice(path: str | Path | None, overrides: list[str], cfg: Config) -> str:
+    """A line naming the family keys a config took as defaults because it gave none of them (no table of
+    the family, no flat-layout keys, no ``--set``); '' when it gave any."""
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path is not None else {}
+    table = family_table(cfg)
+    given = set(data.get(table, {})) | {k for k in data.get("problem", {}) if k not in (*_COMMON, "name")}
+    given |= {key for section, key, _ in map(parse_override, overrides) if section == table}
+    if given or cfg.family is None:
+        return ""
+    values = ", ".join(f"{f.name} = {toml_value(getattr(cfg.family, f.name))}" for f in dataclasses.fields(cfg.family))
+    return f"{table}: the config has no [{table}] table; the family's defaults: {values}"
+
+
 def family_table(cfg: Config) -> str:
     """The name of the config's family table (the family's ``name``)."""
     from deepfusion.registry import family_class

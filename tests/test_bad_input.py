@@ -75,7 +75,7 @@ CASES = [
     (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--out", "x.txt"], "--out"),
     (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
     (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "a5.npy: this run's family (burgers) takes exactly one of --c"),
-    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "--c: this run's family (poisson) takes exactly one of"),
+    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "--c: this run's family (poisson) takes exactly one of --coeffs FILE.npy (rows of"),
     (["compare", "{poisson}", "--out", "r.txt"], "the report is JSON"),
     (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
     (["compare", "{poisson}", "--out", "r.json", "--threads", "1", "0"], "--threads: must be in 1..4096, got 0"),

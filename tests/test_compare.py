@@ -131,6 +131,9 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
     methods = {p["method"] for p in report["sweep"]}
     assert methods == ({"fmg1", "fmg"} if name == "poisson" else {"godunov1", "godunov2"})
     assert (rows[0]["pyamg_default"] is not None) == (name == "poisson")
+    if name == "poisson":  # the family's own baseline and method named, not a fixed text
+        assert "the family's baseline, pyamg default smoothed aggregation + CG to 1e-8, on the same grid" in proc.stdout
+        assert "the time of the cheapest match (" in proc.stdout
     table = out.with_suffix(".md").read_text().splitlines()
     assert len(table) == 2 + len(report["rows"]) and table[2].startswith("| 16×16 | cpu, 1 |")
     assert out.with_suffix(".png").stat().st_size > 10_000

@@ -157,3 +157,22 @@ def test_configuration_reference_is_generated_from_the_schema():
         for f in dataclasses.fields(cls):
             assert f.metadata["doc"].strip(), f"{section}.{f.name} has no meaning"
             assert f"| `{section}.{f.name}` |" in markdown()
+
+
+def test_a_family_without_its_table_says_which_defaults_it_took(tmp_path):
+    from deepfusion.config import defaults_notice
+
+    bare = tmp_path / "bare.toml"
+    bare.write_text('[problem]\nfamily = "poisson"\nresolution = [16, 16]\n')
+    cfg = load_config(bare)
+    line = defaults_notice(bare, [], cfg)
+    assert line.startswith("poisson: the config has no [poisson] table; the family's defaults: kl_terms = 6, ")
+    assert "\n" not in line
+    assert defaults_notice(bare, ["poisson.kl_eta=0.4"], load_config(bare, ["poisson.kl_eta=0.4"])) == ""
+    assert defaults_notice(ROOT / "configs" / "poisson.toml", [], load_config(ROOT / "configs" / "poisson.toml")) == ""
+    proc = run_cli("train", str(bare), "--out", str(tmp_path / "r"), "--set", "model.channels=[4,8]",
+                   "--set", "data.n_train=4", "--set", "data.sampling=sobol", "--set", "data.n_test=1",
+                   "--set", "train.batch_size=4",
+                   "--set", "train.epochs=1", "--set", "output.plots=false", "--set", "parallel.threads_per_rank=1")
+    assert proc.returncode == 0, proc.stderr
+    assert line in proc.stdout.splitlines()

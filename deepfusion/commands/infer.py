@@ -27,7 +27,8 @@ def run(args: argparse.Namespace, comm) -> int:
         raise InputError(f"--polish: must be in 0..1000, got {args.polish}")
     coeffs = load_array(args.coeffs, "coefficients", (1, 2, 3, 4)) if args.coeffs else None
     nu = load_array(args.nu, "fields", (2, 3, 4)) if args.nu else None
-    names = {"c": "--c", "coeffs": str(args.coeffs), "nu": str(args.nu)}
+    # A given file names its own errors; one not given is named by the flag that would give it.
+    names = {"c": "--c", "coeffs": str(args.coeffs or "--coeffs FILE.npy"), "nu": str(args.nu or "--nu FILE.npy")}
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)

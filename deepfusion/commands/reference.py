@@ -44,7 +44,8 @@ def run(args: argparse.Namespace, comm) -> int:
     with warnings.catch_warnings():  # a classical solve has no training range
         warnings.simplefilter("ignore", ParameterRangeWarning)
         params = instance_parameters(problem, c=args.c, coeffs=coeffs, nu=nu,
-                                     names={"c": "--c", "coeffs": str(args.coeffs), "nu": str(args.nu)})
+                                     names={"c": "--c", "coeffs": str(args.coeffs or "--coeffs FILE.npy"),
+                                            "nu": str(args.nu or "--nu FILE.npy")})
     t0 = time.perf_counter()
     u = problem.reference(params, progress=_progress)
     seconds = time.perf_counter() - t0

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import agree, warn
-from deepfusion.config import Config, TrainConfig, load_config, to_toml
+from deepfusion.config import Config, TrainConfig, defaults_notice, load_config, to_toml
 from deepfusion.inputs import InputError
 from deepfusion.schema import has_lbfgs
 from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
@@ -238,6 +238,9 @@ def run(args: argparse.Namespace, comm) -> int:
         say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
             + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
                           for s in visits))
+    notice = defaults_notice(args.config, list(args.set or []), cfg)
+    if notice:
+        say(notice)
     if len(visits) < len(stages):
         s = stages[-1]
         say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "
