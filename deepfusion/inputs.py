@@ -99,10 +99,14 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
         bad = arr[~(arr > 0)]
         if bad.size:
             raise InputError(f"{names[key]}: values must be finite and > 0, got {bad[0]:g}")
-    if ((arr < spec.low) | (arr > spec.high)).any():
-        first = arr[(arr < spec.low) | (arr > spec.high)][0]
-        warnings.warn(f"{names[key]}: {first:g} is outside the training range [{spec.low:g}, {spec.high:g}]; "
-                      "the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
+    low, high = spec.bounds()
+    outside = (arr < low) | (arr > high)
+    if outside.any():
+        index = tuple(int(i) for i in np.argwhere(outside)[0])
+        value, where = arr[index], index[1:]
+        text = (f"{value:g} is outside the training range [{spec.low:g}, {spec.high:g}]" if not spec.per_entry else
+                f"{value:g} ({spec.entry(where)}) is outside its training range [{low[where]:g}, {high[where]:g}]")
+        warnings.warn(f"{names[key]}: {text}; the field is an extrapolation", ParameterRangeWarning, stacklevel=3)
     return arr
 
 

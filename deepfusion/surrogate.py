@@ -106,10 +106,11 @@ class Surrogate:
         return "c" if self.problem.parameters.shape == () else "coeffs"
 
     @property
-    def parameter_range(self) -> tuple[float, float]:
-        """The training range of the parameter (of every entry of a vector parameter)."""
+    def parameter_range(self) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
+        """The training range of the parameter: ``(low, high)`` of every entry, or, for a family whose
+        entries have ranges of their own, two arrays of the instance's shape."""
         spec = self.problem.parameters
-        return (spec.low, spec.high)
+        return spec.bounds() if spec.per_entry else (spec.low, spec.high)
 
     def instances(self, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
         """The checked instance array the fields are computed from (see the class docstring)."""

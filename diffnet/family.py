@@ -58,8 +58,9 @@ class ParameterSpec:
         The field-file dataset that holds the instances (e.g. ``"c"``, ``"a"``).
     shape : tuple[int, ...]
         One instance's shape: ``()`` for a scalar, ``(m,)`` for a vector.
-    low, high : float
-        The training range of every entry.
+    low, high : float or tuple of float
+        The training range: one value for every entry, or one per entry (in C order, as many as
+        the shape has entries), e.g. ``low=(-1.0, 0.0), high=(1.0, 2.0)``.
     positive : bool
         Values must be > 0 (else any finite value is an instance).
     field : str or None
@@ -69,28 +70,89 @@ class ParameterSpec:
         Laws :meth:`Family.draw` knows (``deepfusion uq --distribution``).
     description : str
         What the parameter is, for messages.
+    names : tuple[str, ...]
+        Names of the entries (C order), for messages and plots, e.g. ``("p1", "p2")``; or none.
     """
 
     name: str
     shape: tuple[int, ...]
-    low: float
-    high: float
+    low: float | tuple[float, ...]
+    high: float | tuple[float, ...]
     positive: bool = False
     field: str | None = None
     distributions: tuple[str, ...] = ("uniform",)
     description: str = ""
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Lists and arrays become tuples (the spec stays hashable and comparable).
+        for key in ("low", "high"):
+            value = getattr(self, key)
+            if not np.isscalar(value):
+                object.__setattr__(self, key, tuple(float(v) for v in np.ravel(value)))
+        object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "names", tuple(self.names))
+        m = int(np.prod(self.shape))
+        for key in ("low", "high"):
+            value = getattr(self, key)
+            if isinstance(value, tuple) and len(value) != m:
+                raise ValueError(f"ParameterSpec {self.name!r}: {key} has {len(value)} entries, the shape "
+                                 f"{self.shape} has {m}")
+        if self.names and len(self.names) != m:
+            raise ValueError(f"ParameterSpec {self.name!r}: {len(self.names)} names for {m} entries")
+        low, high = self.bounds()
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+            raise ValueError(f"ParameterSpec {self.name!r}: every entry needs finite low < high, got {self.range_text()}")
+
+    @property
+    def per_entry(self) -> bool:
+        """Whether the entries have ranges of their own."""
+        return isinstance(self.low, tuple) or isinstance(self.high, tuple)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The training range per entry: (low, high), each of the instance's ``shape`` (float64)."""
+        return tuple(np.broadcast_to(np.asarray(v, dtype=np.float64).reshape(-1 if isinstance(v, tuple) else ()),
+                                     (int(np.prod(self.shape)),)).reshape(self.shape).copy()
+                     for v in (self.low, self.high))
+
+    def entry(self, index: tuple[int, ...]) -> str:
+        """How messages name one entry: ``a[1] (p2)``, ``a[1]``, or the name of a scalar."""
+        if not self.shape:
+            return self.name
+        flat = int(np.ravel_multi_index(index, self.shape))
+        label = f"{self.name}[{', '.join(map(str, index))}]"
+        return f"{label} ({self.names[flat]})" if self.names else label
+
+    def range_text(self) -> str:
+        """``[3, 6]``, or per entry ``a[0] (p1) in [-1, 1], a[1] (p2) in [0, 2]``."""
+        if not self.per_entry:
+            return f"[{self.low:g}, {self.high:g}]"
+        low, high = self.bounds()
+        return ", ".join(f"{self.entry(i)} in [{low[i]:g}, {high[i]:g}]" for i in np.ndindex(*self.shape))
+
+    def outside(self, params: np.ndarray) -> np.ndarray:
+        """Per instance of ``params`` (S, *shape): whether any entry lies outside its training range."""
+        low, high = self.bounds()
+        mask = (params < low) | (params > high)
+        return mask.reshape(len(params), -1).any(axis=1)
 
 
-def sample_box(low: float, high: float, shape: tuple[int, ...], n: int, sampling: str, seed: int) -> np.ndarray:
-    """n instances with every entry in [low, high], shape (n, *shape).
+def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: int) -> np.ndarray:
+    """n instances with every entry in [low, high], shape (n, *shape); ``low`` and ``high`` one value
+    for every entry or one per entry (arrays of ``shape``, or flat in C order).
 
     ``uniform``: equispaced values including both ends (for m entries the tensor grid with
     k values each, which needs n = k^m); ``random``: i.i.d. uniform draws from
     ``numpy.random.default_rng(seed)``; ``sobol``: a scrambled Sobol sequence.
     """
     m = int(np.prod(shape)) if shape else 1
+    if not (np.isscalar(low) and np.isscalar(high)):  # per entry: flat (m,), broadcast along the samples
+        low = np.broadcast_to(np.asarray(low, dtype=np.float64).ravel(), (m,))
+        high = np.broadcast_to(np.asarray(high, dtype=np.float64).ravel(), (m,))
     if sampling == "random":
-        return np.random.default_rng(seed).uniform(low, high, size=(n, *shape))
+        if np.isscalar(low):
+            return np.random.default_rng(seed).uniform(low, high, size=(n, *shape))
+        return np.random.default_rng(seed).uniform(low, high, size=(n, m)).reshape(n, *shape)
     if sampling == "sobol":
         from scipy.stats import qmc
 
@@ -100,8 +162,9 @@ def sample_box(low: float, high: float, shape: tuple[int, ...], n: int, sampling
         if k**m != n:
             raise ValueError(f"uniform sampling of {m} parameters is a tensor grid and needs n = k^{m} samples, "
                              f"got {n}; use sampling = 'sobol' or 'random'")
-        axis = np.linspace(low, high, k) if k > 1 else np.array([(low + high) / 2.0])
-        return np.stack(np.meshgrid(*([axis] * m), indexing="ij"), -1).reshape(n, *shape)
+        lows, highs = np.broadcast_to(low, (m,)), np.broadcast_to(high, (m,))
+        axes = [np.linspace(a, b, k) if k > 1 else np.array([(a + b) / 2.0]) for a, b in zip(lows, highs)]
+        return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(n, *shape)
     raise ValueError(f"sampling {sampling!r} is not available for this family (uniform, random, sobol)")
 
 
@@ -170,11 +233,14 @@ class Family:
         return None
 
     def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
-        """``n`` instances from one of ``parameters.distributions`` (default: uniform on the range)."""
+        """``n`` instances from one of ``parameters.distributions`` (default: uniform on the range, per entry)."""
         spec = self.parameters
         if distribution != "uniform":
             raise ValueError(f"distribution {distribution!r} is not one of {list(spec.distributions)}")
-        return np.random.default_rng(seed).uniform(spec.low, spec.high, (n, *spec.shape))
+        if not spec.per_entry:
+            return np.random.default_rng(seed).uniform(spec.low, spec.high, (n, *spec.shape))
+        low, high = spec.bounds()
+        return np.random.default_rng(seed).uniform(low, high, (n, *spec.shape))
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities

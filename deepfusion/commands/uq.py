@@ -71,10 +71,9 @@ def run(args: argparse.Namespace, comm) -> int:
         params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
     except ValueError as e:
         raise InputError(f"--distribution: {e}") from None
-    lo, hi = surrogate.parameter_range
-    outside = int(np.any((params < lo) | (params > hi), axis=tuple(range(1, params.ndim))).sum())
+    outside = int(spec.outside(params).sum()) if params.shape[1:] == spec.shape else 0
     if outside:
-        warn(f"{outside} of {len(params)} drawn instances lie outside the training range [{lo:g}, {hi:g}] "
+        warn(f"{outside} of {len(params)} drawn instances lie outside the training range {spec.range_text()} "
              f"(the network extrapolates there)")
     name = spec.name
     print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {'x'.join(map(str, cfg.problem.resolution))}), "
