@@ -62,8 +62,9 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
     A family with a scalar parameter takes ``c`` (S,); one with a vector parameter takes
     ``coeffs`` (S, *shape) rows; one that declares a field input (``spec.field``, e.g.
     the diffusivity) also takes ``nu`` (S, *resolution) positive nodal fields instead. One
-    row or one field may drop the leading axis. Values outside the training range raise a
-    :class:`ParameterRangeWarning`. ``names`` maps ``c``/``coeffs``/``nu`` to what the
+    row or one field may drop the leading axis. An instance the family finds invalid
+    (:meth:`~diffnet.family.Family.check_instances`) raises :class:`InputError` naming its index;
+    values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps ``c``/``coeffs``/``nu`` to what the
     caller calls them in messages (the CLI: ``--c``, a file).
     """
     names = {"c": "c", "coeffs": "coeffs", "nu": "nu"} | (names or {})
@@ -95,10 +96,10 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
     if arr.shape[1:] != tuple(spec.shape):
         raise InputError(f"{names[key]}: each instance must have shape {tuple(spec.shape)} "
                          f"({spec.description or spec.name}), got {arr.shape[1:]}")
-    if spec.positive:
-        bad = arr[~(arr > 0)]
-        if bad.size:
-            raise InputError(f"{names[key]}: values must be finite and > 0, got {bad[0]:g}")
+    try:
+        problem.check_instances(arr)
+    except ValueError as e:
+        raise InputError(f"{names[key]}: {e}") from None
     low, high = spec.bounds()
     outside = (arr < low) | (arr > high)
     if outside.any():

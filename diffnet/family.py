@@ -10,7 +10,8 @@ reaction-diffusion) are written against it exactly as a user's family is
 
 Required: ``name``, ``Options``, ``in_channels``, :meth:`Family.parameters`,
 :meth:`Family.coordinates`, :meth:`Family.inputs`, :meth:`Family.field`,
-:meth:`Family.loss_terms`. Optional parts are *declared* in ``capabilities`` (a command
+:meth:`Family.loss_terms`; :meth:`Family.check_instances` refuses ill-posed instances (default:
+non-finite ones). Optional parts are *declared* in ``capabilities`` (a command
 that needs one the family lacks says so), each a set of members:
 
 ==============  ===============================================================================
@@ -241,6 +242,21 @@ class Family:
             return np.random.default_rng(seed).uniform(spec.low, spec.high, (n, *spec.shape))
         low, high = spec.bounds()
         return np.random.default_rng(seed).uniform(low, high, (n, *spec.shape))
+
+    def check_instances(self, params: np.ndarray) -> None:
+        """Raise ``ValueError`` naming the first invalid instance of ``params`` (S, *parameters.shape) by
+        its index (``instance 3: ...``), one line. Default: every entry finite, and > 0 where the spec is
+        ``positive``. Override it (calling this one) where an instance can be ill-posed inside the
+        numbers, e.g. a coefficient that reaches zero; ``infer``, ``Surrogate``, ``uq``, ``reference``
+        and training then refuse such instances in one line (exit status 2)."""
+        spec = self.parameters
+        rows = np.asarray(params, dtype=np.float64).reshape(len(params), -1)
+        bad = ~np.isfinite(rows) | ((rows <= 0) if spec.positive else False)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            where = spec.entry(tuple(int(k) for k in np.unravel_index(j, spec.shape))) if spec.shape else spec.name
+            need = "finite and > 0" if spec.positive else "finite"
+            raise ValueError(f"instance {i}: {where} = {rows[i, j]:g}; every entry must be {need}")
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities

@@ -70,7 +70,7 @@ CASES = [
     # command-line arguments
     (["frobnicate"], "invalid choice"),
     (["train", BURGERS, "--out", "fresh", "--resume"], "--resume: no checkpoint"),
-    (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: values must be finite and > 0"),
+    (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: instance 0: c = -3; every entry must be finite and > 0"),
     (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
     (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--out", "x.txt"], "--out"),
     (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -140,3 +141,46 @@ def test_an_unknown_family_is_one_line_listing_the_known_ones():
     message = str(exc.value)
     assert "\n" not in message and message.startswith("problem.family: unknown family 'heat' (known: ")
     assert all(name in message for name in known_families()) and "'package.module:Class'" in message
+
+
+def _strict(tmp_path) -> None:
+    """The tutorial's family with docs/families.md's check_instances (as written): k above 9 is not an instance."""
+    text = (ROOT / "docs" / "families.md").read_text()
+    method = re.search(r"```python\n(.*?)```", text[text.index("## Instances that are not instances"):], re.S).group(1)
+    (tmp_path / "strict.py").write_text("import numpy as np\n\nfrom screened_poisson import ScreenedPoisson\n\n\n"
+                                        "class Strict(ScreenedPoisson):\n" + method)
+
+
+@pytest.mark.timeout(600)
+def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(tmp_path):
+    config = _tutorial(tmp_path)
+    _strict(tmp_path)
+    quick = ["--set", 'problem.family="strict:Strict"', "--set", "multigrid.levels=[]", "--set", "problem.resolution=[17,17]",
+             "--set", "train.epochs=1", "--set", "data.n_train=16", "--set", "data.n_test=2",
+             "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
+    # Training: the Sobol set over k in [1, 10] holds instances past 9; nothing is written.
+    proc = run_cli("train", str(config), "--out", str(tmp_path / "bad"), *quick, path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert re.search(r"data: the training set's instance \d+: k = 9\.\d+ is beyond this family's model", proc.stderr)
+    assert not (tmp_path / "bad").exists()
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", str(config), "--out", str(run_dir), *quick, "--set", "screened_poisson.k_range=[1.0,8.0]",
+                   path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    # Inference, the CLI and the Python API: the index of the first invalid instance, status 2.
+    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--c", "9.5", "--out", str(tmp_path / "k.h5"), path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == \
+        "deepfusion: error: --c: instance 1: k = 9.5 is beyond this family's model (k <= 9)"
+    assert not (tmp_path / "k.h5").exists()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from deepfusion import Surrogate
+        from deepfusion.inputs import InputError
+
+        with pytest.raises(InputError, match=r"^c: instance 0: k = 9.5 is beyond"):
+            Surrogate.load(run_dir)(c=[9.5])
+        # The default check beneath the family's own: every entry finite (and > 0 for a positive k).
+        with pytest.raises(ValueError, match=r"^instance 0: k = nan; every entry must be finite and > 0$"):
+            Surrogate.load(run_dir).problem.check_instances(np.array([np.nan]))
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -68,7 +68,7 @@ def test_chunks_and_threads_give_the_same_fields(runs):
 
 
 @pytest.mark.parametrize("run, kwargs, fragment", [
-    ("burgers", {"c": [-1.0]}, "c: values must be finite and > 0"),
+    ("burgers", {"c": [-1.0]}, "c: instance 0: c = -1; every entry must be finite and > 0"),
     ("burgers", {"c": [np.nan]}, "NaN or Inf"),
     ("burgers", {"c": []}, "non-empty"),
     ("burgers", {"coeffs": np.zeros((1, 6))}, "coeffs: this run's family (burgers) takes exactly one of c (the initial-condition"),

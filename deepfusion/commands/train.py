@@ -208,7 +208,7 @@ def run(args: argparse.Namespace, comm) -> int:
     if args.init_from is not None and ckpt is None:
         init_from = agree(comm, lambda: _initial_weights(Path(args.init_from), model, warn if leader else say))
     model = model.to(device)
-    params = training_parameters(cfg)
+    params = agree(comm, lambda: _training_instances(cfg, problem))
     start_step = ckpt.step if ckpt is not None else 0
     total = total_steps(cfg.train, stages)
     if ckpt is not None:
@@ -317,6 +317,16 @@ def run(args: argparse.Namespace, comm) -> int:
         evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else _trained_seconds(run_dir),
                      pred=pred)
     return 0
+
+
+def _training_instances(cfg: Config, problem) -> np.ndarray:
+    """The training set, every instance of which the family finds valid (else one line naming the first)."""
+    params = training_parameters(cfg)
+    try:
+        problem.check_instances(params)
+    except ValueError as e:
+        raise InputError(f"data: the training set's {e} (the family's check_instances)") from None
+    return params
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -71,6 +71,10 @@ def run(args: argparse.Namespace, comm) -> int:
         params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
     except ValueError as e:
         raise InputError(f"--distribution: {e}") from None
+    try:
+        surrogate.problem.check_instances(params)
+    except ValueError as e:
+        raise InputError(f"--distribution {args.distribution}: the drawn {e} (the family's check_instances)") from None
     outside = int(spec.outside(params).sum()) if params.shape[1:] == spec.shape else 0
     if outside:
         warn(f"{outside} of {len(params)} drawn instances lie outside the training range {spec.range_text()} "
