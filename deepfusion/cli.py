@@ -76,6 +76,10 @@ def _add_infer(sub) -> None:
     p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
                                                            "(repeatable)")
     p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="instances under the family's own names: its parameter's (a number for a scalar one, "
+                        "repeatable: --param k=2.5; a .npy of rows for a vector one: --param a=rows.npy) or its "
+                        "field input's (--param nu=fields.npy)")
     p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
                                            "family takes them")
     p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
@@ -161,6 +165,10 @@ def _add_reference(sub) -> None:
     p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
                                                            "(repeatable)")
     p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="instances under the family's own names: its parameter's (a number for a scalar one, "
+                        "repeatable: --param k=2.5; a .npy of rows for a vector one: --param a=rows.npy) or its "
+                        "field input's (--param nu=fields.npy)")
     p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
                                            "family takes them")
     p.add_argument("--resolution", type=int, nargs="+", default=[64], metavar="N",

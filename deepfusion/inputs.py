@@ -7,9 +7,11 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["InputError", "ParameterRangeWarning", "load_array", "instance_parameters",
+__all__ = ["InputError", "ParameterRangeWarning", "load_array", "instance_parameters", "by_name",
            "check_output_file", "check_resolution", "require",
            "dataset_name"]
 
@@ -54,6 +56,24 @@ def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise InputError(f"{name}: contains NaN or Inf")
     return arr
+
+
+def by_name(problem, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Instances given under the family's own names (its parameter's, e.g. ``k=`` or ``a=``, and its
+    field input's, e.g. ``nu=``) as the ``c``/``coeffs``/``nu`` keywords of :func:`instance_parameters`,
+    and the names the messages should use for them."""
+    spec = problem.parameters
+    keywords, names = {}, {}
+    for name, value in given.items():
+        if name == spec.name:
+            key = "c" if spec.shape == () else "coeffs"
+        elif spec.field and name == spec.field:
+            key = "nu"
+        else:
+            takes = spec.name + (f" or {spec.field}" if spec.field else "")
+            raise InputError(f"{name}: this run's family ({problem.name}) takes its instances as {takes}")
+        keywords[key], names[key] = value, name
+    return keywords, names
 
 
 def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepfusion.inputs import InputError, instance_parameters, require
+from deepfusion.inputs import InputError, by_name, instance_parameters, require
 
 __all__ = ["Surrogate"]
 
@@ -19,7 +19,8 @@ class Surrogate:
     shape (S, *resolution) on the run's grid: ``c`` (S,) for a scalar parameter (Burgers'
     c; fields over (t, x)), ``coeffs`` (S, *shape) rows for a vector one (KL coefficients)
     or ``nu`` (S, *resolution) nodal fields where the family takes them (the diffusivity
-    families; fields over (y, x)); see :func:`deepfusion.inputs.instance_parameters`. Bad input raises
+    families; fields over (y, x)); or under the family's own names (``surrogate(k=[2.5])`` for
+    a parameter named ``k``, ``surrogate(a=rows)``); see :func:`deepfusion.inputs.instance_parameters`. Bad input raises
     :class:`~deepfusion.inputs.InputError` (a ``ValueError``) with the CLI's message;
     parameters outside the training range warn with
     :class:`~deepfusion.inputs.ParameterRangeWarning`.
@@ -116,8 +117,16 @@ class Surrogate:
         """The checked instance array the fields are computed from (see the class docstring)."""
         return instance_parameters(self.problem, c=c, coeffs=coeffs, nu=nu, names=names)
 
-    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0) -> np.ndarray:
-        return self.fields(self.instances(c=c, coeffs=coeffs, nu=nu), polish=polish)
+    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, **named) -> np.ndarray:
+        """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
+        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``)."""
+        keywords, names = by_name(self.problem, named)
+        generic = {"c": c, "coeffs": coeffs, "nu": nu}
+        for key, value in keywords.items():
+            if generic[key] is not None:
+                raise InputError(f"{names[key]}: the instances are given twice (as {names[key]} and as {key})")
+            generic[key] = value
+        return self.fields(self.instances(**generic, names=names), polish=polish)
 
     def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.

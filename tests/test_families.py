@@ -125,6 +125,17 @@ def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
     with h5py.File(out) as f:
         assert f["u"].shape == (2, 33, 33) and list(f["k"][()]) == [2.5, 7.0]
         assert f.attrs["problem"] == "screened_poisson" and list(f.attrs["screened_poisson.k_range"]) == [1.0, 10.0]
+        by_flag = f["u"][()]
+    # The same instances under the family's own name: --param k=...
+    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--param", "k=7.0", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        assert np.array_equal(f["u"][()], by_flag)
+    proc = run_cli("infer", str(run_dir), "--param", "q=2.5", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == \
+        "deepfusion: error: q: this run's family (screened_poisson) takes its instances as k"
+    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--c", "3", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 2 and "--param k: the instances are given twice (also as --c)" in proc.stderr
     # A capability the family does not declare: one line, status 2.
     proc = run_cli("compare", str(run_dir), "--out", str(tmp_path / "c.json"), path=[tmp_path])
     assert proc.returncode == 2 and "declares no classical solvers" in proc.stderr
@@ -153,6 +164,7 @@ def _strict(tmp_path) -> None:
 
 @pytest.mark.timeout(600)
 def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(tmp_path):
+    # (and the Python API takes instances under the family's own name)
     config = _tutorial(tmp_path)
     _strict(tmp_path)
     quick = ["--set", 'problem.family="strict:Strict"', "--set", "multigrid.levels=[]", "--set", "problem.resolution=[17,17]",
@@ -177,8 +189,15 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
         from deepfusion import Surrogate
         from deepfusion.inputs import InputError
 
+        surrogate = Surrogate.load(run_dir)
         with pytest.raises(InputError, match=r"^c: instance 0: k = 9.5 is beyond"):
-            Surrogate.load(run_dir)(c=[9.5])
+            surrogate(c=[9.5])
+        # Under the family's own name, and the messages use it.
+        assert np.array_equal(surrogate(k=[2.5, 7.0]), surrogate(c=[2.5, 7.0]))
+        with pytest.raises(InputError, match=r"^k: instance 0: k = 9.5 is beyond"):
+            surrogate(k=[9.5])
+        with pytest.raises(InputError, match=r"^q: this run's family \(screened_poisson\) takes its instances as k$"):
+            surrogate(q=[2.5])
         # The default check beneath the family's own: every entry finite (and > 0 for a positive k).
         with pytest.raises(ValueError, match=r"^instance 0: k = nan; every entry must be finite and > 0$"):
             Surrogate.load(run_dir).problem.check_instances(np.array([np.nan]))

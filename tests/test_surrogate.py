@@ -65,6 +65,8 @@ def test_chunks_and_threads_give_the_same_fields(runs):
     np.testing.assert_allclose(whole(coeffs=coeffs[0]), u[:1], rtol=0, atol=atol)
     nu = np.exp(rng.normal(size=(2, 16, 16)))
     assert whole(nu=nu).shape == (2, 16, 16)
+    # Under the family's own name (the field files' dataset): a = the KL rows.
+    assert np.array_equal(whole(a=coeffs), whole(coeffs=coeffs))
 
 
 @pytest.mark.parametrize("run, kwargs, fragment", [
@@ -78,6 +80,9 @@ def test_chunks_and_threads_give_the_same_fields(runs):
     ("poisson", {"coeffs": np.zeros((2, 5))}, "coeffs: each instance must have shape (6,)"),
     ("poisson", {"nu": np.ones((1, 8, 8))}, "the run's resolution"),
     ("poisson", {"nu": -np.ones((1, 16, 16))}, "nu: nu must be > 0 everywhere"),
+    ("poisson", {"k": [1.0]}, "k: this run's family (poisson) takes its instances as a or nu"),
+    ("poisson", {"a": np.zeros((1, 6)), "coeffs": np.zeros((1, 6))}, "a: the instances are given twice (as a and as coeffs)"),
+    ("burgers", {"c": [4.0, 9.0], "a": [1.0]}, "a: this run's family (burgers) takes its instances as c"),
 ])
 def test_bad_input_raises_input_error(runs, run, kwargs, fragment):
     s = Surrogate.load(runs[run])

@@ -32,7 +32,12 @@ def run(args: argparse.Namespace, comm) -> int:
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
-        params = surrogate.instances(c=args.c, coeffs=coeffs, nu=nu, names=names)
+        given = {"c": args.c, "coeffs": coeffs, "nu": nu}
+        for key, (value, name) in _named(args.param, surrogate.problem).items():
+            if given[key] is not None:
+                raise InputError(f"{name}: the instances are given twice (also as --{key})")
+            given[key], names[key] = value, name
+        params = surrogate.instances(**given, names=names)
     for w in caught:
         warn(str(w.message))
     tiling = _tiling(args.domain, surrogate.problem.resolution, comm)
@@ -49,6 +54,36 @@ def run(args: argparse.Namespace, comm) -> int:
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
           f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}")
     return 0
+
+
+def _named(items: list[str], problem) -> dict[str, tuple]:
+    """``--param NAME=VALUE`` items as ``{c|coeffs|nu: (value, how messages name it)}``: numbers for a
+    scalar parameter (repeatable), a .npy path for a vector parameter or a field input."""
+    from deepfusion.inputs import by_name
+
+    scalars: dict[str, list[float]] = {}
+    files: dict[str, Path] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not (sep and name and value):
+            raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if problem.parameters.shape == () and name == problem.parameters.name:
+            try:
+                scalars.setdefault(name, []).append(float(value))
+            except ValueError:
+                raise InputError(f"--param {name}: expected a number, got {value!r}") from None
+        elif name in files:
+            raise InputError(f"--param {name}: given twice")
+        else:
+            files[name] = Path(value)
+    keywords, names = by_name(problem, {**scalars, **files})
+    out = {}
+    for key, value in keywords.items():
+        if key == "c":
+            out[key] = (value, f"--param {names[key]}")
+        else:
+            out[key] = (load_array(value, "coefficients" if key == "coeffs" else "fields", (1, 2, 3, 4)), str(value))
+    return out
 
 
 def _tiling(domain: str, grid: tuple[int, ...], comm):
