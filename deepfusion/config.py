@@ -91,6 +91,16 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
     return cls(**kwargs)
 
 
+def _check_members(cfg: Config, family: type) -> None:
+    """The family (as configured) has every member of every capability it declares, of the right kind."""
+    from diffnet.capabilities import check_capabilities
+
+    try:
+        check_capabilities(family.from_options(cfg.family, tuple(cfg.problem.resolution)))
+    except TypeError as e:
+        raise ConfigError(f"problem.family: {e}") from None
+
+
 def _check_second_stage(cfg: Config, family: type) -> None:
     what = "train.second_stage_epochs: a second stage"
     if not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
@@ -118,6 +128,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
     except ValueError as e:
         message = str(e)
         raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
+    _check_members(cfg, family)
     t = cfg.train
     if t.second_stage_epochs:
         _check_second_stage(cfg, family)

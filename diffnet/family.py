@@ -12,7 +12,8 @@ Required: ``name``, ``Options``, ``in_channels``, :meth:`Family.parameters`,
 :meth:`Family.coordinates`, :meth:`Family.inputs`, :meth:`Family.field`,
 :meth:`Family.loss_terms`; :meth:`Family.check_instances` refuses ill-posed instances (default:
 non-finite ones). Optional parts are *declared* in ``capabilities`` (a command
-that needs one the family lacks says so), each a set of members:
+that needs one the family lacks says so), each a set of members (typed in
+:mod:`diffnet.capabilities`, and checked by :func:`~diffnet.capabilities.check_capabilities`):
 
 ==============  ===============================================================================
 capability      members
@@ -44,9 +45,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from diffnet.capabilities import PROTOCOLS
+
 __all__ = ["CAPABILITIES", "Family", "ParameterSpec", "sample_box"]
 
-CAPABILITIES = ("reference", "floor", "classical", "polish", "input_fields", "precondition")
+CAPABILITIES = tuple(PROTOCOLS)
 
 
 @dataclass(frozen=True)

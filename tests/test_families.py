@@ -203,3 +203,84 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
             Surrogate.load(run_dir).problem.check_instances(np.array([np.nan]))
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def _section_code(heading: str) -> str:
+    text = (ROOT / "docs" / "families.md").read_text()
+    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+
+
+@pytest.mark.timeout(600)
+def test_the_classical_example_is_swept_by_compare_as_written(tmp_path):
+    config = _tutorial(tmp_path)
+    (tmp_path / "screened_compared.py").write_text(_section_code("## Classical solvers: the `classical` capability"))
+    run_dir = tmp_path / "run"
+    quick = ["--set", 'problem.family="screened_compared:ScreenedCompared"', "--set", "multigrid.levels=[]",
+             "--set", "problem.resolution=[17,17]", "--set", "train.epochs=2", "--set", "data.n_train=16",
+             "--set", "data.n_test=2", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
+    proc = run_cli("train", str(config), "--out", str(run_dir), *quick, path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "cmp.json"
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["methods"] == {"q1-direct": "Q1 FEM, sparse direct solve (scipy spsolve)"}
+    assert {p["method"] for p in report["sweep"]} == {"q1-direct"} and [p["grid"] for p in report["sweep"]][0] == 5
+    row = report["rows"][0]
+    # A two-epoch network is far off; the direct solve on some grid of the sweep reaches its error.
+    assert row["classical_method"] == "q1-direct" and row["classical_error"] <= row["diffnet_error"]
+    assert row["pyamg_default"] is None and "the family's baseline" not in proc.stdout
+
+
+def _broken(tmp_path, body: str):
+    """A family of the classical example with ``body`` replacing members; its module imported from tmp_path."""
+    (tmp_path / "screened_compared.py").write_text(_section_code("## Classical solvers: the `classical` capability"))
+    (tmp_path / "broken.py").write_text("import numpy as np\n\nfrom screened_compared import ScreenedCompared\n\n\n"
+                                        "class Broken(ScreenedCompared):\n" + body)
+    return tmp_path
+
+
+@pytest.mark.parametrize("body, message", [
+    ('    classical_methods = ["q1-direct"]\n',
+     "screened_poisson: classical_methods must be a non-empty mapping method -> description (str -> str), got ['q1-direct']"),
+    ("    def classical_configurations(self):\n        return [5, 9, 17]\n",
+     "screened_poisson: classical_configurations() must return a non-empty mapping method -> grids, got list"),
+    ('    def classical_configurations(self):\n        return {"q1-direct": 17}\n',
+     "screened_poisson: classical_configurations()['q1-direct'] must be a non-empty list of int grids, got 17"),
+    ('    classical_baseline = "sa-cg"\n',
+     "screened_poisson: classical_baseline must be None or one of classical_methods (q1-direct), got 'sa-cg'"),
+    ("    def classical_solver(self, grid):\n        return None\n",
+     "screened_poisson.classical_solver(grid) does not take the arguments of classical_solver(method, grid) "
+     "(capability 'classical')"),
+    ("    classical_to_grid = None\n",
+     "screened_poisson declares 'classical' and has no classical_to_grid: expected a method "
+     "classical_to_grid(method, native, params)"),
+    ('    capabilities = frozenset({"reference", "floor", "classical", "polish"})\n',
+     "screened_poisson declares 'polish' and has no polish: expected a method polish(params, fields, k)"),
+    ('    capabilities = frozenset({"reference", "classical", "solve"})\n',
+     "screened_poisson declares the unknown capability 'solve' (known: reference, floor, classical, polish, "
+     "input_fields, precondition)"),
+])
+def test_a_capability_member_of_the_wrong_kind_is_one_line_naming_it(tmp_path, monkeypatch, body, message):
+    _tutorial(tmp_path)
+    _broken(tmp_path, body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in ("broken", "screened_compared", "screened_poisson"):
+        sys.modules.pop(module, None)
+    from deepfusion.config import ConfigError, load_config
+    from deepfusion.registry import family_class
+
+    family_class.cache_clear()
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / "screened.toml", ['problem.family="broken:Broken"'])
+    assert str(exc.value) == f"problem.family: {message}"
+
+
+def test_a_wrong_kind_member_stops_the_cli_before_anything_is_written(tmp_path):
+    config = _tutorial(tmp_path)
+    _broken(tmp_path, '    classical_methods = ["q1-direct"]\n')
+    proc = run_cli("train", str(config), "--set", 'problem.family="broken:Broken"', "--out", str(tmp_path / "r"),
+                   path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "problem.family: screened_poisson: classical_methods must be a non-empty mapping" in proc.stderr
+    assert not (tmp_path / "r").exists()

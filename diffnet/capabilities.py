@@ -1,0 +1,188 @@
+"""The optional parts of the family protocol: one :class:`typing.Protocol` per capability, with each
+member's signature, types and shapes, and the check that a family has what it declares.
+
+A family declares a capability by naming it in ``capabilities``; it then provides that
+protocol's members (docs/families.md has a section and a tested example per capability). ``S``
+is the number of instances, ``shape`` the instance's (``parameters.shape``), ``grid`` the
+family's ``resolution``. :func:`check_capabilities` runs whenever a config names the family:
+a member that is missing or of the wrong kind is one line naming it and what was expected.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+__all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition",
+           "check_capabilities"]
+
+
+class Reference(Protocol):
+    """``reference``: a classical solve on this grid (``deepfusion reference``); also the evaluation's
+    truth unless ``truth`` and ``truth_name`` are overridden (e.g. by a finer solve)."""
+
+    def reference(self, params: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Fields (S, *grid), float64, of instances (S, *shape); ``progress(done, total)`` after each."""
+
+    def reference_name(self) -> str:
+        """What the reference is, for reports (e.g. ``"Q1 FEM on 61x61 (4x finer)"``)."""
+
+    def truth(self, params: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Fields (S, *grid), float64, the evaluation measures against (default: ``reference``)."""
+
+    def truth_name(self) -> str:
+        """What the truth is, for reports."""
+
+
+class Floor(Protocol):
+    """``floor``: the best field of the trained loss on this grid (the zero-residual field or the
+    energy minimiser), whose error against the truth is the grid's floor."""
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Fields (S, *grid), float64, and (S,) bool: whether each is a root of the loss's gradient
+        (else a least-squares optimum); ``initial`` (S, *grid) a start near the truth."""
+
+    def floor_name(self) -> str:
+        """What the floor's field is, for reports."""
+
+
+class Classical(Protocol):
+    """``classical``: the solvers ``deepfusion compare`` and ``uq --classical`` sweep for the cheapest
+    configuration of the network's accuracy."""
+
+    #: method -> one line on it, e.g. ``{"fmg": "geometric multigrid, FMG"}``.
+    classical_methods: Mapping[str, str]
+    #: a method (a key of ``classical_methods``) timed beside the cheapest match on its grid, or None.
+    classical_baseline: str | None
+
+    def classical_configurations(self) -> Mapping[str, Sequence[int]]:
+        """Method -> its grids (ints, e.g. nodes per side), coarse to fine: the sweep."""
+
+    def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], Any]:
+        """A solve of one instance (a row of shape ``shape``) by ``method`` on ``grid``; what it returns
+        (its own grid's field) goes to ``classical_to_grid``. Timed per call."""
+
+    def classical_to_grid(self, method: str, native: Any, params: np.ndarray) -> np.ndarray:
+        """The solver's output for the instance ``params`` (one row) on the network's nodes, (*grid)."""
+
+
+class Polish(Protocol):
+    """``polish``: k classical iterations from the network's output ("DiffNet + k cycles")."""
+
+    #: the name of one iteration, for reports (e.g. ``"V-cycle"``).
+    polish_step: str
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, k: int) -> np.ndarray:
+        """Fields (S, *grid) after ``k`` iterations from ``fields`` (S, *grid) for instances (S, *shape)."""
+
+
+class InputFields(Protocol):
+    """``input_fields``: fields that show an instance in plots (e.g. log10 nu)."""
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Fields (S, C, *grid) and their C labels."""
+
+
+class Precondition(Protocol):
+    """``precondition``: the loss's Hessian as a stencil; the engine trains on the multigrid-preconditioned
+    residual (``train.loss = "preconditioned"``) and adds a second stage with it."""
+
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil
+        (default: read off the loss by 3^d probes)."""
+
+    def at_resolution(self, resolution: tuple[int, ...]) -> Any:
+        """The same family on another grid (the V-cycle's coarse levels)."""
+
+
+PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
+                              "input_fields": InputFields, "precondition": Precondition}
+
+
+def _members(protocol: type) -> tuple[dict[str, inspect.Signature], dict[str, Any]]:
+    """The protocol's methods (name -> signature without self) and attributes (name -> annotation text)."""
+    methods = {}
+    for name, value in vars(protocol).items():
+        if inspect.isfunction(value) and not name.startswith("_"):
+            signature = inspect.signature(value)
+            methods[name] = signature.replace(parameters=list(signature.parameters.values())[1:])  # no self
+    return methods, dict(protocol.__annotations__)
+
+
+def _takes(function: Callable, signature: inspect.Signature) -> bool:
+    """Whether ``function`` accepts the protocol's positional arguments (required and optional)."""
+    try:
+        actual = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return True
+    for count in {sum(p.default is p.empty for p in signature.parameters.values()), len(signature.parameters)}:
+        try:
+            actual.bind(*range(count))
+        except TypeError:
+            return False
+    return True
+
+
+def _classical_values(family: Any) -> str:
+    """What is wrong with the values of the classical members ('' when nothing)."""
+    methods = family.classical_methods
+    if not (isinstance(methods, Mapping) and methods and all(isinstance(k, str) and isinstance(v, str)
+                                                              for k, v in methods.items())):
+        return f"classical_methods must be a non-empty mapping method -> description (str -> str), got {methods!r:.60}"
+    base = family.classical_baseline
+    if not (base is None or base in methods):
+        return f"classical_baseline must be None or one of classical_methods ({', '.join(methods)}), got {base!r}"
+    configurations = family.classical_configurations()
+    if not (isinstance(configurations, Mapping) and configurations):
+        return (f"classical_configurations() must return a non-empty mapping method -> grids, "
+                f"got {type(configurations).__name__}")
+    for method, grids in configurations.items():
+        if method not in methods:
+            return f"classical_configurations(): {method!r} is not one of classical_methods ({', '.join(methods)})"
+        if isinstance(grids, (str, bytes)) or not isinstance(grids, Sequence) or not grids or \
+                not all(isinstance(g, (int, np.integer)) for g in grids):
+            return f"classical_configurations()[{method!r}] must be a non-empty list of int grids, got {grids!r:.60}"
+    return ""
+
+
+def check_capabilities(family: Any) -> None:
+    """Raise ``TypeError`` (one line) unless ``family`` provides every member of every capability it
+    declares, each of the declared kind (a method taking the protocol's arguments, an attribute of
+    its type), and its classical members hold values of their types."""
+    known = ", ".join(PROTOCOLS)
+    for capability in sorted(family.capabilities):
+        if capability not in PROTOCOLS:
+            raise TypeError(f"{family.name} declares the unknown capability {capability!r} (known: {known})")
+        methods, attributes = _members(PROTOCOLS[capability])
+        for name, signature in methods.items():
+            value = getattr(family, name, None)
+            if value is None or not callable(value):
+                what = "has no" if value is None else f"has a {type(value).__name__} as"
+                raise TypeError(f"{family.name} declares {capability!r} and {what} {name}: expected a method "
+                                f"{name}{_text(signature)}")
+            if not _takes(value, signature):
+                raise TypeError(f"{family.name}.{name}{_text(inspect.signature(value))} does not take the arguments "
+                                f"of {name}{_text(signature)} (capability {capability!r})")
+        for name, annotation in attributes.items():
+            if not hasattr(family, name):
+                raise TypeError(f"{family.name} declares {capability!r} and has no {name}: expected an attribute "
+                                f"of type {annotation}")
+            value = getattr(family, name)
+            if callable(value) and not isinstance(value, Mapping):
+                raise TypeError(f"{family.name}.{name} is a method: expected an attribute (or property) of type "
+                                f"{annotation} (capability {capability!r})")
+            if annotation == "str" and not isinstance(value, str):
+                raise TypeError(f"{family.name}.{name} must be a str, got {value!r:.60} (capability {capability!r})")
+        if capability == "classical":
+            problem = _classical_values(family)
+            if problem:
+                raise TypeError(f"{family.name}: {problem}")
+
+
+def _text(signature: inspect.Signature) -> str:
+    """``(method, grid)``: the parameter names of a signature, without self and annotations."""
+    return "(" + ", ".join(name for name in signature.parameters if name != "self") + ")"
