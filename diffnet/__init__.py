@@ -4,8 +4,10 @@ The public API a user's family is written against (docs/families.md): the family
 (:class:`Family`, :class:`ParameterSpec`, :func:`sample_box`, :data:`CAPABILITIES`), the
 declaration of its configuration keys (:func:`option` and the checks), and the Q1
 quadrature as convolutions (:func:`gauss_basis`, :func:`at_gauss_points`,
-:func:`dirichlet_energy`, :func:`reaction_diffusion_energy`). Names are imported on first
-use, so ``import diffnet`` loads nothing heavy.
+:func:`dirichlet_energy`, :func:`reaction_diffusion_energy`), and the Q1 system those energies
+are the quadratic forms of, for a family's reference solver (:func:`dirichlet_system`, whose
+:class:`FEMSystem` solves directly, by AMG-CG or by geometric multigrid). Names are imported on
+first use, so ``import diffnet`` loads nothing heavy.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _EXPORTS = {
     "at_gauss_points": "diffnet.energy",
     "dirichlet_energy": "diffnet.energy",
     "reaction_diffusion_energy": "diffnet.energy",
+    "dirichlet_system": "diffnet.solvers.poisson",
+    "FEMSystem": "diffnet.solvers.poisson",
 }
 
 __all__ = list(_EXPORTS)

@@ -284,3 +284,25 @@ def test_a_wrong_kind_member_stops_the_cli_before_anything_is_written(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "problem.family: screened_poisson: classical_methods must be a non-empty mapping" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("method", ["direct", "amg"])
+def test_the_public_q1_system_minimises_the_public_energy_with_variable_coefficients(method):
+    # docs/families.md: a user's reference from diffnet.dirichlet_system is the exact minimiser of
+    # reaction_diffusion_energy for nodal nu and f (bilinear at the same Gauss points), any boundary values.
+    from diffnet import dirichlet_system, reaction_diffusion_energy
+
+    ny, nx = 17, 21
+    y, x = np.meshgrid(np.linspace(0, 1, ny), np.linspace(0, 1, nx), indexing="ij")
+    nu = 1 + 0.5 * np.sin(np.pi * x) * np.sin(np.pi * y)
+    f = 1 + 2 * x
+    fixed = np.zeros((ny, nx), dtype=bool)
+    fixed[:, 0] = fixed[0, :] = True  # the other sides carry zero flux
+    values = np.where(fixed, y, 0.0)
+    u = dirichlet_system(nu, fixed, values, kappa=1.5, f=f).solve(method, tol=1e-13)
+    assert np.array_equal(u[fixed], values[fixed])
+    t = torch.tensor(u[None], requires_grad=True)
+    energy = reaction_diffusion_energy(t, torch.tensor(nu[None]), 1.5, torch.tensor(f[None]), 1 / (nx - 1), 1 / (ny - 1))
+    (grad,) = torch.autograd.grad(energy.sum(), t)
+    scale = float(np.abs(f).max()) / ((nx - 1) * (ny - 1))  # a node's load, about f h^2
+    assert float(grad[0][~torch.from_numpy(fixed)].abs().max()) < 1e-9 * scale

@@ -185,16 +185,32 @@ def dirichlet_system(
 ) -> FEMSystem:
     """Assemble -div(nu grad u) + kappa^2 u = f on [0,1]^2 with u = ``values`` on the ``fixed`` nodes.
 
-    The boundary conditions are applied to the stencil (one compiled pass), so this is the
-    whole cost of assembly.
+    The Q1 system whose energy is :func:`diffnet.energy.reaction_diffusion_energy` (and, with
+    kappa = 0 and f = 0, :func:`diffnet.energy.dirichlet_energy`) on the same grid: nu and f are
+    interpolated bilinearly to the 2 x 2 Gauss points of each element, the quadrature those
+    energies use, so its solution is the exact minimiser of that energy over the fields with the
+    prescribed values (to the solver's tolerance) — a family's same-grid floor and, on a finer
+    grid, its reference. The boundary conditions are applied to the stencil (one compiled pass),
+    so this is the whole cost of assembly.
 
     Parameters
     ----------
     nu : numpy.ndarray
-        Nodal diffusivity (N_y, N_x); node spacings 1/(N_x-1) and 1/(N_y-1).
+        Nodal diffusivity (N_y, N_x), positive, over (y, x) as the fields are; node spacings
+        1/(N_x-1) and 1/(N_y-1) on [0, 1]^2.
     fixed, values : numpy.ndarray
-        (N_y, N_x) Dirichlet mask and prescribed values (only the fixed entries are used).
-    kappa, f : reaction coefficient and source (constant or nodal).
+        (N_y, N_x) Dirichlet mask and prescribed values (only the fixed entries are used); the other
+        boundary nodes carry zero flux.
+    kappa : float
+        Reaction coefficient (the term is kappa^2 u).
+    f : numpy.ndarray or float
+        Source, constant or nodal (N_y, N_x).
+
+    Returns
+    -------
+    FEMSystem
+        ``.solve("direct" | "amg")`` gives the nodal solution (N_y, N_x); ``.multigrid()`` its
+        geometric multigrid (:class:`~diffnet.solvers.gmg.GMGSolver`).
     """
     nu = np.asarray(nu, dtype=np.float64)
     ny, nx = nu.shape
