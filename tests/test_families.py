@@ -6,15 +6,18 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, float32_atol, run_cli
 from deepfusion.registry import builtin_families, family_class, known_families
+from deepfusion.runtime import find_mpiexec
 
 # Members each declared capability promises (docs/families.md).
 MEMBERS = {
@@ -84,7 +87,7 @@ def _tutorial(tmp_path):
     text = (ROOT / "docs" / "families.md").read_text()
     code = re.findall(r"```python\n(.*?)```", text, re.S)
     toml = re.findall(r"```toml\n(\[problem\].*?)```", text, re.S)
-    assert code and len(toml) == 1  # the module is the first Python block (later ones are snippets)
+    assert code and toml  # the tutorial's module and config come first (later blocks: other sections)
     (tmp_path / "screened_poisson.py").write_text(code[0])
     (tmp_path / "screened.toml").write_text(toml[0])
     return tmp_path / "screened.toml"
@@ -306,3 +309,60 @@ def test_the_public_q1_system_minimises_the_public_energy_with_variable_coeffici
     (grad,) = torch.autograd.grad(energy.sum(), t)
     scale = float(np.abs(f).max()) / ((nx - 1) * (ny - 1))  # a node's load, about f h^2
     assert float(grad[0][~torch.from_numpy(fixed)].abs().max()) < 1e-9 * scale
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
+def test_the_two_entry_family_from_the_docs_trains_infers_and_compares_by_its_names(tmp_path):
+    import h5py
+    import shlex
+    import subprocess
+
+    from conftest import child_env
+
+    heading = "## A second complete family: two parameters, variable coefficients"
+    text = (ROOT / "docs" / "families.md").read_text()
+    section = text[text.index(heading):text.index("## Installing a family as a package")]
+    (tmp_path / "heat_source.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    (tmp_path / "heat.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    commands = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    small = " ".join(shlex.quote(a) for a in ["--set", "problem.resolution=[17,17]", "--set", "data.n_train=32",
+                                              "--set", "train.epochs=3", "--set", "data.n_test=2",
+                                              "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"])
+    env = child_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    for command in commands:
+        command = command.replace("mpiexec", shlex.quote(find_mpiexec())).replace(" --out runs/heat", f" {small} --out runs/heat")
+        proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    rows = np.load(tmp_path / "p.npy")
+    with h5py.File(tmp_path / "p.h5") as f:
+        assert np.array_equal(f["p"][()], rows) and f["u"].shape == (2, 17, 17)
+        fields = f["u"][()]
+    assert (tmp_path / "uq.h5").is_file()
+    report = json.loads((tmp_path / "compare.json").read_text())
+    assert report["methods"] == {"q1-amg": "Q1 FEM, pyamg smoothed aggregation + CG"} and report["rows"]
+    # Every entry its own range and name; an invalid instance refused by index; the Python API by name.
+    run_dir = tmp_path / "runs" / "heat"
+    np.save(tmp_path / "out.npy", np.array([[0.5, 1.0], [1.5, 1.0]]))
+    proc = run_cli("infer", str(run_dir), "--param", f"p={tmp_path / 'out.npy'}", "--out", str(tmp_path / "o.h5"),
+                   path=[tmp_path])
+    assert proc.returncode == 0 and proc.stderr.strip() == (
+        f"deepfusion: warning: {tmp_path / 'out.npy'}: 1.5 (p[0] (p1)) is outside its training range [-1, 1]; "
+        "the field is an extrapolation")
+    np.save(tmp_path / "bad.npy", np.array([[0.5, 1.0], [-3.0, 1.0]]))
+    proc = run_cli("infer", str(run_dir), "--param", f"p={tmp_path / 'bad.npy'}", "--out", str(tmp_path / "b.h5"),
+                   path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"deepfusion: error: {tmp_path / 'bad.npy'}: instance 1: p1 = -3 makes kappa <= 0 (p1 must be > -2)")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from deepfusion import Surrogate
+
+        surrogate = Surrogate.load(run_dir)
+        low, high = surrogate.parameter_range
+        assert low.tolist() == [-1.0, 0.0] and high.tolist() == [1.0, 2.0]
+        # Another process and thread count: float32 rounding inside the network only (conftest).
+        np.testing.assert_allclose(surrogate(p=rows), fields, rtol=0, atol=float32_atol(run_dir, np.abs(fields).max()))
+    finally:
+        sys.path.remove(str(tmp_path))
