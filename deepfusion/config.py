@@ -91,19 +91,19 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
     return cls(**kwargs)
 
 
-def _check_members(cfg: Config, family: type) -> None:
+def _check_members(configured: Any) -> None:
     """The family (as configured) has every member of every capability it declares, of the right kind."""
     from diffnet.capabilities import check_capabilities
 
     try:
-        check_capabilities(family.from_options(cfg.family, tuple(cfg.problem.resolution)))
+        check_capabilities(configured)
     except TypeError as e:
         raise ConfigError(f"problem.family: {e}") from None
 
 
-def _check_second_stage(cfg: Config, family: type) -> None:
+def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
     what = "train.second_stage_epochs: a second stage"
-    if not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
+    if not configured.has("precondition"):
         raise ConfigError(f"{what} is fed the first stage's preconditioned residual, and the {family.name} family "
                           f"(as configured) does not declare the 'precondition' capability; use 0")
     if has_lbfgs(cfg.train.optimizer):
@@ -128,11 +128,12 @@ def _cross_checks(cfg: Config, family: type) -> None:
     except ValueError as e:
         message = str(e)
         raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
-    _check_members(cfg, family)
+    configured = family.from_options(cfg.family, tuple(cfg.problem.resolution))  # the family as this run has it
+    _check_members(configured)
     t = cfg.train
     if t.second_stage_epochs:
-        _check_second_stage(cfg, family)
-    if t.loss == "preconditioned" and not family.from_options(cfg.family, tuple(cfg.problem.resolution)).has("precondition"):
+        _check_second_stage(cfg, family, configured)
+    if t.loss == "preconditioned" and not configured.has("precondition"):
         raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
                           f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
     if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:

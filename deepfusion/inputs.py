@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Sequence
-
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["InputError", "ParameterRangeWarning", "load_array", "instance_parameters", "by_name",
+__all__ = ["InputError", "ParameterRangeWarning", "load_array", "instance_parameters", "by_name", "command_line_instances",
            "check_output_file", "check_resolution", "require",
            "dataset_name"]
 
@@ -74,6 +72,42 @@ def by_name(problem, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
             raise InputError(f"{name}: this run's family ({problem.name}) takes its instances as {takes}")
         keywords[key], names[key] = value, name
     return keywords, names
+
+
+def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, nu: Path | None, param: list[str],
+                           nu_ndim: tuple[int, ...]) -> np.ndarray:
+    """The checked instances of a command line (``infer``, ``reference``): ``--c`` numbers, ``--coeffs`` and
+    ``--nu`` .npy paths, and ``--param NAME=VALUE`` under the family's own names (numbers for a scalar
+    parameter, repeatable; a .npy path for a vector one or a field input). A file names its own errors;
+    a flag not given is named as the flag that would give it."""
+    names = {"c": "--c", "coeffs": str(coeffs or "--coeffs FILE.npy"), "nu": str(nu or "--nu FILE.npy")}
+    given = {"c": c, "coeffs": None if coeffs is None else load_array(coeffs, "coefficients", (1, 2, 3, 4)),
+             "nu": None if nu is None else load_array(nu, "fields", nu_ndim)}
+    scalars: dict[str, list[float]] = {}
+    files: dict[str, Path] = {}
+    spec = problem.parameters
+    for item in param:
+        name, sep, value = item.partition("=")
+        if not (sep and name and value):
+            raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if spec.shape == () and name == spec.name:
+            try:
+                scalars.setdefault(name, []).append(float(value))
+            except ValueError:
+                raise InputError(f"--param {name}: expected a number, got {value!r}") from None
+        elif name in files:
+            raise InputError(f"--param {name}: given twice")
+        else:
+            files[name] = Path(value)
+    keywords, named = by_name(problem, {**scalars, **files})
+    for key, value in keywords.items():
+        label = f"--param {named[key]}" if key == "c" else str(value)
+        if given[key] is not None:
+            raise InputError(f"{label}: the instances are given twice (also as --{key})")
+        names[key] = label
+        given[key] = value if key == "c" else \
+            load_array(value, "coefficients" if key == "coeffs" else "fields", (1, 2, 3, 4) if key == "coeffs" else nu_ndim)
+    return instance_parameters(problem, **given, names=names)
 
 
 def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:

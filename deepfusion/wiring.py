@@ -124,7 +124,6 @@ def level_models(cfg: Config, model):
     network and problem (:meth:`diffnet.stages.TwoStage.pair`)."""
     from diffnet.galerkin import GalerkinLevel
     from diffnet.networks import LevelStack
-
     from diffnet.stages import TwoStage
 
     grids: dict[int, object] = {}  # the problem on each level's own grid, built once

@@ -102,6 +102,15 @@ def test_reference_command(tmp_path, cli):
         assert f["u"].shape == (1, 9, 17)
         assert f.attrs["source"] == "reference" and f.attrs["reference"].startswith("Godunov")
         assert f.attrs["burgers.viscosity"] == 0.02
+        by_flag = f["u"][()]
+    # The same instance under the parameter's own name: --param c=4.0 (it was accepted and ignored once).
+    proc = cli("reference", "burgers", "--param", "c=4.0", "--resolution", "9", "17", "--set", "burgers.viscosity=0.02",
+               "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        assert np.array_equal(f["u"][()], by_flag) and list(f["c"][()]) == [4.0]
+    proc = cli("reference", "burgers", "--param", "c=4.0", "--c", "5", "--out", str(out))
+    assert proc.returncode == 2 and "--param c: the instances are given twice (also as --c)" in proc.stderr
 
 
 @pytest.mark.timeout(600)

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file, dataset_name, load_array
+from deepfusion.inputs import InputError, check_output_file, command_line_instances, dataset_name
 
 __all__ = ["run"]
 
@@ -25,19 +25,10 @@ def run(args: argparse.Namespace, comm) -> int:
     check_output_file(args.out)
     if not 0 <= args.polish <= 1000:
         raise InputError(f"--polish: must be in 0..1000, got {args.polish}")
-    coeffs = load_array(args.coeffs, "coefficients", (1, 2, 3, 4)) if args.coeffs else None
-    nu = load_array(args.nu, "fields", (2, 3, 4)) if args.nu else None
-    # A given file names its own errors; one not given is named by the flag that would give it.
-    names = {"c": "--c", "coeffs": str(args.coeffs or "--coeffs FILE.npy"), "nu": str(args.nu or "--nu FILE.npy")}
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
-        given = {"c": args.c, "coeffs": coeffs, "nu": nu}
-        for key, (value, name) in _named(args.param, surrogate.problem).items():
-            if given[key] is not None:
-                raise InputError(f"{name}: the instances are given twice (also as --{key})")
-            given[key], names[key] = value, name
-        params = surrogate.instances(**given, names=names)
+        params = command_line_instances(surrogate.problem, args.c, args.coeffs, args.nu, args.param, (2, 3, 4))
     for w in caught:
         warn(str(w.message))
     tiling = _tiling(args.domain, surrogate.problem.resolution, comm)
@@ -54,36 +45,6 @@ def run(args: argparse.Namespace, comm) -> int:
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
           f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}")
     return 0
-
-
-def _named(items: list[str], problem) -> dict[str, tuple]:
-    """``--param NAME=VALUE`` items as ``{c|coeffs|nu: (value, how messages name it)}``: numbers for a
-    scalar parameter (repeatable), a .npy path for a vector parameter or a field input."""
-    from deepfusion.inputs import by_name
-
-    scalars: dict[str, list[float]] = {}
-    files: dict[str, Path] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not (sep and name and value):
-            raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        if problem.parameters.shape == () and name == problem.parameters.name:
-            try:
-                scalars.setdefault(name, []).append(float(value))
-            except ValueError:
-                raise InputError(f"--param {name}: expected a number, got {value!r}") from None
-        elif name in files:
-            raise InputError(f"--param {name}: given twice")
-        else:
-            files[name] = Path(value)
-    keywords, names = by_name(problem, {**scalars, **files})
-    out = {}
-    for key, value in keywords.items():
-        if key == "c":
-            out[key] = (value, f"--param {names[key]}")
-        else:
-            out[key] = (load_array(value, "coefficients" if key == "coeffs" else "fields", (1, 2, 3, 4)), str(value))
-    return out
 
 
 def _tiling(domain: str, grid: tuple[int, ...], comm):

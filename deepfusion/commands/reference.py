@@ -8,7 +8,7 @@ import time
 import warnings
 
 from deepfusion.inputs import (InputError, ParameterRangeWarning, check_output_file, check_resolution,
-                               dataset_name, instance_parameters, load_array, require)
+                               command_line_instances, dataset_name, require)
 
 __all__ = ["run"]
 
@@ -39,13 +39,10 @@ def run(args: argparse.Namespace, comm) -> int:
             raise InputError(f"--set {text}: reference takes the family's own keys only ({table}.KEY=VALUE)")
     problem = build_problem(cfg)
     require(problem, "reference", "reference")
-    coeffs = load_array(args.coeffs, "coefficients", (1, 2, 3, 4)) if args.coeffs else None
-    nu = load_array(args.nu, "fields", (len(resolution), len(resolution) + 1)) if args.nu else None
     with warnings.catch_warnings():  # a classical solve has no training range
         warnings.simplefilter("ignore", ParameterRangeWarning)
-        params = instance_parameters(problem, c=args.c, coeffs=coeffs, nu=nu,
-                                     names={"c": "--c", "coeffs": str(args.coeffs or "--coeffs FILE.npy"),
-                                            "nu": str(args.nu or "--nu FILE.npy")})
+        params = command_line_instances(problem, args.c, args.coeffs, args.nu, args.param,
+                                        (len(resolution), len(resolution) + 1))
     t0 = time.perf_counter()
     u = problem.reference(params, progress=_progress)
     seconds = time.perf_counter() - t0
