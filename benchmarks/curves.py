@@ -20,7 +20,7 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
     """
     from deepfusion.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.config import load_config
-    from deepfusion.evaluate import predict, relative_l2
+    from deepfusion.inference import predict, relative_l2
     from deepfusion.wiring import build_model, build_problem
 
     cfg = load_config(run / "config.toml")

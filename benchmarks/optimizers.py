@@ -196,7 +196,7 @@ def summary(runs: list[dict]) -> dict:
 
 def study(problem: str, args, work: Path) -> dict:
     from deepfusion.config import load_config
-    from deepfusion.evaluate import against_floor
+    from deepfusion.inference import against_floor
     from deepfusion.wiring import build_problem, heldout_parameters
 
     n_train = args.poisson_n_train if problem == "poisson" else None

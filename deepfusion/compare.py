@@ -60,7 +60,7 @@ def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: floa
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
     compilation are a one-off cost of the process, not of a solve.
     """
-    from deepfusion.evaluate import relative_l2
+    from deepfusion.inference import relative_l2
 
     configs = problem.classical_configurations()
     for method, grids in configs.items():
@@ -72,7 +72,7 @@ def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> 
     """The family's ``classical_baseline`` method (e.g. pyamg's default smoothed aggregation + CG for the
     Q1 families) on the equal-accuracy grid, the baseline its best classical solver is measured against;
     None where the family names none."""
-    from deepfusion.evaluate import relative_l2
+    from deepfusion.inference import relative_l2
 
     method = problem.classical_baseline
     if method is None:

@@ -9,7 +9,12 @@ and Galerkin coarse levels address (docs/physics.md, "The output basis").
 from __future__ import annotations
 
 import numpy as np
+import torch
 from scipy.fft import dctn
+
+from deepfusion.inference import predict
+from deepfusion.wiring import level_models
+from diffnet.multilevel import prolong
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
 
@@ -44,17 +49,10 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level)."""
     if len(cfg.multigrid.levels) < 2:
         return None
-    import torch
-
-    from deepfusion.evaluate import predict
-    from deepfusion.wiring import level_models
-
     generator, problem = level_models(cfg, model)(0)
     coarse = predict(generator, problem, params)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
         # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use.
-        from diffnet.multilevel import prolong
-
         coarse = prolong(torch.as_tensor(coarse)[:, None], tuple(shape))[:, 0].numpy()
     return coarse
 

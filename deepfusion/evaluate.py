@@ -1,118 +1,27 @@
-"""Inference over many instances, the relative L2 error against a reference, and accuracy
-measured against the grid's discretisation floor."""
+"""A finished run's evaluation: its held-out fields against the reference and the floor, the
+error's structure and estimate, ``eval.json``, the field files, the table and the plots.
+
+The inference primitives live in :mod:`deepfusion.inference` (re-exported here, their
+earlier home).
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from deepfusion.stepper import to_channels_last
+from deepfusion.diagnostics import coarse_imprint, error_structure
+from deepfusion.fields import write_fields
+from deepfusion.inference import FloorReport, against_floor, predict, relative_l2
+from deepfusion.wiring import field_attrs, heldout_parameters
+from diffnet.preconditioned import error_estimate
+from diffnet.stages import TwoStage
 
 __all__ = ["predict", "relative_l2", "FloorReport", "against_floor", "evaluate_run"]
-
-
-@torch.inference_mode()
-def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16, tiling=None) -> np.ndarray:
-    """Fields for each row of ``params`` by one forward pass per batch, as float64 numpy.
-
-    The input goes in channels-last (NHWC) order, which the convolutions then keep:
-    1.2-1.4x faster on CPU here than NCHW, and the model itself is left as it is.
-    With a ``tiling`` (a domain split, collective over its ranks) the generator runs on this
-    rank's tile and the network's outputs are gathered: every rank of the split gets the
-    whole fields. A two-stage generator runs as its second stage (:class:`diffnet.stages.SecondStage`).
-    """
-    from diffnet.stages import TwoStage
-
-    if isinstance(model, TwoStage):
-        model, problem = model.pair(problem)
-    model.eval()
-    weight = next(model.parameters())
-    out = []
-    with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
-        for start in range(0, len(params), batch):
-            p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
-            if tiling is None:
-                raw = model(to_channels_last(problem.inputs(p)))
-            else:
-                raw = tiling.gather(model(to_channels_last(tiling.local(problem.inputs(p)).contiguous()), tiling))
-            out.append(problem.field(raw, p).double().cpu().numpy())
-    return np.concatenate(out, axis=0)
-
-
-def relative_l2(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Per-sample ||pred - ref||_2 / ||ref||_2 over all nodes; shape (S,)."""
-    if pred.shape != ref.shape:
-        raise ValueError(f"shapes differ: {pred.shape} vs {ref.shape}")
-    diff = (pred - ref).reshape(len(ref), -1)
-    return np.linalg.norm(diff, axis=1) / np.linalg.norm(ref.reshape(len(ref), -1), axis=1)
-
-
-@dataclass
-class FloorReport:
-    """Accuracy of predicted fields against the independent reference and the grid's floor.
-
-    ``error`` is each instance's relative L2 distance to the truth (``truth_name``);
-    ``floor`` the same for the best field the grid allows under the trained loss
-    (``floor_name``: the zero-residual field or energy minimiser); ``ratio`` is mean error
-    over mean floor, 1 when the network has done all its grid allows. A family that
-    declares no floor gets NaN floors and ratio.
-    """
-
-    truth: np.ndarray
-    error: np.ndarray
-    floor: np.ndarray
-    floor_is_root: np.ndarray
-    truth_name: str
-    floor_name: str
-    truth_seconds: float
-    floor_seconds: float
-    optimum: np.ndarray | None = None  # the floor's fields themselves
-
-    @property
-    def ratio(self) -> float:
-        return float(self.error.mean() / self.floor.mean())
-
-    def as_dict(self) -> dict:
-        return {
-            "truth": self.truth_name,
-            "floor_field": self.floor_name,
-            "rel_l2": self.error.tolist(),
-            "mean_rel_l2": float(self.error.mean()),
-            "max_rel_l2": float(self.error.max()),
-            "floor_rel_l2": self.floor.tolist(),
-            "mean_floor": float(self.floor.mean()),
-            "ratio_to_floor": self.ratio,
-            "floor_is_root": self.floor_is_root.tolist(),
-            "truth_seconds": self.truth_seconds,
-            "floor_seconds": self.floor_seconds,
-        }
-
-
-def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray | None = None,
-                  progress=None) -> FloorReport:
-    """Measure ``pred`` (S, ...) against ``problem.truth`` and the floor ``problem.discrete_optimum``
-    (the family's ``reference`` and ``floor`` capabilities; without a floor, NaN floors).
-
-    The floor's direct solve starts from the truth, so where the trained loss has several
-    optima (the central Burgers residual) the one nearest the truth is taken.
-    """
-    t0 = time.perf_counter()
-    if truth is None:
-        truth = problem.truth(params, progress)
-    t1 = time.perf_counter()
-    if problem.has("floor"):
-        optimum, roots = problem.discrete_optimum(params, initial=truth)
-        floor, floor_name = relative_l2(optimum, truth), problem.floor_name()
-    else:
-        optimum, roots, floor, floor_name = None, np.zeros(len(truth), dtype=bool), np.full(len(truth), np.nan), "none"
-    t2 = time.perf_counter()
-    return FloorReport(truth, relative_l2(pred, truth), floor, roots, problem.truth_name(), floor_name,
-                       t1 - t0, t2 - t1, optimum)
 
 
 def _labels(problem, params: np.ndarray) -> list[str]:
@@ -133,10 +42,6 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     :func:`against_floor`); the table prints both and their ratio. A family without a
     reference solver gets its held-out loss instead (and None is returned).
     """
-    from deepfusion.diagnostics import coarse_imprint, error_structure
-    from deepfusion.fields import write_fields
-    from deepfusion.wiring import field_attrs, heldout_parameters
-
     test = heldout_parameters(cfg)
     pname = problem.parameters.name
     if pred is None:
@@ -194,8 +99,6 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
 
 def _first_stage(problem, model: torch.nn.Module, test: np.ndarray, acc: FloorReport) -> dict:
     """A two-stage generator's first network alone on the held-out instances: its error and ratio to the floor."""
-    from diffnet.stages import TwoStage
-
     if not isinstance(model, TwoStage):
         return {}
     error = relative_l2(predict(model.first, problem, test), acc.truth)
@@ -207,8 +110,6 @@ def _estimated_error(cfg, problem, test: np.ndarray, pred: np.ndarray, acc: Floo
     |B g| / |u - B g| (:func:`diffnet.preconditioned.error_estimate`), for families that can precondition."""
     if not problem.has("precondition") or acc.optimum is None:
         return {}
-    from diffnet.preconditioned import error_estimate
-
     estimated = error_estimate(problem, torch.as_tensor(pred, dtype=torch.float64),
                                torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_cycles)
     return {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist(), "estimated_grid_rel_l2": estimated.tolist()}

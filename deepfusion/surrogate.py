@@ -140,7 +140,7 @@ class Surrogate:
         conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
         the pure network (polish = 0).
         """
-        from deepfusion.evaluate import predict
+        from deepfusion.inference import predict
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")

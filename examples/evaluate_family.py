@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 
 from deepfusion import Surrogate
-from deepfusion.evaluate import against_floor
+from deepfusion.inference import against_floor
 
 
 def main() -> None:

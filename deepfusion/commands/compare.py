@@ -44,7 +44,7 @@ def run(args: argparse.Namespace, comm) -> int:
     import torch
 
     from deepfusion.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
-    from deepfusion.evaluate import against_floor, predict
+    from deepfusion.inference import against_floor, predict
 
     t0 = time.perf_counter()
     _, model, path = trained_model(run_dir, args.checkpoint, warn)
@@ -117,7 +117,7 @@ def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int],
     """"DiffNet + k cycles": the network's fields then ``cycles`` classical iterations, timed together,
     measured against the same truth and floor, and matched to its own cheapest classical solve."""
     from deepfusion.compare import classical_sweep, compare_row, time_inference
-    from deepfusion.evaluate import against_floor, predict
+    from deepfusion.inference import against_floor, predict
     from deepfusion.runtime import apply_threads
 
     label = f"DiffNet + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"

@@ -306,7 +306,7 @@ def run(args: argparse.Namespace, comm) -> int:
         )
     pred = None
     if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
-        from deepfusion.evaluate import predict
+        from deepfusion.inference import predict
 
         t0 = time.perf_counter()
         fields = predict(model, problem, heldout_parameters(cfg), tiling=domain.tiling(problem.resolution))

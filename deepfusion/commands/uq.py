@@ -32,7 +32,7 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     the network's mean error on (up to) 4 held-out instances of the run."""
     from deepfusion.compare import classical_sweep
     from deepfusion.equal_accuracy import cheapest
-    from deepfusion.evaluate import relative_l2
+    from deepfusion.inference import relative_l2
     from deepfusion.wiring import heldout_parameters
 
     problem = surrogate.problem
@@ -127,7 +127,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
     from deepfusion.equal_accuracy import break_even
     from deepfusion.rundir import training_time
-    from deepfusion.evaluate import relative_l2
+    from deepfusion.inference import relative_l2
     from deepfusion.uq import Moments, run_study
     from deepfusion.compare import measure_classical
 

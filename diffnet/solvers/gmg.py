@@ -19,13 +19,17 @@ independent of the grid, instead of iterating to a tolerance that has no relatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from diffnet.solvers import stencil as kernels
-from diffnet.solvers.poisson import FEMSystem, coarse_q1_stencil
+from diffnet.solvers.q1 import coarse_q1_stencil
 from diffnet.solvers.stencil import interpolation_weights
+
+if TYPE_CHECKING:  # the systems build their multigrid: the type only, for the annotations
+    from diffnet.solvers.poisson import FEMSystem
 
 __all__ = ["interpolation_1d", "prolongation", "grid_hierarchy", "GMGSolver", "gmg_solve"]
 

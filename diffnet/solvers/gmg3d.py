@@ -15,12 +15,15 @@ tolerance unrelated to it (``benchmarks/fem_vs_inference.py`` times the two).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from diffnet.solvers.gmg import COARSEST, grid_hierarchy, interpolation_1d
-from diffnet.solvers.poisson3d import HexSystem
+
+if TYPE_CHECKING:  # the system builds its multigrid: the type only, for the annotations
+    from diffnet.solvers.poisson3d import HexSystem
 
 __all__ = ["GMG3D", "prolongation_3d"]
 

@@ -15,48 +15,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from diffnet.energy import ELEMENT_NODES, gauss_basis
-from diffnet.solvers.stencil import apply_dirichlet, q1_galerkin, q1_stencil, to_csr
+from diffnet.solvers.gmg import GMGSolver
+from diffnet.solvers.q1 import coarse_q1_stencil, q1_matrix_stencil
+from diffnet.solvers.stencil import apply_dirichlet, to_csr
 
 __all__ = ["FEMSystem", "assemble", "coarse_q1_stencil", "dirichlet_system", "poisson_system", "reaction_diffusion_system",
            "poisson_fem", "reaction_diffusion_fem"]
-
-
-
-def _element(hx: float, hy: float, kappa: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per Gauss point q the element stiffness w grad N_a . grad N_b, shape (Q, 4, 4); the reaction
-    term's element matrix kappa^2 w sum_q N_a N_b, (4, 4); the basis at the Gauss points, (Q, 4)."""
-    values, gx, gy, w = gauss_basis(hx, hy)
-    stiff = w * (gx[:, :, None] * gx[:, None, :] + gy[:, :, None] * gy[:, None, :])
-    return stiff, kappa**2 * w * values.T @ values, values
-
-
-def coarse_q1_stencil(nu: np.ndarray, hx: float, hy: float, kappa: float, fixed_coarse: np.ndarray) -> np.ndarray:
-    """The Galerkin coarse operator Pᵀ A P of the Q1 matrix on the nested grid with half the cells,
-    fixed coarse nodes cut out (:func:`diffnet.solvers.stencil.q1_galerkin`), shape (N_c_y, N_c_x, 3, 3)."""
-    stiff, mass, values = _element(hx, hy, kappa)
-    # T[s, a, A]: coarse bilinear basis A at corner a of fine sub-element s, in the coarse element's unit square.
-    T = np.empty((4, 4, 4))
-    for sub, (sy, sx) in enumerate(ELEMENT_NODES):
-        for a, (dy, dx) in enumerate(ELEMENT_NODES):
-            eta, xi = (sy + dy) / 2, (sx + dx) / 2
-            for A, (cy, cx) in enumerate(ELEMENT_NODES):
-                T[sub, a, A] = (xi if cx else 1.0 - xi) * (eta if cy else 1.0 - eta)
-    sub_stiff = np.einsum("saA,qab,sbB->sqAB", T, stiff, T)
-    sub_mass = np.einsum("saA,ab,sbB->sAB", T, mass, T)
-    return q1_galerkin(np.ascontiguousarray(nu, dtype=np.float64), sub_stiff, sub_mass, values,
-                       np.ascontiguousarray(fixed_coarse, dtype=bool))
-
-
-def _stencil(nu: np.ndarray, hx: float, hy: float, kappa: float) -> np.ndarray:
-    """The matrix of -div(nu grad) + kappa^2 as a (N_y, N_x, 3, 3) stencil (:mod:`diffnet.solvers.stencil`).
-
-    The element quantities at the Gauss points come from :func:`~diffnet.energy.gauss_basis`;
-    the pass over the elements is compiled (a numpy version of the same sums took 0.25 s
-    warm, 1.0 s cold at 1025^2, more than the multigrid solve).
-    """
-    stiff, mass, values = _element(hx, hy, kappa)
-    return q1_stencil(np.ascontiguousarray(nu, dtype=np.float64), stiff, mass, values)
-
 
 def _load(f: np.ndarray | float, shape: tuple[int, int], hx: float, hy: float) -> np.ndarray:
     """Nodal load (N_y, N_x) of a constant or nodal (bilinearly interpolated) source."""
@@ -71,7 +35,6 @@ def _load(f: np.ndarray | float, shape: tuple[int, int], hx: float, hy: float) -
     for a, (dy, dx) in enumerate(ELEMENT_NODES):
         b[dy : ny - 1 + dy, dx : nx - 1 + dx] += fe[a].reshape(ny - 1, nx - 1)
     return b
-
 
 def assemble(
     nu: np.ndarray, hx: float, hy: float, kappa: float = 0.0, f: np.ndarray | float = 0.0
@@ -97,8 +60,7 @@ def assemble(
         (N,) load.
     """
     nu = np.asarray(nu, dtype=np.float64)
-    return to_csr(_stencil(nu, hx, hy, kappa)), _load(f, nu.shape, hx, hy).ravel()
-
+    return to_csr(q1_matrix_stencil(nu, hx, hy, kappa)), _load(f, nu.shape, hx, hy).ravel()
 
 @dataclass(frozen=True)
 class FEMSystem:
@@ -126,8 +88,6 @@ class FEMSystem:
 
     def multigrid(self):
         """This system's geometric multigrid hierarchy (:class:`~diffnet.solvers.gmg.GMGSolver`)."""
-        from diffnet.solvers.gmg import GMGSolver
-
         return GMGSolver.build(self)
 
     def solve(self, method: str = "amg", tol: float = 1e-10, stats: dict | None = None) -> np.ndarray:
@@ -155,7 +115,6 @@ class FEMSystem:
         u[self.fixed] = self.values[self.fixed]
         return u.reshape(self.shape)
 
-
 def _amg_cg(A: sp.csr_matrix, rhs: np.ndarray, tol: float, stats: dict) -> np.ndarray:
     import pyamg
 
@@ -174,7 +133,6 @@ def _amg_cg(A: sp.csr_matrix, rhs: np.ndarray, tol: float, stats: dict) -> np.nd
         raise RuntimeError(f"AMG-CG did not converge: relative residual {stats['relative_residual']:.3e} "
                            f"after {stats['iterations']} iterations")
     return u
-
 
 def dirichlet_system(
     nu: np.ndarray,
@@ -215,20 +173,18 @@ def dirichlet_system(
     nu = np.asarray(nu, dtype=np.float64)
     ny, nx = nu.shape
     hx, hy = 1.0 / (nx - 1), 1.0 / (ny - 1)
-    stencil = _stencil(nu, hx, hy, kappa)
+    stencil = q1_matrix_stencil(nu, hx, hy, kappa)
     fixed = np.ascontiguousarray(fixed, dtype=bool)
     g = np.where(fixed, values, 0.0)
     rhs = _load(f, nu.shape, hx, hy)
     apply_dirichlet(stencil, rhs, fixed, g)
     return FEMSystem(stencil, rhs.ravel(), fixed.ravel(), g.ravel(), (ny, nx), (nu, hx, hy, kappa))
 
-
 def poisson_system(nu: np.ndarray) -> FEMSystem:
     """-div(nu grad u) = 0 on [0,1]^2, u = 1 at x = 0, u = 0 at x = 1, zero flux at y = 0, 1."""
     ny, nx = np.shape(nu)
     cols = np.broadcast_to(np.arange(nx), (ny, nx))
     return dirichlet_system(nu, (cols == 0) | (cols == nx - 1), (cols == 0).astype(np.float64))
-
 
 def reaction_diffusion_system(nu: np.ndarray, kappa: float, f: np.ndarray | float) -> FEMSystem:
     """-div(nu grad u) + kappa^2 u = f on [0,1]^2 with u = 0 on the boundary."""
@@ -237,11 +193,9 @@ def reaction_diffusion_system(nu: np.ndarray, kappa: float, f: np.ndarray | floa
     edge[:, [0, -1]] = True
     return dirichlet_system(nu, edge, np.zeros(edge.shape), kappa, f)
 
-
 def poisson_fem(nu: np.ndarray, method: str = "amg", tol: float = 1e-10) -> np.ndarray:
     """Q1 solution of :func:`poisson_system`, shape (N_y, N_x), float64."""
     return poisson_system(nu).solve(method, tol)
-
 
 def reaction_diffusion_fem(
     nu: np.ndarray, kappa: float, f: np.ndarray | float, method: str = "amg", tol: float = 1e-10

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from diffnet.energy3d import HEX_NODES, hex_basis
+from diffnet.solvers.gmg3d import GMG3D
 
 __all__ = ["HexSystem", "hex_stencil", "poisson3d_system"]
 
@@ -142,8 +143,6 @@ class HexSystem:
 
     def multigrid(self):
         """This system's geometric multigrid hierarchy (:class:`~diffnet.solvers.gmg3d.GMG3D`)."""
-        from diffnet.solvers.gmg3d import GMG3D
-
         return GMG3D.build(self)
 
     def solve(self, method: str = "gmg") -> np.ndarray:
