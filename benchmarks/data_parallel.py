@@ -76,14 +76,13 @@ def worker_deepfusion(case: str, threads: int, steps: int, gradsync: str = "buck
     ``batch`` replaces the case's global batch."""
     from deepfusion.comm import world
     from deepfusion.config import ParallelConfig, TrainConfig
-    from deepfusion.trainer import train
+    from deepfusion.trainer import TrainingContext, train
 
     comm = world()
     problem, model, b = _setup(case, threads, batch)
     cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=b, epochs=WARMUP + steps, log_every=1)
     parallel = ParallelConfig(check_every=0, gradsync=gradsync, grad_dtype=grad_dtype)
-    result = train(model, problem, _params(b), cfg, seed=0, comm=comm, parallel=parallel,
-                   run_dir=None, config_text="", threads=threads, log=lambda s: None)
+    result = train(model, problem, _params(b), cfg, TrainingContext(comm, 0, threads, parallel, log=lambda s: None))
     h = result.history
     seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]
     out = {"samples_per_s": steps * b / seconds, "ranks": comm.size, "threads": threads,

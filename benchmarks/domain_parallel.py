@@ -53,7 +53,7 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     from deepfusion.config import ParallelConfig, TrainConfig
     from deepfusion.halo import DomainSplit
     from deepfusion.registry import family_class
-    from deepfusion.trainer import train
+    from deepfusion.trainer import TrainingContext, train
     from diffnet.networks import UNet
 
     torch.set_num_threads(1)
@@ -66,8 +66,8 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     domain = DomainSplit(comm, spec["domain"][tiles]) if tiles > 1 else None
     cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=BATCH, epochs=WARMUP + steps, log_every=1)
     before = _rss_kib()
-    result = train(model, problem, np.asarray(params), cfg, seed=0, comm=comm, parallel=ParallelConfig(check_every=0),
-                   run_dir=None, config_text="", threads=1, log=lambda s: None, domain=domain)
+    ctx = TrainingContext(comm, parallel=ParallelConfig(check_every=0), domain=domain, log=lambda s: None)
+    result = train(model, problem, np.asarray(params), cfg, ctx)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     h = result.history
     seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]

@@ -149,5 +149,5 @@ def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
     axes = list(coords)
     extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
     plot_fields(pred, truth, extent, labels, (axes[1], axes[0]), plots / "fields.png",
-                ref_name="reference", inputs=inputs, input_labels=input_labels)
+                ref_name="reference", inputs=None if inputs is None else (inputs, input_labels))
     print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

@@ -15,8 +15,8 @@ from deepfusion.checkpoint import Checkpoint
 from deepfusion.config import TrainConfig
 from deepfusion.gradsync import check_parameters
 from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
-from deepfusion.recorder import Recorder
-from deepfusion.signals import StopRequest
+from deepfusion.context import TrainingContext
+from deepfusion.schedule import adam_steps as first_order_steps
 from deepfusion.stepper import loss_sum
 
 __all__ = ["build_lbfgs", "lbfgs_phase"]
@@ -103,9 +103,12 @@ class _FullBatchIteration:
         return loss, float(starts[0].abs().max()), float(state.get("t", 0.0)) if moved else 0.0
 
 
-def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, seed, comm, step, adam_steps,
-                 total, threads, config_text, resume, stop: StopRequest) -> tuple[int, float, bool]:
-    """L-BFGS iterations ``step`` .. ``total`` - 1 on the global objective, in ``train.lbfgs_dtype``."""
+def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, ctx: TrainingContext, *, step: int,
+                resume: Checkpoint | None) -> tuple[int, float, bool]:
+    """L-BFGS iterations ``step`` .. the run's last on the global objective, in ``train.lbfgs_dtype``
+    (the run's recorder, ``ctx.recorder``, knows the schedule: Adam's steps come first)."""
+    comm, rec, stop = ctx.comm, ctx.recorder, ctx.stop
+    total, adam_steps = rec.total, first_order_steps(cfg, rec.stages)
     n = all_params.shape[0]
     precision = cfg.dtype if cfg.lbfgs_dtype == "train" else cfg.lbfgs_dtype
     dtype = getattr(torch, precision)
@@ -129,12 +132,12 @@ def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, 
     def save(epoch: int) -> None:
         if work is not model:
             model.load_state_dict(work.state_dict())  # cast to train.dtype
-        rec.save(state, epoch=epoch, step=step, config=config_text, ranks=comm.size, kind="lbfgs",
+        rec.save(state, epoch=epoch, step=step, config=ctx.config_text, ranks=comm.size, kind="lbfgs",
                  stage=len(rec.stages) - 1)
 
     # One fixed order for the whole phase (seeded apart from Adam's epochs): the full
     # batch is its first lbfgs_batch samples, multi-batch sweeps it with overlaps.
-    order = np.random.default_rng([seed, 104729]).permutation(n)
+    order = np.random.default_rng([ctx.seed, 104729]).permutation(n)
     full = cfg.lbfgs_mode == "full"
     batch_size = cfg.lbfgs_batch or (n if full else cfg.batch_size)
     fixed = np.sort(order[:batch_size])
@@ -195,7 +198,7 @@ def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, rec: Recorder, *, 
                     "compute_s": seconds,
                     "comm_s": 0.0,
                     "ranks": comm.size,
-                    "threads": threads,
+                    "threads": ctx.threads,
                 }
                 if reason:
                     record["stop_reason"] = reason

@@ -76,22 +76,21 @@ def plot_fields(
     axis_names: tuple[str, str],
     out: Path,
     ref_name: str = "reference",
-    inputs: np.ndarray | None = None,
-    input_labels: list[str] | None = None,
+    inputs: tuple[np.ndarray, list[str]] | None = None,
 ) -> Path:
     """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
 
     ``extent`` is (x_min, x_max, y_min, y_max) of the image, ``axis_names`` the names of
-    the horizontal and vertical axes (e.g. ``("x", "t")``). ``inputs`` (one field per
-    sample, e.g. log10 of the diffusivity) adds a first column titled by ``input_labels``.
+    the horizontal and vertical axes (e.g. ``("x", "t")``). ``inputs``, (fields, titles) with one
+    field per sample (e.g. log10 of the diffusivity), adds a first column.
     The difference's colour scale is symmetric and clipped at the 99th percentile of its
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
-    return _save(_fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, input_labels), out, 110)
+    return _save(_fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs), out, 110)
 
 
-def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, input_labels):
+def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs):
     plt = _pyplot()
     s = len(pred)
     cols = 3 + (inputs is not None)
@@ -110,8 +109,8 @@ def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, inpu
             (diff, f"DiffNet − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
         ]
         if inputs is not None:
-            data = inputs[k]
-            panels.insert(0, (data, input_labels[k] if input_labels else "input", "cividis", float(data.min()),
+            data, titles = inputs[0][k], inputs[1]
+            panels.insert(0, (data, titles[k] if titles else "input", "cividis", float(data.min()),
                               float(data.max()), "log10 ν"))
         for ax, (data, title, cmap, lo, hi, label) in zip(axes[k], panels):
             im = ax.imshow(data, origin="lower", extent=extent, aspect="auto", cmap=cmap, vmin=lo, vmax=hi)

@@ -9,6 +9,8 @@ import torch
 
 __all__ = ["loss_sum", "make_local_step", "training_step", "to_channels_last"]
 
+GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured (CUDA's requirement)
+
 Terms = dict[str, torch.Tensor]
 
 
@@ -53,7 +55,7 @@ def _forward(model, problem, b_eff: int, autocast: str, tiling=None) -> Callable
 
 
 def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none", cuda_graph: bool = False,
-                    example: torch.Tensor | None = None, warmup: int = 3, tiling=None) -> Callable[[torch.Tensor], Terms]:
+                    example: torch.Tensor | None = None, tiling=None) -> Callable[[torch.Tensor], Terms]:
     """A function p -> per-term loss sums that leaves this rank's gradients in ``sync``'s buffer.
 
     Parameters
@@ -68,7 +70,7 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
     autocast : {"none", "bf16"}
         Run the network under bf16 autocast.
     cuda_graph : bool
-        Capture forward, loss and backward once (after ``warmup`` eager runs on a side
+        Capture forward, loss and backward once (after ``GRAPH_WARMUP`` eager runs on a side
         stream, as CUDA requires) and replay the graph every step: the step's many small
         kernel launches become one. Needs static shapes, which training has (every step
         has the same local batch); ``example`` is a batch of that shape.
@@ -97,7 +99,7 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(warmup):
+        for _ in range(GRAPH_WARMUP):
             sync.zero_grad()
             body()
     torch.cuda.current_stream().wait_stream(side)

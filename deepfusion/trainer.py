@@ -13,18 +13,17 @@ import numpy as np
 import torch
 
 from deepfusion.checkpoint import Checkpoint
-from deepfusion.config import ParallelConfig, TrainConfig
+from deepfusion.config import TrainConfig
+from deepfusion.context import TrainingContext
 from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
-from deepfusion.halo import data_group
 from deepfusion.lbfgs_phase import lbfgs_phase
 from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
 from deepfusion.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.schema import first_order
-from deepfusion.signals import StopRequest
 from deepfusion.stepper import make_local_step
 
-__all__ = ["Problem", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
+__all__ = ["Problem", "TrainingContext", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
 
 
 class Problem(Protocol):
@@ -86,20 +85,11 @@ def train(
     problem: Problem,
     params: np.ndarray,
     cfg: TrainConfig,
+    ctx: TrainingContext,
     *,
-    seed: int,
-    comm,
-    parallel: ParallelConfig = ParallelConfig(),
-    run_dir: Path | None,
-    config_text: str,
-    threads: int,
-    start_step: int = 0,
     resume: Checkpoint | None = None,
-    stop: StopRequest | None = None,
-    log: Callable[[str], None] = print,
     stages: Sequence[Stage] | None = None,
     level: Callable[[int], tuple[torch.nn.Module, Problem]] | None = None,
-    domain=None,
 ) -> TrainResult:
     """Train ``model`` on the instances ``params`` (one row per training sample).
 
@@ -112,13 +102,13 @@ def train(
     :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one, in
     ``train.lbfgs_dtype`` (checkpoints hold them in ``train.dtype``, plus the phase's own
     copy for an exact resume).
-    Rank 0 alone writes ``metrics.jsonl`` and checkpoints and prints progress. Training
-    continues from step ``start_step`` with the optimiser state of ``resume`` when given;
-    the model must already hold that checkpoint's parameters. When ``stop`` is requested
+    Rank 0 alone writes ``metrics.jsonl`` and checkpoints (in ``ctx.run_dir``) and prints progress
+    (``ctx.log``). Training continues from ``resume``'s step with its optimiser state when given;
+    the model must already hold that checkpoint's parameters. When ``ctx.stop`` is requested
     on any rank (a signal), all ranks agree at the next step boundary (the flag rides on
     the loss Allreduce), a checkpoint is written and the result says ``stopped``.
 
-    With ``parallel.collective_timeout_s`` > 0, a blocking collective that takes longer (a lost
+    With ``ctx.parallel.collective_timeout_s`` > 0, a blocking collective that takes longer (a lost
     rank, node or link) ends the job on every rank it can reach with a line naming the step
     (:mod:`deepfusion.watchdog`); checkpoints already written stay intact.
 
@@ -128,7 +118,7 @@ def train(
     sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
     finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
 
-    With a ``domain`` (:class:`deepfusion.halo.DomainSplit`), each sample is split over a group of
+    With ``ctx.domain`` (:class:`deepfusion.halo.DomainSplit`), each sample is split over a group of
     ranks that hold one tile each; the batch is split over the groups as it is over ranks
     without one, and the gradient sum over all ranks is the global mean's gradient.
 
@@ -148,13 +138,14 @@ def train(
     device = next(model.parameters()).device
     all_params = torch.as_tensor(params, dtype=dtype, device=device)
     resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
+    start_step = 0 if resume is None else resume.step
     if resume is not None:
         resume.restore(model)  # the optimiser's state goes into its phase's optimiser
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
-    broadcast_parameters(model, comm)
-    rec = Recorder(run_dir, comm.rank == 0, log, total, cfg.keep_checkpoints, model, stages)
-    stop = stop or StopRequest()
+    broadcast_parameters(model, ctx.comm)
+    rec = Recorder(ctx.run_dir, ctx.comm.rank == 0, ctx.log, total, cfg.keep_checkpoints, model, stages)
+    ctx = dataclasses.replace(ctx, recorder=rec)
     step = start_step
     loss_value = float("nan")
     stopped = False
@@ -162,7 +153,7 @@ def train(
     model.train()
     start = time.perf_counter()
     # A lost rank, node or link ends the job instead of hanging it (parallel.collective_timeout_s).
-    with comm.watched(parallel.collective_timeout_s):
+    with ctx.comm.watched(ctx.parallel.collective_timeout_s):
         try:
             for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
                 module, level_problem = level(stage.level)
@@ -171,21 +162,16 @@ def train(
                 if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
                     resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
                 done = step
-                step, loss_value, stopped = _first_order_phase(
-                    module, level_problem, all_params, cfg, opt, rec, stage, seed=seed, comm=comm, parallel=parallel,
-                    step=step, threads=threads, config_text=config_text, stop=stop, domain=domain,
-                )
-                groups = data_group(comm, domain)[1]
+                step, loss_value, stopped = _first_order_phase(module, level_problem, all_params, cfg, opt, stage,
+                                                               step, ctx)
+                groups = ctx.data_group[1]
                 samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
                 if stopped:
                     break
             if step < total and not stopped:
                 module, level_problem = level(stages[-1].level)
-                step, loss_value, stopped = lbfgs_phase(
-                    module, level_problem, all_params, cfg, rec, seed=seed, comm=comm, step=step, adam_steps=adam,
-                    total=total, threads=threads, config_text=config_text, resume=resume if resume_lbfgs else None,
-                    stop=stop,
-                )
+                step, loss_value, stopped = lbfgs_phase(module, level_problem, all_params, cfg, ctx, step=step,
+                                                        resume=resume if resume_lbfgs else None)
         finally:
             rec.close()
     seconds = time.perf_counter() - start
@@ -206,18 +192,19 @@ def _stage_seed(seed: int, stage: Stage) -> int:
     return seed if stage.index == 0 else seed + 1_000_003 * stage.index
 
 
-def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: Recorder, stage: Stage, *, seed,
-                       comm, parallel, step, threads, config_text, stop: StopRequest, domain=None) -> tuple[int, float, bool]:
+def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, stage: Stage, step: int,
+                       ctx: TrainingContext) -> tuple[int, float, bool]:
     """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
+    comm, parallel, domain, rec = ctx.comm, ctx.parallel, ctx.domain, ctx.recorder
     name = first_order(cfg.optimizer) or "adam"
     n, b = all_params.shape[0], stage.batch_size
     # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
-    data_rank, groups = data_group(comm, domain)
+    data_rank, groups = ctx.data_group
     tiling = None if domain is None else domain.tiling(problem.resolution)
     b_eff = local_batch_size(b, groups) * groups
     per_epoch = steps_per_epoch(n, b)
     schedule = dataclasses.replace(cfg, lr=stage.lr)
-    seed = _stage_seed(seed, stage)
+    seed = _stage_seed(ctx.seed, stage)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
                     parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
@@ -240,7 +227,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
             t1 = time.perf_counter()
             # The loss terms' sums and this rank's stop flag, summed beside the gradients: one
             # synchronisation per step, as DDP has (a blocking Allreduce of its own was a second).
-            sums = np.array([t.item() for t in terms.values()] + [float(stop.requested)])
+            sums = np.array([t.item() for t in terms.values()] + [float(ctx.stop.requested)])
             request = comm.iallreduce_(sums)
             sync.finish()
             comm.waitall([request])
@@ -273,7 +260,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
                     "compute_s": window["compute"] / window["steps"],
                     "comm_s": window["comm"] / window["steps"],
                     "ranks": comm.size,
-                    "threads": threads,
+                    "threads": ctx.threads,
                 }
                 if domain is not None:
                     record["tiles"] = domain.tiles
@@ -290,7 +277,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, rec: R
                 )
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
             if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                rec.save(opt, epoch=(step - stage.first_step) // per_epoch, step=step, config=config_text,
+                rec.save(opt, epoch=(step - stage.first_step) // per_epoch, step=step, config=ctx.config_text,
                          ranks=comm.size, kind=name, stage=stage.index)
     finally:
         sync.close()

@@ -206,7 +206,7 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     from deepfusion.comm import SerialCommunicator
     from deepfusion.config import load_config, to_toml
     from deepfusion.signals import StopRequest
-    from deepfusion.trainer import train
+    from deepfusion.trainer import TrainingContext, train
     from diffnet.networks import build_network
     from diffnet.problems.poisson import PoissonProblem
 
@@ -219,7 +219,8 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     params = np.random.default_rng(0).uniform(-3, 3, (8, 6))
     stop = StopRequest()
     stop.request("SIGTERM")  # as if the signal came during the first step
-    result = train(model, problem, params, cfg.train, seed=0, comm=SerialCommunicator(), run_dir=tmp_path,
-                   config_text=to_toml(cfg), threads=1, stop=stop, log=lambda line: None)
+    ctx = TrainingContext(SerialCommunicator(), stop=stop, run_dir=tmp_path, config_text=to_toml(cfg),
+                          log=lambda line: None)
+    result = train(model, problem, params, cfg.train, ctx)
     assert result.stopped and result.steps == 1
     assert load_checkpoint(result.checkpoint).step == 1

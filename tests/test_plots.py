@@ -13,8 +13,9 @@ def _fields(inputs=None):
     ref = np.stack([np.sin(np.pi * x) * (1 - y), np.cos(np.pi * x) * y])
     pred = ref + 1e-3 * np.sin(7 * x)
     pred[:, :, -1] += 0.5  # one bad column (Burgers' outflow), far above the rest of the error
+    titles = ["log10 ν, a=0.5", "log10 ν, a=1"]
     return plots._fields_figure(pred, ref, (0, 1, 0, 1), ["c=3", "c=4"], ("x", "t"), "Godunov",
-                                inputs, ["log10 ν, a=0.5", "log10 ν, a=1"] if inputs is not None else None), pred - ref
+                                None if inputs is None else (inputs, titles)), pred - ref
 
 
 def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():

@@ -8,7 +8,7 @@ import torch
 
 from deepfusion.comm import SerialCommunicator
 from deepfusion.config import TrainConfig
-from deepfusion.trainer import TrainingDiverged, learning_rate, train
+from deepfusion.trainer import TrainingContext, TrainingDiverged, learning_rate, train
 from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 
@@ -19,8 +19,7 @@ def _run(tmp_path, boundary, lr=5e-3, epochs=12, stencil="sobel", viscosity=0.01
     model = UNet(problem.in_channels, 1, (8, 16))
     cfg = TrainConfig(lr=lr, batch_size=4, epochs=epochs, log_every=3)
     params = np.linspace(3, 6, 8)
-    result = train(model, problem, params, cfg, seed=0, comm=SerialCommunicator(), run_dir=tmp_path,
-                   config_text="", threads=1, log=lambda s: None)
+    result = train(model, problem, params, cfg, TrainingContext(SerialCommunicator(), run_dir=tmp_path, log=lambda s: None))
     return result, [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.partition import local_batch_size
     from deepfusion.rundir import truncate_metrics
     from deepfusion.schedule import build_schedule, total_steps
-    from deepfusion.trainer import TrainingDiverged, train
+    from deepfusion.trainer import TrainingContext, TrainingDiverged, train
 
     stages = build_schedule(cfg)
     domain = _domain_split(cfg, comm)
@@ -271,11 +271,10 @@ def run(args: argparse.Namespace, comm) -> int:
 
         try:
             with stop_on_signals() as stop:
-                result = train(
-                    model, problem, params, cfg.train, seed=cfg.data.seed, comm=comm, parallel=cfg.parallel,
-                    run_dir=run_dir, config_text=to_toml(cfg), threads=threads, start_step=start_step, resume=ckpt,
-                    stop=stop, log=say, stages=stages, level=level_models(cfg, model), domain=domain,
-                )
+                ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, stop, run_dir,
+                                      to_toml(cfg), say)
+                result = train(model, problem, params, cfg.train, ctx, resume=ckpt, stages=stages,
+                               level=level_models(cfg, model))
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)

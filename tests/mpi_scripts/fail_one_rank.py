@@ -6,7 +6,7 @@ import torch
 
 from deepfusion.comm import abort_on_error, world
 from deepfusion.config import TrainConfig
-from deepfusion.trainer import train
+from deepfusion.trainer import TrainingContext, train
 from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 
@@ -25,7 +25,7 @@ def main(comm):
     object.__setattr__(problem, "rank", comm.rank)
     model = UNet(problem.in_channels, 1, (4, 8))
     cfg = TrainConfig(batch_size=4, epochs=100, log_every=1000)
-    train(model, problem, np.linspace(3, 6, 8), cfg, seed=0, comm=comm, run_dir=None, config_text="", threads=1)
+    train(model, problem, np.linspace(3, 6, 8), cfg, TrainingContext(comm))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The import graph: every module imports on its own in a fresh interpreter, and no two modules
+"""The code's shape, checked: every module imports on its own in a fresh interpreter; no two modules
 import each other, directly or around a loop, whether the import is at the top or inside a function
-(an import inside a function hides a cycle from the interpreter, not from the reader)."""
+(an import inside a function hides a cycle from the interpreter, not from the reader); no engine
+function takes more than eight parameters (training state travels as one TrainingContext)."""
 
 from __future__ import annotations
 
@@ -139,3 +140,29 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+MAX_PARAMETERS = 8
+
+
+def _parameter_counts(package: str) -> dict[str, int]:
+    counts = {}
+    for module, path in _modules().items():
+        if not module.startswith(package):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [
+                    x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                if names[:1] in (["self"], ["cls"]):
+                    names = names[1:]
+                counts[f"{module}.{node.name}:{node.lineno}"] = len(names)
+    return counts
+
+
+def test_no_engine_function_takes_more_than_eight_parameters():
+    counts = _parameter_counts("deepfusion")
+    assert counts["deepfusion.trainer.train:" + next(k.split(":")[1] for k in counts
+                                                     if k.startswith("deepfusion.trainer.train:"))] == 8
+    assert {k: n for k, n in counts.items() if n > MAX_PARAMETERS} == {}
