@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from deepfusion.domain import check_split
 from deepfusion.registry import DEFAULT_FAMILY
 from deepfusion.schema import first_order, has_lbfgs
 from deepfusion.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
@@ -170,34 +171,11 @@ def _cross_checks(cfg: Config, family: type) -> None:
 
 
 def _domain_checks(cfg: Config, family: type) -> None:
-    """A domain split: CPU, a first-order optimiser, the grids of every level split into whole tiles
-    (the tiled U-Net's tiles a multiple of 2^(levels - 1) nodes a side, its pooling stays in the tile)."""
-    from deepfusion.halo import domain_splits, tile_bounds
-
-    par = cfg.parallel
-    if len(par.domain) not in (1, family.dims):
-        raise ConfigError(f"parallel.domain: give one tile count per axis of the {family.dims}-D grid, or one for "
-                          f"slabs (got {list(par.domain)})")
-    if par.device != "cpu":
-        raise ConfigError("parallel.domain: the halo exchange runs on CPU ranks; use parallel.device = 'cpu'")
-    if first_order(cfg.train.optimizer) != cfg.train.optimizer:
-        raise ConfigError("parallel.domain: a split sample is trained by Adam or SGD; use train.optimizer = 'adam' "
-                          "or 'sgd'")
-    if cfg.multigrid.coarse_loss != "rediscretised":
-        raise ConfigError("parallel.domain: the coarse levels' Galerkin loss is not split; use "
-                          "multigrid.coarse_loss = 'rediscretised'")
-    splits = domain_splits(par.domain, family.dims)
-    res, levels = tuple(cfg.problem.resolution), cfg.multigrid.levels
-    grids = [(n,) * len(res) for n in levels] if levels else [res]
-    align = 2 ** (len(cfg.model.channels) - 1)
-    for k, grid in enumerate(grids):
-        # A deepened stack runs its U-Net on the coarsest grid only; finer levels tile a refinement block.
-        unet = k == 0 or not levels or cfg.multigrid.transfer == "carry"
-        try:
-            for n, p in zip(grid, splits):
-                tile_bounds(n, p, align if unet else 1)
-        except ValueError as e:
-            raise ConfigError(f"{e} (the {'x'.join(map(str, grid))} grid)") from None
+    """A domain split that can train (:func:`deepfusion.domain.check_split`)."""
+    try:
+        check_split(cfg, family.dims)
+    except ValueError as e:
+        raise ConfigError(f"parallel.domain: {e}") from None
 
 
 def _multigrid_checks(cfg: Config) -> None:

@@ -17,35 +17,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from deepfusion.domain import domain_splits, split_of, tile_bounds
 from diffnet.tiling import Tiling, grow
 
 __all__ = ["tile_bounds", "domain_splits", "domain_groups", "data_group", "MPITiling", "DomainSplit"]
-
-
-def tile_bounds(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
-    """Split ``n`` nodes into ``parts`` equal contiguous ranges whose sizes are multiples of ``align``.
-
-    Raises ValueError with a one-line reason when the grid does not split so (equal tiles keep
-    a U-Net's pooling levels aligned across tiles).
-    """
-    if parts < 1:
-        raise ValueError(f"parallel.domain: need at least one tile per axis, got {parts}")
-    if n % parts or (n // parts) % align:
-        raise ValueError(f"parallel.domain: {n} nodes do not split into {parts} tiles of a multiple of {align} nodes")
-    size = n // parts
-    return [(k * size, (k + 1) * size) for k in range(parts)]
-
-
-def domain_splits(domain: Sequence[int], dims: int) -> tuple[int, ...]:
-    """``parallel.domain`` as tiles per axis of a ``dims``-D grid (one number: slabs along the first axis)."""
-    return tuple(domain) if len(domain) == dims else (int(domain[0]),) + (1,) * (dims - 1)
 
 
 def domain_groups(comm, tiles: int):
     """(the domain group of this rank, its data group): ``comm``'s ranks in consecutive blocks of
     ``tiles`` (one sample's tiles), and the ranks holding the same tile of every block (collective)."""
     if tiles < 1 or comm.size % tiles:
-        raise ValueError(f"parallel.domain: {tiles} tiles per sample need a multiple of {tiles} ranks, the job has "
+        raise ValueError(f"{tiles} tiles per sample need a multiple of {tiles} ranks, the job has "
                          f"{comm.size}")
     if tiles == 1:
         return None, comm
@@ -72,9 +54,9 @@ class MPITiling(Tiling):
         self.grid = tuple(int(n) for n in grid)
         self.splits = tuple(int(p) for p in splits)
         if len(self.splits) != len(self.grid):
-            raise ValueError(f"parallel.domain: {len(self.splits)} splits for a {len(self.grid)}-D grid")
+            raise ValueError(f"{len(self.splits)} splits for a {len(self.grid)}-D grid")
         if math.prod(self.splits) != comm.size:
-            raise ValueError(f"parallel.domain: {list(self.splits)} needs {math.prod(self.splits)} ranks per sample, "
+            raise ValueError(f"{list(self.splits)} needs {math.prod(self.splits)} ranks per sample, "
                              f"the domain group has {comm.size}")
         self.coords = tuple(int(c) for c in np.unravel_index(comm.rank, self.splits))
         self.bounds = tuple(tile_bounds(n, p, align)[c] for n, p, c in zip(self.grid, self.splits, self.coords))
@@ -211,12 +193,16 @@ class _Gather(torch.autograd.Function):
 class DomainSplit:
     """This rank's place in the job's data x domain process grid (``parallel.domain``).
 
+    Built once per run, from the configuration (:meth:`from_config`); the rules it follows
+    (tiles per axis, equal aligned tiles) are :mod:`deepfusion.domain`'s.
+
     Parameters
     ----------
     comm : deepfusion.comm.MPICommunicator
         The whole job.
     splits : sequence of int
-        Tiles per spatial axis (:func:`domain_splits`).
+        Tiles per spatial axis (:func:`deepfusion.domain.domain_splits`).
+
     Attributes
     ----------
     domain : MPICommunicator
@@ -232,6 +218,19 @@ class DomainSplit:
         self.domain, _ = domain_groups(comm, self.tiles)  # raises when the tiles do not divide the ranks
         self.data_rank, self.data_size = comm.rank // self.tiles, comm.size // self.tiles
 
+    @classmethod
+    def from_config(cls, cfg, comm) -> "DomainSplit | None":
+        """The split of ``parallel.domain`` over ``comm`` (collective), None when no sample is split.
+        The configuration's own checks (:func:`deepfusion.domain.check_split`) ran at load; the
+        ranks are known only here: ValueError when the tiles do not divide them."""
+        splits = split_of(cfg)
+        return None if splits is None else cls(comm, splits)
+
+    @property
+    def data_group(self) -> tuple[int, int]:
+        """(this rank's data-parallel group, the number of groups)."""
+        return self.data_rank, self.data_size
+
     def tiling(self, grid: Sequence[int]) -> MPITiling:
         """This rank's tile of ``grid`` (equal tiles; the U-Net checks its own alignment)."""
         return MPITiling(self.domain, grid, self.splits)
@@ -240,4 +239,4 @@ class DomainSplit:
 def data_group(comm, domain: DomainSplit | None) -> tuple[int, int]:
     """(this rank's data-parallel group, the number of groups): the rank and the job's size without a
     split, the ``domain``'s groups with one."""
-    return (comm.rank, comm.size) if domain is None else (domain.data_rank, domain.data_size)
+    return (comm.rank, comm.size) if domain is None else domain.data_group

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import ROOT, child_env
-from deepfusion.halo import tile_bounds
+from deepfusion.domain import tile_bounds
 from deepfusion.runtime import find_mpiexec
 from diffnet.networks import UNet
 from diffnet.problems.poisson3d import Poisson3D

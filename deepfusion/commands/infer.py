@@ -51,7 +51,8 @@ def _tiling(domain: str, grid: tuple[int, ...], comm):
     """This rank's tile of ``grid`` under ``--domain`` (None without one)."""
     if not domain.strip():
         return None
-    from deepfusion.halo import MPITiling, domain_splits
+    from deepfusion.domain import domain_splits
+    from deepfusion.halo import MPITiling
 
     try:
         counts = [int(v) for v in domain.split(",")]
@@ -67,4 +68,4 @@ def _tiling(domain: str, grid: tuple[int, ...], comm):
     try:
         return MPITiling(comm, grid, splits)
     except ValueError as e:
-        raise InputError(str(e).replace("parallel.domain", "--domain")) from None
+        raise InputError(f"--domain: {e}") from None

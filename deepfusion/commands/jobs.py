@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from deepfusion.config import load_config
+from deepfusion.domain import unet_alignment
 from deepfusion.inputs import InputError
 
 __all__ = ["run"]
@@ -50,8 +51,7 @@ def _domain(args: argparse.Namespace, cfg) -> tuple[int, ...] | None:
     batch = max(s.batch_size for s in build_schedule(cfg))
     grid = tuple(cfg.problem.resolution)
     sample = training_bytes_per_sample(cfg)
-    align = 2 ** (len(cfg.model.channels) - 1) if len(cfg.multigrid.levels) < 2 else 1
-    splits = size_domain(grid, sample, batch, ranks, per_rank, align)
+    splits = size_domain(grid, sample, batch, ranks, per_rank, unet_alignment(cfg))
     shown = "none needed" if splits is None else f"parallel.domain = {list(splits)}"
     print(f"deepfusion jobs: a training sample of the {'x'.join(map(str, grid))} grid takes about "
           f"{sample / 2**30:.2f} GiB (estimate), a rank's share of a node {per_rank / 2**30:.1f} GiB: {shown}",

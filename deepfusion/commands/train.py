@@ -179,14 +179,17 @@ def run(args: argparse.Namespace, comm) -> int:
     import torch
 
     from deepfusion.gradsync import ParameterDrift
-    from deepfusion.halo import data_group
+    from deepfusion.halo import DomainSplit, data_group
     from deepfusion.partition import local_batch_size
     from deepfusion.rundir import truncate_metrics
     from deepfusion.schedule import build_schedule, total_steps
     from deepfusion.trainer import TrainingContext, TrainingDiverged, train
 
     stages = build_schedule(cfg)
-    domain = _domain_split(cfg, comm)
+    try:
+        domain = DomainSplit.from_config(cfg, comm)
+    except ValueError as e:  # the tiles do not divide the ranks: the same on every rank
+        raise InputError(f"parallel.domain: {e}") from None
     groups = data_group(comm, domain)[1]
     key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
     smallest = min(s.batch_size for s in stages)
@@ -333,17 +336,3 @@ def _out_of_memory(exc: BaseException) -> bool:
     "can't allocate memory"; CUDA: torch.OutOfMemoryError)."""
     text = str(exc)
     return isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
-
-
-def _domain_split(cfg: Config, comm):
-    """The data x domain process grid of ``parallel.domain`` (None without a split)."""
-    import math
-
-    if not cfg.parallel.domain or math.prod(cfg.parallel.domain) == 1:
-        return None
-    from deepfusion.halo import DomainSplit, domain_splits
-
-    try:
-        return DomainSplit(comm, domain_splits(cfg.parallel.domain, len(cfg.problem.resolution)))
-    except ValueError as e:  # the same on every rank
-        raise InputError(str(e)) from None
