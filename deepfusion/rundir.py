@@ -1,5 +1,6 @@
 """A run directory (``config.toml``, ``checkpoints/``, ``metrics.jsonl``): its config, the checkpoint to
-continue from, and the trained generator a command or the API loads from it."""
+continue from and what a continued run may change (a longer schedule, an L-BFGS finish), the weights
+another run starts from, and the trained generator a command or the API loads from it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import tomllib
 from pathlib import Path
 from typing import Callable
 
-from deepfusion.config import Config, ConfigError, config_from_dict, family_table, load_config
+from deepfusion.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
 from deepfusion.inputs import InputError
+from deepfusion.schedule import adam_steps, build_schedule, stage_at, total_steps
+from deepfusion.schema import has_lbfgs
 
-__all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "truncate_metrics",
-           "trained_model"]
+__all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
+           "extension", "initial_weights", "trained_seconds", "truncate_metrics", "trained_model"]
 
 
 def run_config(run_dir: Path) -> Config:
@@ -78,6 +81,93 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
             "to continue it, or choose another --out"
         )
     return path, ckpt
+
+
+# Keys a finished or interrupted run may change when it is continued: a longer schedule, or
+# an L-BFGS finish added to an Adam run (its settings free until the phase has begun).
+LBFGS_KEYS = tuple(f"train.{key}" for key in TrainConfig.__dataclass_fields__
+                    if key.startswith("lbfgs_") and key != "lbfgs_iterations")
+EXTENDABLE = ("train.epochs", "multigrid.epochs", "train.optimizer", "train.lbfgs_iterations", *LBFGS_KEYS)
+
+
+def extension(saved: Config, cfg: Config, step: int) -> str:
+    """How ``cfg`` lengthens the schedule of the run ``saved`` checkpointed at ``step`` ("" if it does not).
+
+    Every stage before the checkpoint's must stay as it was, and the checkpoint's own stage
+    may only grow, so the steps already taken mean the same under the new schedule. An Adam
+    run may gain an L-BFGS finish (``train.optimizer`` "adam" -> "adam+lbfgs", with any
+    L-BFGS settings); once the phase has begun only its ``train.lbfgs_iterations`` may change.
+    """
+    changed = [k for k in config_differences(saved, cfg) if k in EXTENDABLE]
+    if not changed:
+        return ""
+    old, new = build_schedule(saved), build_schedule(cfg)
+    if "train.optimizer" in changed and (saved.train.optimizer, cfg.train.optimizer) != ("adam", "adam+lbfgs"):
+        raise InputError(f"train.optimizer: a continued run may only add an L-BFGS finish ('adam' -> 'adam+lbfgs'), "
+                         f"not {saved.train.optimizer!r} -> {cfg.train.optimizer!r}; choose another --out")
+    settings = [k for k in changed if k in LBFGS_KEYS]
+    if settings and has_lbfgs(saved.train.optimizer) and step > adam_steps(saved.train, old):
+        raise InputError(f"{', '.join(settings)}: the L-BFGS phase of this run began before step {step}; only "
+                         f"train.lbfgs_iterations may change now; choose another --out")
+    if total_steps(cfg.train, new) < step:
+        raise InputError(f"{', '.join(changed)}: a continued run may not end before its checkpoint at step {step}; "
+                         f"choose another --out")
+    k = min(stage_at(old, step), len(old) - 1)
+    same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
+    here_ok = same_before and (new[k].level, new[k].lr, new[k].batch_size) == (old[k].level, old[k].lr, old[k].batch_size) \
+        and new[k].end >= min(step, old[k].end) and new[-1].end >= old[-1].end
+    if not here_ok:
+        raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
+                         f"at step {step} on (the stages before it must stay as they were); choose another --out")
+    return "; ".join(f"{k} {_value(saved, k)} -> {_value(cfg, k)}" for k in changed) + \
+        f" ({total_steps(saved.train, old)} -> {total_steps(cfg.train, new)} steps)"
+
+
+def _value(cfg: Config, key: str) -> str:
+    """The value of ``section.key`` in ``cfg``, as the log shows it (lists as lists)."""
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
+    return str(list(value)) if isinstance(value, tuple) else str(value)
+
+
+def resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str], None]):
+    """(path, checkpoint, a line on a lengthened schedule) of the checkpoint a ``deepfusion train`` continues
+    from, or (None, None, "") for a fresh run: :func:`find_resume_point` with a longer schedule allowed
+    (:func:`extension`)."""
+    found = find_resume_point(run_dir, resume, cfg, warn, may_differ=EXTENDABLE)
+    if found is None:
+        return None, None, ""
+    path, ckpt = found
+    return path, ckpt, extension(saved_config(ckpt, path), cfg, ckpt.step)
+
+
+def initial_weights(source: Path, model, warn: Callable[[str], None]) -> Path:
+    """``--init-from``: load the weights of another run (its newest valid checkpoint) or of one
+    checkpoint file into ``model``; the checkpoint's path."""
+    from deepfusion.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
+
+    if source.is_dir():
+        found = latest_valid_checkpoint(source / "checkpoints", warn)
+        if found is None:
+            raise InputError(f"--init-from: {source}: no valid checkpoint in {source / 'checkpoints'}")
+        path, ckpt = found
+    elif source.is_file():
+        path, ckpt = source, load_checkpoint(source)
+    else:
+        raise InputError(f"--init-from: {source}: no such run directory or checkpoint")
+    try:
+        ckpt.restore(model)
+    except CheckpointError as exc:
+        raise InputError(f"--init-from: {path}: not a model of this config's shape ({exc})") from None
+    return path
+
+
+def trained_seconds(run_dir: Path) -> float | None:
+    """The training time an earlier evaluation of a complete run recorded (kept when it is evaluated again)."""
+    try:
+        return float(json.loads((run_dir / "eval.json").read_text())["train_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def truncate_metrics(path: Path, step: int) -> None:

@@ -12,20 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import agree, warn
-from deepfusion.config import Config, TrainConfig, defaults_notice, load_config, to_toml
+from deepfusion.config import Config, defaults_notice, load_config, to_toml
 from deepfusion.inputs import InputError
-from deepfusion.schema import has_lbfgs
+from deepfusion.rundir import initial_weights, resume_point, trained_seconds
 from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
 
 __all__ = ["run"]
 
 EXIT_DIVERGED = 3
 EXIT_OUT_OF_MEMORY = 5
-# Keys a finished or interrupted run may change when it is continued: a longer schedule, or
-# an L-BFGS finish added to an Adam run (its settings free until the phase has begun).
-_LBFGS_KEYS = tuple(f"train.{key}" for key in TrainConfig.__dataclass_fields__
-                    if key.startswith("lbfgs_") and key != "lbfgs_iterations")
-_EXTENDABLE = ("train.epochs", "multigrid.epochs", "train.optimizer", "train.lbfgs_iterations", *_LBFGS_KEYS)
 
 
 def _load_run_config(args: argparse.Namespace) -> Config:
@@ -33,89 +28,6 @@ def _load_run_config(args: argparse.Namespace) -> Config:
     if args.out is not None:
         overrides.append(f"output.dir={json.dumps(str(args.out))}")
     return load_config(args.config, overrides)
-
-
-def _extension(saved: Config, cfg: Config, step: int) -> str:
-    """How ``cfg`` lengthens the schedule of the run ``saved`` checkpointed at ``step`` ("" if it does not).
-
-    Every stage before the checkpoint's must stay as it was, and the checkpoint's own stage
-    may only grow, so the steps already taken mean the same under the new schedule. An Adam
-    run may gain an L-BFGS finish (``train.optimizer`` "adam" -> "adam+lbfgs", with any
-    L-BFGS settings); once the phase has begun only its ``train.lbfgs_iterations`` may change.
-    """
-    from deepfusion.rundir import config_differences
-    from deepfusion.schedule import adam_steps, build_schedule, stage_at, total_steps
-
-    changed = [k for k in config_differences(saved, cfg) if k in _EXTENDABLE]
-    if not changed:
-        return ""
-    old, new = build_schedule(saved), build_schedule(cfg)
-    if "train.optimizer" in changed and (saved.train.optimizer, cfg.train.optimizer) != ("adam", "adam+lbfgs"):
-        raise InputError(f"train.optimizer: a continued run may only add an L-BFGS finish ('adam' -> 'adam+lbfgs'), "
-                         f"not {saved.train.optimizer!r} -> {cfg.train.optimizer!r}; choose another --out")
-    settings = [k for k in changed if k in _LBFGS_KEYS]
-    if settings and has_lbfgs(saved.train.optimizer) and step > adam_steps(saved.train, old):
-        raise InputError(f"{', '.join(settings)}: the L-BFGS phase of this run began before step {step}; only "
-                         f"train.lbfgs_iterations may change now; choose another --out")
-    if total_steps(cfg.train, new) < step:
-        raise InputError(f"{', '.join(changed)}: a continued run may not end before its checkpoint at step {step}; "
-                         f"choose another --out")
-    k = min(stage_at(old, step), len(old) - 1)
-    same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
-    here_ok = same_before and (new[k].level, new[k].lr, new[k].batch_size) == (old[k].level, old[k].lr, old[k].batch_size) \
-        and new[k].end >= min(step, old[k].end) and new[-1].end >= old[-1].end
-    if not here_ok:
-        raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
-                         f"at step {step} on (the stages before it must stay as they were); choose another --out")
-    return "; ".join(f"{k} {_value(saved, k)} -> {_value(cfg, k)}" for k in changed) + \
-        f" ({total_steps(saved.train, old)} -> {total_steps(cfg.train, new)} steps)"
-
-
-def _value(cfg: Config, key: str) -> str:
-    """The value of ``section.key`` in ``cfg``, as the log shows it (lists as lists)."""
-    section, name = key.split(".")
-    value = getattr(getattr(cfg, section), name)
-    return str(list(value)) if isinstance(value, tuple) else str(value)
-
-
-def _resume_point(run_dir: Path, args: argparse.Namespace, cfg: Config, say):
-    """The checkpoint to continue from (or None) and a line on a lengthened schedule."""
-    from deepfusion.rundir import find_resume_point, saved_config
-
-    found = find_resume_point(run_dir, args.resume, cfg, say, may_differ=_EXTENDABLE)
-    if found is None:
-        return None, None, ""
-    path, ckpt = found
-    return path, ckpt, _extension(saved_config(ckpt, path), cfg, ckpt.step)
-
-
-def _initial_weights(source: Path, model, say) -> Path:
-    """``--init-from``: load the weights of another run (its newest valid checkpoint) or of one
-    checkpoint file into ``model``; the checkpoint's path."""
-    from deepfusion.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
-
-    if source.is_dir():
-        found = latest_valid_checkpoint(source / "checkpoints", say)
-        if found is None:
-            raise InputError(f"--init-from: {source}: no valid checkpoint in {source / 'checkpoints'}")
-        path, ckpt = found
-    elif source.is_file():
-        path, ckpt = source, load_checkpoint(source)
-    else:
-        raise InputError(f"--init-from: {source}: no such run directory or checkpoint")
-    try:
-        ckpt.restore(model)
-    except CheckpointError as exc:
-        raise InputError(f"--init-from: {path}: not a model of this config's shape ({exc})") from None
-    return path
-
-
-def _trained_seconds(run_dir: Path) -> float | None:
-    """The training time an earlier evaluation of a complete run recorded (kept when it is evaluated again)."""
-    try:
-        return float(json.loads((run_dir / "eval.json").read_text())["train_seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def _rank_report(comm, threads: int) -> str:
@@ -202,14 +114,14 @@ def run(args: argparse.Namespace, comm) -> int:
     run_dir = Path(cfg.output.dir)
     # Every rank reads the same files and so reaches the same choice; agree() makes a
     # refusal on any rank a refusal on all.
-    resume_from, ckpt, extended = agree(comm, lambda: _resume_point(run_dir, args, cfg, warn if leader else say))
+    resume_from, ckpt, extended = agree(comm, lambda: resume_point(run_dir, args.resume, cfg, warn if leader else say))
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
     device = _setup_device(cfg, comm)
     model = build_model(cfg, problem)
     init_from = None
     if args.init_from is not None and ckpt is None:
-        init_from = agree(comm, lambda: _initial_weights(Path(args.init_from), model, warn if leader else say))
+        init_from = agree(comm, lambda: initial_weights(Path(args.init_from), model, warn if leader else say))
     model = model.to(device)
     params = agree(comm, lambda: _training_instances(cfg, problem))
     start_step = ckpt.step if ckpt is not None else 0
@@ -316,7 +228,7 @@ def run(args: argparse.Namespace, comm) -> int:
     if leader:
         from deepfusion.evaluate import evaluate_run
 
-        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else _trained_seconds(run_dir),
+        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
                      pred=pred)
     return 0
 
