@@ -173,12 +173,12 @@ def main() -> None:
     os.environ.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     import numpy as np
 
-    from diffnet.problems.poisson import sample_coefficients
+    from diffnet.family import sample_box
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    coeffs = sample_coefficients((-3.0, 3.0), 6, args.instances, "random", 2024)
+    coeffs = sample_box(-3.0, 3.0, (6,), args.instances, "random", 2024)
     say("time per unknown of the multigrid pipeline (assembly + hierarchy + FMG to discretisation accuracy):")
     per_unknown = scaling(args.scaling, coeffs, say)
     races = {}

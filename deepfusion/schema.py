@@ -88,8 +88,8 @@ class DataConfig:
         doc="training instances")
     n_test: int = _key(_positive, default=5,
         doc="held-out random instances (for a family without a fixed held-out set, e.g. `burgers.test_c` empty)")
-    sampling: str = _key(_choice("uniform", "random", "sobol", "list"), default="uniform",
-        doc="`uniform` (equispaced; for m parameters a tensor grid, n_train = k^m), `random`, `sobol` (scrambled) or `list` (a family's fixed list, e.g. `burgers.c_values`)")
+    sampling: str = _key(lambda v: None if v.strip() else "must not be empty", default="uniform",
+        doc="how the training instances are drawn, one of the family's `samplings`: every family knows `uniform` (equispaced; for m parameters a tensor grid, n_train = k^m), `random` and `sobol` (scrambled); a family may add its own (Burgers: `list`, its fixed `burgers.c_values`)")
     seed: int = _key(_nonnegative, default=0,
         doc="seeds sampling, the per-epoch permutation and the initial weights")
 

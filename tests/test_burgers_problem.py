@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.problems.burgers import BurgersProblem, initial_condition, sample_c
+from diffnet.problems.burgers import BurgersProblem, initial_condition
 from diffnet.stencils import central_residual as residual
 
 
@@ -55,13 +55,16 @@ def test_penalty_term_vanishes_on_exact_boundaries():
 
 
 def test_sampling_modes():
-    np.testing.assert_allclose(sample_c((3, 6), 4, "uniform", 0), [3, 4, 5, 6])
-    r = sample_c((3, 6), 100, "random", 1)
+    # Through the family (c_range [3, 6]): its box by the one sampler, and its own "list".
+    family = BurgersProblem((9, 9), c_range=(3.0, 6.0), c_values=(3.5, 4.5))
+    np.testing.assert_allclose(family.sample(4, "uniform", 0), [3, 4, 5, 6])
+    r = family.sample(100, "random", 1)
     assert r.min() >= 3 and r.max() <= 6 and len(np.unique(r)) == 100
-    s = sample_c((3, 6), 64, "sobol", 2)
+    s = family.sample(64, "sobol", 2)
     assert s.min() >= 3 and s.max() <= 6
+    np.testing.assert_array_equal(family.sample(2, "list", 0), [3.5, 4.5])
     with pytest.raises(ValueError):
-        sample_c((3, 6), 4, "grid", 0)
+        family.sample(4, "grid", 0)
 
 
 def test_unet_any_widths_and_odd_sizes():

@@ -13,7 +13,8 @@ from conftest import ROOT, run_cli, tiny, train_once
 from deepfusion.compare import time_inference
 from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep
 from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem, sample_coefficients
+from diffnet.family import sample_box
+from diffnet.problems.poisson import PoissonProblem
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -49,7 +50,7 @@ def test_poisson_sweep_finds_the_grid_with_a_known_error():
     """Errors measured on the real solver: the target set just above the 33-node solve's error picks 33
     (the coarser grids of the sweep are measured to be worse)."""
     problem = PoissonProblem((33, 33))
-    a = sample_coefficients((-3.0, 3.0), 6, 2, "random", 5)
+    a = sample_box(-3.0, 3.0, (6,), 2, "random", 5)
     truth = problem.truth(a)
     from deepfusion.compare import classical_sweep
     from deepfusion.evaluate import relative_l2
@@ -63,7 +64,7 @@ def test_poisson_sweep_finds_the_grid_with_a_known_error():
 
 def test_classical_adapters_solve_and_carry_fields_onto_the_network_grid():
     problem = PoissonProblem((24, 24))
-    a = sample_coefficients((-3.0, 3.0), 6, 1, "random", 2)[0]
+    a = sample_box(-3.0, 3.0, (6,), 1, "random", 2)[0]
     assert problem.classical_configurations()["fmg1"][:3] == [5, 7, 9] and 24 in problem.classical_configurations()["fmg1"]
     native = problem.classical_solver("fmg", 24)(a)
     # Solved to a tenth of the discretisation error: within a tenth of the floor of the exact solve.

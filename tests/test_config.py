@@ -4,6 +4,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from deepfusion.config import Config, ConfigError, config_from_dict, load_config, parse_override, to_toml
+from diffnet.problems.poisson import PoissonProblem
 
 
 def test_defaults_and_roundtrip(tmp_path):
@@ -176,3 +177,34 @@ def test_a_family_without_its_table_says_which_defaults_it_took(tmp_path):
                    "--set", "train.epochs=1", "--set", "output.plots=false", "--set", "parallel.threads_per_rank=1")
     assert proc.returncode == 0, proc.stderr
     assert line in proc.stdout.splitlines()
+
+
+class OwnSampling(PoissonProblem):
+    """A family with a sampling of its own (Halton points): the schema leaves the choice to the family."""
+
+    name = "own_sampling"
+    samplings = (*PoissonProblem.samplings, "halton")
+
+    def sample(self, n, sampling, seed):
+        if sampling != "halton":
+            return super().sample(n, sampling, seed)
+        from scipy.stats import qmc
+
+        lo, hi = self.coeff_range
+        return lo + (hi - lo) * qmc.Halton(d=self.kl_terms, seed=seed).random(n)
+
+
+def test_sampling_choices_are_the_familys():
+    own = {"problem": {"family": "test_config:OwnSampling", "resolution": [9, 9]}, "multigrid": {"levels": []}}
+    cfg = config_from_dict(own | {"data": {"sampling": "halton", "n_train": 8}, "train": {"batch_size": 4}})
+    from deepfusion.wiring import training_parameters  # the training set is the family's own draw
+    from scipy.stats import qmc
+
+    assert cfg.data.sampling == "halton"
+    assert (training_parameters(cfg) == -3 + 6 * qmc.Halton(d=6, seed=cfg.data.seed).random(8)).all()
+    with pytest.raises(ConfigError, match="data.sampling.*uniform, random, sobol, halton"):
+        config_from_dict(own | {"data": {"sampling": "list"}})
+    with pytest.raises(ConfigError, match="data.sampling.*uniform, random, sobol"):  # a built-in family's own list
+        config_from_dict({"problem": {"family": "poisson"}, "data": {"sampling": "halton"}})
+    with pytest.raises(ConfigError, match="data.sampling: must not be empty"):
+        config_from_dict({"data": {"sampling": " "}})

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.problems.poisson import PoissonProblem, kl_modes, kl_roots, sample_coefficients
+from diffnet.family import sample_box
+from diffnet.kl import kl_basis
+from diffnet.problems.poisson import PoissonProblem, kl_modes, kl_roots
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
 
@@ -37,19 +39,32 @@ def test_kl_modes_are_orthogonal_eigenfunctions():
 
 
 def test_sampling_shapes_ranges_and_errors():
+    # The KL family samples through the one sampler every family uses (diffnet.family.sample_box).
+    family = PoissonProblem((9, 9))
     for sampling in ("random", "sobol"):
-        a = sample_coefficients((-3, 3), 6, 64, sampling, seed=1)
+        a = family.sample(64, sampling, seed=1)
         assert a.shape == (64, 6) and a.min() >= -3 and a.max() <= 3
-        np.testing.assert_array_equal(a, sample_coefficients((-3, 3), 6, 64, sampling, seed=1))
-    grid = sample_coefficients((-1, 1), 2, 9, "uniform", seed=0)
+        np.testing.assert_array_equal(a, sample_box(-3.0, 3.0, (6,), 64, sampling, seed=1))
+    grid = sample_box(-1.0, 1.0, (2,), 9, "uniform", seed=0)
     assert sorted(set(grid[:, 0])) == [-1.0, 0.0, 1.0] and len({tuple(r) for r in grid}) == 9
     with pytest.raises(ValueError, match="k\\^6"):
-        sample_coefficients((-3, 3), 6, 100, "uniform", seed=0)
+        family.sample(100, "uniform", seed=0)
+
+
+def test_kl_basis_is_the_product_of_the_modes_in_2d_and_3d():
+    y, x, z = np.linspace(0, 1, 9), np.linspace(0, 1, 7), np.linspace(0, 1, 5)
+    lam, phi_x = kl_modes(0.5, 4, x)
+    _, phi_y = kl_modes(0.5, 4, y)
+    _, phi_z = kl_modes(0.5, 4, z)
+    # Bitwise: the same products in the same order as the families' fields before kl_basis.
+    assert np.array_equal(kl_basis(0.5, 4, [y, x], 1.0), lam[:, None, None] * phi_y[:, :, None] * phi_x[:, None, :])
+    assert np.array_equal(kl_basis(0.5, 4, [z, y, x], 1.5), lam[:, None, None, None] ** 1.5 * phi_z[:, :, None, None]
+                          * phi_y[:, None, :, None] * phi_x[:, None, None, :])
 
 
 def test_diffusivity_spans_the_expected_decades():
     problem = PoissonProblem((64, 64))
-    a = torch.as_tensor(sample_coefficients((-3, 3), 6, 256, "sobol", 0))
+    a = torch.as_tensor(sample_box(-3.0, 3.0, (6,), 256, "sobol", 0))
     log10 = torch.log10(problem.diffusivity(a))
     assert float(log10.max() - log10.min()) > 5  # "about seven decades" over the family
     # Fields passed instead of coefficients are used as they are.

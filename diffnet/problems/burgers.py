@@ -19,7 +19,6 @@ __all__ = [
     "BurgersProblem",
     "initial_condition",
     "first_shock_time",
-    "sample_c",
 ]
 
 
@@ -31,25 +30,6 @@ def initial_condition(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 def first_shock_time(c: float) -> float:
     """Time at which the inviscid solution of the family first breaks, 1 / (pi c)."""
     return 1.0 / (math.pi * c)
-
-
-def sample_c(c_range: tuple[float, float], n: int, sampling: str, seed: int) -> np.ndarray:
-    """Draw n values of c from [lo, hi].
-
-    ``uniform`` is the equispaced grid including both ends, ``random`` i.i.d. uniform
-    draws from ``numpy.random.default_rng(seed)``, ``sobol`` a scrambled Sobol sequence.
-    """
-    lo, hi = c_range
-    if sampling == "uniform":
-        return np.linspace(lo, hi, n) if n > 1 else np.array([(lo + hi) / 2.0])
-    if sampling == "random":
-        return np.random.default_rng(seed).uniform(lo, hi, size=n)
-    if sampling == "sobol":
-        from scipy.stats import qmc
-
-        unit = qmc.Sobol(d=1, scramble=True, seed=seed).random(n)[:, 0]
-        return lo + (hi - lo) * unit
-    raise ValueError(f"unknown sampling {sampling!r}")
 
 
 @dataclass(frozen=True)
@@ -165,10 +145,10 @@ class BurgersProblem(Family):
         return ParameterSpec("c", (), lo, hi, positive=True, description="the initial-condition parameter c")
 
     def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
-        """Training c: ``list`` is ``c_values``; otherwise :func:`sample_c`."""
+        """Training c: ``list`` is ``c_values``; otherwise the family's box (:func:`diffnet.family.sample_box`)."""
         if sampling == "list":
             return np.asarray(self.c_values, dtype=np.float64)
-        return sample_c(tuple(self.c_range), n, sampling, seed)
+        return super().sample(n, sampling, seed)
 
     def fixed_heldout(self) -> np.ndarray | None:
         return np.asarray(self.test_c, dtype=np.float64) if self.test_c else None

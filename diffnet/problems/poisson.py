@@ -8,83 +8,24 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import brentq
 
 from diffnet.classical import Q1Classical
 from diffnet.constants import constant
 from diffnet.energy import dirichlet_energy, dirichlet_stencil
 from diffnet.family import Family, ParameterSpec
+from diffnet.kl import kl_basis, kl_modes, kl_roots
 from diffnet.options import integer_in, interval, option, positive
 from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
 
 __all__ = [
     "kl_roots",
     "kl_modes",
-    "sample_coefficients",
     "KLOptions",
     "KLCoefficients",
     "KLFamily",
     "LiftedEnergy",
     "PoissonProblem",
 ]
-
-
-def kl_roots(eta: float, m: int) -> np.ndarray:
-    """The first m positive roots of tan(w) = 2 eta w / (eta^2 w^2 - 1).
-
-    Written without poles as g(w) = (eta^2 w^2 - 1) sin w - 2 eta w cos w, which changes
-    sign once in (0, pi) and once in every (k pi, (k+1) pi); each root is bracketed
-    there and found by Brent's method.
-    """
-    if not (eta > 0 and m >= 1):
-        raise ValueError(f"need eta > 0 and m >= 1, got eta={eta}, m={m}")
-
-    def g(w: float) -> float:
-        return (eta * eta * w * w - 1.0) * np.sin(w) - 2.0 * eta * w * np.cos(w)
-
-    roots = []
-    for k in range(m):
-        lo, hi = (k * np.pi, (k + 1) * np.pi)
-        lo = max(lo, 1e-9)  # g(0) = 0 is not a root of the eigenproblem
-        roots.append(brentq(g, lo + 1e-12 * hi, hi, xtol=1e-14, rtol=1e-15))
-    return np.asarray(roots)
-
-
-def kl_modes(eta: float, m: int, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues lambda_i = 2 eta / (1 + (eta w_i)^2) and modes phi_i(s) = eta w_i cos(w_i s) + sin(w_i s).
-
-    Returns ``lam`` (m,) and ``phi`` (m, len(s)).
-    """
-    w = kl_roots(eta, m)
-    s = np.asarray(s, dtype=np.float64)
-    lam = 2.0 * eta / (1.0 + (eta * w) ** 2)
-    phi = eta * w[:, None] * np.cos(w[:, None] * s[None, :]) + np.sin(w[:, None] * s[None, :])
-    return lam, phi
-
-
-def sample_coefficients(
-    coeff_range: tuple[float, float], m: int, n: int, sampling: str, seed: int
-) -> np.ndarray:
-    """n coefficient vectors a in [lo, hi]^m, shape (n, m).
-
-    ``random``: i.i.d. uniform draws from ``numpy.random.default_rng(seed)``; ``sobol``:
-    a scrambled Sobol sequence; ``uniform``: the tensor grid with k equispaced values per
-    coefficient, which needs n = k^m.
-    """
-    lo, hi = coeff_range
-    if sampling == "random":
-        return np.random.default_rng(seed).uniform(lo, hi, size=(n, m))
-    if sampling == "sobol":
-        from scipy.stats import qmc
-
-        return lo + (hi - lo) * qmc.Sobol(d=m, scramble=True, seed=seed).random(n)
-    if sampling == "uniform":
-        k = round(n ** (1.0 / m))
-        if k**m != n:
-            raise ValueError(f"uniform sampling of {m} coefficients needs n = k^{m} samples, got {n}")
-        axis = np.linspace(lo, hi, k) if k > 1 else np.array([(lo + hi) / 2.0])
-        return np.stack(np.meshgrid(*([axis] * m), indexing="ij"), -1).reshape(n, m)
-    raise ValueError(f"unknown sampling {sampling!r}")
 
 
 @dataclass(frozen=True)
@@ -117,9 +58,6 @@ class KLCoefficients:
         lo, hi = self.coeff_range
         return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
                              description="KL coefficients")
-
-    def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
-        return sample_coefficients(tuple(self.coeff_range), self.kl_terms, n, sampling, seed)
 
     def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
         """Uniform on the training range, or standard normal (the Karhunen-Loève expansion's own law)."""
@@ -190,10 +128,7 @@ class KLFamily(KLCoefficients, Q1Classical, Family):
 
     def log_modes(self) -> np.ndarray:
         """lambda_i phi_i(x) phi_i(y) on the grid, shape (m, N_y, N_x)."""
-        c = self.coordinates()
-        lam, phi_x = kl_modes(self.eta, self.kl_terms, c["x"])
-        _, phi_y = kl_modes(self.eta, self.kl_terms, c["y"])
-        return lam[:, None, None] * phi_y[:, :, None] * phi_x[:, None, :]
+        return kl_basis(self.eta, self.kl_terms, list(self.coordinates().values()), 1.0)
 
     def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal nu, shape (S, N_y, N_x), for coefficient rows (S, m) or nu fields (S, N_y, N_x)."""

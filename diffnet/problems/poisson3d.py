@@ -2,7 +2,7 @@
 
 u = 1 at x = 0, u = 0 at x = 1, zero flux on the other four faces;
 nu = exp(sum_i a_i lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z)) with the 1-D modes of the 2-D
-family (:func:`diffnet.problems.poisson.kl_modes`). lambda_i^{3/2} is the square root of the
+family (:func:`diffnet.kl.kl_modes`). lambda_i^{3/2} is the square root of the
 separable eigenvalue lambda_i^3, as the 2-D family's lambda_i is that of lambda_i^2; with
 lambda_i alone nu would span 15 decades at 33^3. The loss is the trilinear Q1 energy
 (:mod:`diffnet.energy3d`), whose minimiser is the Q1 FEM solution on the grid.
@@ -22,7 +22,8 @@ from diffnet.constants import constant
 from diffnet.energy3d import dirichlet_energy_3d, dirichlet_stencil_3d
 from diffnet.family import Family
 from diffnet.options import integer_in, option
-from diffnet.problems.poisson import KLCoefficients, KLOptions, LiftedEnergy, kl_modes
+from diffnet.kl import kl_basis
+from diffnet.problems.poisson import KLCoefficients, KLOptions, LiftedEnergy
 
 __all__ = ["KL3DOptions", "Poisson3D"]
 
@@ -78,11 +79,7 @@ class Poisson3D(LiftedEnergy, KLCoefficients, Q1Classical, Family):
 
     def log_modes(self) -> np.ndarray:
         """lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z) on the grid, shape (m, N_z, N_y, N_x)."""
-        c = self.coordinates()
-        lam, phi_x = kl_modes(self.kl_eta, self.kl_terms, c["x"])
-        _, phi_y = kl_modes(self.kl_eta, self.kl_terms, c["y"])
-        _, phi_z = kl_modes(self.kl_eta, self.kl_terms, c["z"])
-        return lam[:, None, None, None] ** 1.5 * phi_z[:, :, None, None] * phi_y[:, None, :, None] * phi_x[:, None, None, :]
+        return kl_basis(self.kl_eta, self.kl_terms, list(self.coordinates().values()), 1.5)
 
     def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal nu (S, N_z, N_y, N_x) of coefficient rows (S, m) or nu fields."""
