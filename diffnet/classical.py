@@ -1,10 +1,11 @@
-"""Classical solvers as a DiffNet's competitors: one instance solved on a grid of the solver's choosing,
-and its field carried onto the network's output grid so the two are judged at the same nodes.
+"""The Q1 families' classical solvers as a DiffNet's competitors: one instance solved on a grid of the
+solver's choosing, and its field carried onto the network's output grid so the two are judged at the
+same nodes.
 
-A configuration is (grid, method): nodes per side and a multigrid variant for the Q1
-families, cells and scheme order for Burgers. The families' ``classical`` capability
-(:mod:`diffnet.family`) is built from these functions: ``*_configurations`` lists the
-sweep a comparison at equal accuracy walks through, coarse to fine.
+A configuration is (grid, method): nodes per side and a multigrid variant. The Q1 families'
+``classical`` capability (:mod:`diffnet.capabilities`) is built from these functions:
+:func:`q1_configurations` lists the sweep a comparison at equal accuracy walks through, coarse to
+fine. Burgers's (Godunov on a sweep of cells) lives with its solver, :mod:`diffnet.solvers.burgers`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "Q1Classical", "godunov_configurations", "godunov_solver",
-           "godunov_to_grid"]
+__all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "Q1Classical"]
 
 # "fmg1": full multigrid (geometric, Galerkin coarse operators), one V-cycle per level; "fmg":
 # the same, then V-cycles until the algebraic error is a tenth of the discretisation error;
@@ -29,7 +29,6 @@ Q1_METHODS = {
 
 # Grids of the sweep, about a factor 1.5 apart: (2^k + 1) nodes and halfway between.
 _NODES = (5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049)
-_CELLS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
 def q1_configurations(problem) -> dict[str, list[int]]:
@@ -86,39 +85,6 @@ def q1_to_grid(problem, native: np.ndarray) -> np.ndarray:
             carried = interpolation_1d(n, moved.shape[0]) @ moved.reshape(moved.shape[0], -1)
             out = np.moveaxis(carried.reshape(n, *moved.shape[1:]), 0, axis)
     return out
-
-
-def godunov_configurations(problem) -> dict[str, list[int]]:
-    """Godunov cells to sweep, coarse to fine, first and second order; below the reference's cells."""
-    from diffnet.solvers.burgers import default_cells
-
-    nx = problem.resolution[1]
-    cells = sorted({m for m in _CELLS if m < default_cells(nx)} | {nx - 1})
-    return {"godunov1": cells, "godunov2": cells}
-
-
-def godunov_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Godunov's scheme ("godunov1": first order; "godunov2": minmod MUSCL with SSP-RK2) on ``grid`` cells,
-    read at the network's time rows."""
-    if method not in ("godunov1", "godunov2"):
-        raise ValueError(f"unknown method {method!r}; choose from godunov1, godunov2")
-    from diffnet.solvers.burgers import solve
-
-    times = np.linspace(0.0, problem.t_final, problem.resolution[0])
-
-    def godunov(c: np.ndarray) -> np.ndarray:
-        return solve(float(np.asarray(c).reshape(())), grid, times, problem.viscosity, order=int(method[-1]))[1]
-
-    return godunov
-
-
-def godunov_to_grid(problem, native: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Godunov cell averages read at the network's nodes as :func:`diffnet.solvers.burgers.solve_on_grid`
-    reads its reference: linear between cell centres, u = 0 at x = 0, extrapolated at the outflow,
-    and the exact initial condition at t = 0."""
-    from diffnet.solvers.burgers import nodal_field
-
-    return nodal_field(native, problem.resolution[1], float(np.asarray(c).reshape(())))
 
 
 class Q1Classical:

@@ -272,23 +272,23 @@ class BurgersProblem(Family):
                              f"this run trained the {self.stencil} residual")
         return self.scheme_solution(c, initial=fields, sweeps=sweeps)
 
-    # -- classical solvers for ``compare`` (diffnet.classical) --------------------------
+    # -- classical solvers for ``compare`` (diffnet.solvers.burgers) ---------------------
     classical_methods = {"godunov1": "Godunov, first order",
                          "godunov2": "Godunov, second order (minmod MUSCL, SSP-RK2)"}
     classical_baseline = None
 
     def classical_configurations(self) -> dict[str, list[int]]:
-        from diffnet.classical import godunov_configurations
+        from diffnet.solvers.burgers import godunov_configurations
 
         return godunov_configurations(self)
 
     def classical_solver(self, method: str, grid: int):
-        from diffnet.classical import godunov_solver
+        from diffnet.solvers.burgers import godunov_solver
 
         return godunov_solver(self, method, grid)
 
     def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
-        from diffnet.classical import godunov_to_grid
+        from diffnet.solvers.burgers import godunov_to_grid
 
         return godunov_to_grid(self, native, params)
 

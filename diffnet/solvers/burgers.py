@@ -1,13 +1,16 @@
-"""Godunov finite-volume reference for viscous and inviscid Burgers (exact Riemann flux, numba)."""
+"""Godunov finite-volume reference for viscous and inviscid Burgers (exact Riemann flux, numba), and the
+Burgers family's classical capability: Godunov on a sweep of cells, read at the network's nodes."""
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numba
 import numpy as np
 
-__all__ = ["godunov_flux", "solve", "solve_on_grid", "nodal_field", "characteristics_solution", "default_cells"]
+__all__ = ["godunov_flux", "solve", "solve_on_grid", "nodal_field", "characteristics_solution", "default_cells",
+           "godunov_configurations", "godunov_solver", "godunov_to_grid"]
 
 
 @numba.njit(cache=True, inline="always")
@@ -228,3 +231,35 @@ def characteristics_solution(c: float, x: np.ndarray, t: float, iters: int = 60)
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
     return u0(0.5 * (lo + hi))
+
+
+# -- the classical capability of the Burgers family (``deepfusion compare``) ------------------------
+# Cells of the sweep, about a factor 1.5 apart.
+SWEEP_CELLS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def godunov_configurations(problem) -> dict[str, list[int]]:
+    """Godunov cells to sweep, coarse to fine, first and second order; below the reference's cells."""
+    nx = problem.resolution[1]
+    cells = sorted({m for m in SWEEP_CELLS if m < default_cells(nx)} | {nx - 1})
+    return {"godunov1": cells, "godunov2": cells}
+
+
+def godunov_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Godunov's scheme ("godunov1": first order; "godunov2": minmod MUSCL with SSP-RK2) on ``grid`` cells,
+    read at the network's time rows."""
+    if method not in ("godunov1", "godunov2"):
+        raise ValueError(f"unknown method {method!r}; choose from godunov1, godunov2")
+    times = np.linspace(0.0, problem.t_final, problem.resolution[0])
+
+    def godunov(c: np.ndarray) -> np.ndarray:
+        return solve(float(np.asarray(c).reshape(())), grid, times, problem.viscosity, order=int(method[-1]))[1]
+
+    return godunov
+
+
+def godunov_to_grid(problem, native: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Godunov cell averages read at the network's nodes as :func:`diffnet.solvers.burgers.solve_on_grid`
+    reads its reference: linear between cell centres, u = 0 at x = 0, extrapolated at the outflow,
+    and the exact initial condition at t = 0."""
+    return nodal_field(native, problem.resolution[1], float(np.asarray(c).reshape(())))
