@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from diffnet.problems.burgers import BurgersProblem, initial_condition
-from diffnet.stencils import central_residual as residual
+from diffnet.finite_difference import central_residual as residual
 
 
 def test_exact_construction_imposes_ic_and_bc():

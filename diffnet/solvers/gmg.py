@@ -3,11 +3,11 @@ full multigrid (FMG) stopped at discretisation accuracy.
 
 Every level is a stencil on its node grid and every kernel (Gauss-Seidel, residual,
 transfers, the Galerkin product) is a compiled pass over the nodes
-(:mod:`diffnet.solvers.stencil`); the coarsest level is factorised once with SuperLU and
+(:mod:`diffnet.solvers.matrix_stencil`); the coarsest level is factorised once with SuperLU and
 the multigrid-preconditioned CG is scipy's. The cycle is the one this module ran on
 pyamg's machinery before (forward Gauss-Seidel before, backward after; the tests check
 it against pyamg on the same levels), now at 2.4x its speed at 1025^2 and without its
-fixed overhead on small grids (figures in :mod:`diffnet.solvers.stencil`).
+fixed overhead on small grids (figures in :mod:`diffnet.solvers.matrix_stencil`).
 
 Why geometric: on a structured grid with a smooth diffusivity the bilinear interpolant
 is the prolongation aggregation-based AMG tries to discover, and building it costs
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from diffnet.solvers import stencil as kernels
+from diffnet.solvers import matrix_stencil as kernels
 from diffnet.solvers.q1 import coarse_q1_stencil
-from diffnet.solvers.stencil import interpolation_weights
+from diffnet.solvers.matrix_stencil import interpolation_weights
 
 if TYPE_CHECKING:  # the systems build their multigrid: the type only, for the annotations
     from diffnet.solvers.poisson import FEMSystem

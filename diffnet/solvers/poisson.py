@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from diffnet.energy import ELEMENT_NODES, gauss_basis
 from diffnet.solvers.gmg import GMGSolver
 from diffnet.solvers.q1 import coarse_q1_stencil, q1_matrix_stencil
-from diffnet.solvers.stencil import apply_dirichlet, to_csr
+from diffnet.solvers.matrix_stencil import apply_dirichlet, to_csr
 
 __all__ = ["FEMSystem", "assemble", "coarse_q1_stencil", "dirichlet_system", "poisson_system", "reaction_diffusion_system",
            "poisson_fem", "reaction_diffusion_fem"]
@@ -72,7 +72,7 @@ class FEMSystem:
     built on first use.
     """
 
-    stencil: np.ndarray  # (N_y, N_x, 3, 3), see diffnet.solvers.stencil
+    stencil: np.ndarray  # (N_y, N_x, 3, 3), see diffnet.solvers.matrix_stencil
     rhs: np.ndarray
     fixed: np.ndarray  # (N,) bool
     values: np.ndarray  # (N,) prescribed values on the fixed nodes, zero elsewhere

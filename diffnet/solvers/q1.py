@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from diffnet.energy import ELEMENT_NODES, gauss_basis
-from diffnet.solvers.stencil import q1_galerkin, q1_stencil
+from diffnet.solvers.matrix_stencil import q1_galerkin, q1_stencil
 
 __all__ = ["element_matrices", "q1_matrix_stencil", "coarse_q1_stencil"]
 
@@ -25,7 +25,7 @@ def element_matrices(hx: float, hy: float, kappa: float) -> tuple[np.ndarray, np
 
 def coarse_q1_stencil(nu: np.ndarray, hx: float, hy: float, kappa: float, fixed_coarse: np.ndarray) -> np.ndarray:
     """The Galerkin coarse operator Pᵀ A P of the Q1 matrix on the nested grid with half the cells,
-    fixed coarse nodes cut out (:func:`diffnet.solvers.stencil.q1_galerkin`), shape (N_c_y, N_c_x, 3, 3)."""
+    fixed coarse nodes cut out (:func:`diffnet.solvers.matrix_stencil.q1_galerkin`), shape (N_c_y, N_c_x, 3, 3)."""
     stiff, mass, values = element_matrices(hx, hy, kappa)
     # T[s, a, A]: coarse bilinear basis A at corner a of fine sub-element s, in the coarse element's unit square.
     T = np.empty((4, 4, 4))
@@ -41,7 +41,7 @@ def coarse_q1_stencil(nu: np.ndarray, hx: float, hy: float, kappa: float, fixed_
 
 
 def q1_matrix_stencil(nu: np.ndarray, hx: float, hy: float, kappa: float) -> np.ndarray:
-    """The matrix of -div(nu grad) + kappa^2 as a (N_y, N_x, 3, 3) stencil (:mod:`diffnet.solvers.stencil`).
+    """The matrix of -div(nu grad) + kappa^2 as a (N_y, N_x, 3, 3) stencil (:mod:`diffnet.solvers.matrix_stencil`).
 
     The element quantities at the Gauss points come from :func:`~diffnet.energy.gauss_basis`;
     the pass over the elements is compiled (a numpy version of the same sums took 0.25 s
