@@ -74,9 +74,9 @@ def worker_deepfusion(case: str, threads: int, steps: int, gradsync: str = "buck
     """deepfusion's trainer on ``case``; samples/s after the warm-up, exposed communication per step
     (the time a step waits for its sums), and with ``bandwidth`` the flat Allreduce against a raw one;
     ``batch`` replaces the case's global batch."""
-    from deepfusion.comm import world
-    from deepfusion.config import ParallelConfig, TrainConfig
-    from deepfusion.trainer import TrainingContext, train
+    from deepfusion.parallel.comm import world
+    from deepfusion.configuration.config import ParallelConfig, TrainConfig
+    from deepfusion.training.trainer import TrainingContext, train
 
     comm = world()
     problem, model, b = _setup(case, threads, batch)
@@ -99,7 +99,7 @@ def _allreduce_bandwidth(model, comm, reps: int = 20) -> dict:
     import numpy as np
     from mpi4py import MPI
 
-    from deepfusion.gradsync import GradSync
+    from deepfusion.parallel.gradsync import GradSync
 
     sync = GradSync(model, comm, "flat")
     raw = np.ones(sync.numel, dtype=np.float32)

@@ -49,11 +49,11 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     import numpy as np
     import torch
 
-    from deepfusion.comm import world
-    from deepfusion.config import ParallelConfig, TrainConfig
-    from deepfusion.halo import DomainSplit
-    from deepfusion.registry import family_class
-    from deepfusion.trainer import TrainingContext, train
+    from deepfusion.parallel.comm import world
+    from deepfusion.configuration.config import ParallelConfig, TrainConfig
+    from deepfusion.parallel.halo import DomainSplit
+    from deepfusion.configuration.registry import family_class
+    from deepfusion.training.trainer import TrainingContext, train
     from diffnet.networks import UNet
 
     torch.set_num_threads(1)

@@ -214,7 +214,7 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"
         if self._dir is None:
             raise RuntimeError("the fabric is not up (use it as a context manager)")
         if mpiexec is None:
-            from deepfusion.runtime import find_mpiexec
+            from deepfusion.parallel.runtime import find_mpiexec
 
             mpiexec = find_mpiexec()
         return [mpiexec, "-launcher", "ssh", "-launcher-exec", str(self._dir / "rsh"),

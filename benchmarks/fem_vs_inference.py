@@ -84,7 +84,7 @@ def race(grid: int, a, say, dims: int = 2) -> dict:
     """Multigrid vs pyamg default on one instance at ``grid``^dims: seconds and algebraic errors at equal accuracy."""
     import numpy as np
 
-    from deepfusion.equal_accuracy import best_time
+    from deepfusion.analysis.equal_accuracy import best_time
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.problems.poisson3d import Poisson3D
 
@@ -135,7 +135,7 @@ def race(grid: int, a, say, dims: int = 2) -> dict:
 
 def scaling(grids: list[int], coeffs, say) -> list[dict]:
     """Seconds per unknown of the whole multigrid pipeline per grid: the median over instances of the best of repeats."""
-    from deepfusion.equal_accuracy import best_time
+    from deepfusion.analysis.equal_accuracy import best_time
     from diffnet.problems.poisson import PoissonProblem
 
     rows = []

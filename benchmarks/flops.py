@@ -76,8 +76,8 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
-    from deepfusion.stepper import training_step
-    from deepfusion.wiring import build_model, build_problem, training_parameters
+    from deepfusion.training.stepper import training_step
+    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
 
     problem = build_problem(cfg)
     model = build_model(cfg, problem).to(device).train()
@@ -116,12 +116,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (float32 without TF32 on both sides)")
     args = parser.parse_args()
 
-    from deepfusion.runtime import use_huge_pages
+    from deepfusion.parallel.runtime import use_huge_pages
 
     use_huge_pages()  # as `deepfusion train` does, before torch allocates
     import torch
 
-    from deepfusion.config import load_config
+    from deepfusion.configuration.config import load_config
 
     torch.set_num_threads(args.threads)
     where = f"{args.threads} threads" if args.device == "cpu" else args.device

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def mpiexec() -> str:
     """The venv's (or the PATH's) mpiexec; exits with a message naming the script when there is none."""
-    from deepfusion.runtime import find_mpiexec
+    from deepfusion.parallel.runtime import find_mpiexec
 
     found = find_mpiexec()
     if found is None:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 def _mean_loss(generator, problem, params) -> float:
     import torch
 
-    from deepfusion.stepper import loss_sum
+    from deepfusion.training.stepper import loss_sum
 
     weight = next(generator.parameters())
     with torch.no_grad():
@@ -46,10 +46,10 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args()
 
-    from deepfusion.checkpoint import checkpoint_files, load_checkpoint
-    from deepfusion.rundir import run_config, trained_model
-    from deepfusion.schedule import build_schedule
-    from deepfusion.wiring import level_models, training_parameters
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+    from deepfusion.files.rundir import run_config, trained_model
+    from deepfusion.training.schedule import build_schedule
+    from deepfusion.configuration.wiring import level_models, training_parameters
     from diffnet.galerkin import GalerkinLevel
 
     cfg = run_config(args.run_dir)

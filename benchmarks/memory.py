@@ -47,14 +47,14 @@ def _status_bytes(field: str) -> int:
 
 def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, threads: int, device: str) -> dict:
     """One case, in this process: memory and speed of ``steps`` training steps."""
-    from deepfusion.runtime import use_huge_pages
+    from deepfusion.parallel.runtime import use_huge_pages
 
     use_huge_pages()  # as `deepfusion train` does, before torch allocates
     import torch
 
-    from deepfusion.config import load_config
-    from deepfusion.stepper import training_step
-    from deepfusion.wiring import build_model, build_problem, training_parameters
+    from deepfusion.configuration.config import load_config
+    from deepfusion.training.stepper import training_step
+    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
 
     torch.set_num_threads(threads)
     dims = len(load_config(config).problem.resolution)  # a 3-D family's grid is grid^3
@@ -149,7 +149,7 @@ def main() -> None:
         f"peak_ratio_{top}_batch2": round((plain["peak_mib_batch2"] - plain["baseline_mib"])
                                           / (ckpt["peak_mib_batch2"] - ckpt["baseline_mib"]), 2),
         f"samples_per_s_ratio_{top}": round(ckpt["samples_per_s"] / plain["samples_per_s"], 3),
-        # The allocator default (deepfusion.runtime.use_huge_pages) against torch's own, plain, batch 2.
+        # The allocator default (deepfusion.parallel.runtime.use_huge_pages) against torch's own, plain, batch 2.
         f"huge_pages_speedup_{top}": round(plain["samples_per_s"] / small_pages["samples_per_s"], 3),
         f"largest_batch_{top}": {
             "budget_gib": args.budget_gib, "batch": largest, "checkpointed": True,

@@ -43,9 +43,9 @@ def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
 
 def curve(run: Path) -> dict:
     """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
-    from deepfusion.config import load_config
-    from deepfusion.fields import read_fields
-    from deepfusion.wiring import heldout_parameters
+    from deepfusion.configuration.config import load_config
+    from deepfusion.files.fields import read_fields
+    from deepfusion.configuration.wiring import heldout_parameters
 
     cfg = load_config(run / "config.toml")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -79,8 +79,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the run directories here; finished ones are reused")
     args = parser.parse_args()
 
-    from deepfusion.config import load_config
-    from deepfusion.schedule import build_schedule
+    from deepfusion.configuration.config import load_config
+    from deepfusion.training.schedule import build_schedule
 
     base = load_config(args.config, args.set)
     result = {"benchmark": "multigrid", "config": str(args.config), "ranks": args.ranks, "factor": args.factor,

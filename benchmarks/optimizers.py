@@ -55,7 +55,7 @@ CHECKPOINTS = 12
 
 def validation_parameters(cfg) -> np.ndarray:
     """Instances for choosing among candidates, apart from training and test ones."""
-    from deepfusion.wiring import sample_parameters
+    from deepfusion.configuration.wiring import sample_parameters
 
     if cfg.problem.family == "burgers":
         return np.array([3.15, 3.6, 4.4, 5.2, 5.75])
@@ -64,8 +64,8 @@ def validation_parameters(cfg) -> np.ndarray:
 
 def run_arm(name: str, overrides: list[str], work: Path, ranks: int) -> Path:
     """Train one configuration into ``work/name`` (a finished run there with the same config is reused)."""
-    from deepfusion.config import load_config
-    from deepfusion.rundir import config_differences
+    from deepfusion.configuration.config import load_config
+    from deepfusion.files.rundir import config_differences
 
     out, config = work / name, CONFIGS[name.split("-")[0]]
     if (out / "eval.json").is_file():
@@ -176,8 +176,8 @@ def hybrid_candidates(adam: tuple[str, list[str], int], lbfgs_batch: int, n: int
 
 def checkpoint_every(problem: str, overrides: list[str]) -> int:
     """Steps between checkpoints that give a run's curve about ``CHECKPOINTS`` points."""
-    from deepfusion.config import load_config
-    from deepfusion.schedule import build_schedule, total_steps
+    from deepfusion.configuration.config import load_config
+    from deepfusion.training.schedule import build_schedule, total_steps
 
     cfg = load_config(CONFIGS[problem], overrides)
     return max(1, total_steps(cfg.train, build_schedule(cfg)) // CHECKPOINTS)
@@ -195,9 +195,9 @@ def summary(runs: list[dict]) -> dict:
 
 
 def study(problem: str, args, work: Path) -> dict:
-    from deepfusion.config import load_config
-    from deepfusion.inference import against_floor
-    from deepfusion.wiring import build_problem, heldout_parameters
+    from deepfusion.configuration.config import load_config
+    from deepfusion.analysis.inference import against_floor
+    from deepfusion.configuration.wiring import build_problem, heldout_parameters
 
     n_train = args.poisson_n_train if problem == "poisson" else None
     common = ["multigrid.levels=[]", "output.plots=false", "train.keep_checkpoints=0", "train.log_every=1"]

@@ -44,7 +44,7 @@ def _polished_ratio(run: Path, cycles: int = 1) -> float:
     import numpy as np
 
     from deepfusion import Surrogate
-    from deepfusion.inference import relative_l2
+    from deepfusion.analysis.inference import relative_l2
 
     with h5py.File(run / "test_reference.h5") as f:
         truth, params = f["u"][...], f["a"][...]

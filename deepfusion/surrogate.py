@@ -46,7 +46,7 @@ class Surrogate:
     """
 
     def __init__(self, config, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
-        from deepfusion.wiring import build_problem
+        from deepfusion.configuration.wiring import build_problem
 
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
@@ -55,7 +55,7 @@ class Surrogate:
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
-        from deepfusion.wiring import inference_bytes_per_sample
+        from deepfusion.configuration.wiring import inference_bytes_per_sample
 
         per_sample = inference_bytes_per_sample(config)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
@@ -78,12 +78,12 @@ class Surrogate:
         memory_mb : float
             Activation memory one forward pass may use; sets :attr:`chunk`.
         """
-        from deepfusion.rundir import trained_model
+        from deepfusion.files.rundir import trained_model
 
         if threads is not None:
             if not (isinstance(threads, int) and 1 <= threads <= 4096):
                 raise InputError(f"threads: must be an integer in 1..4096, got {threads!r}")
-            from deepfusion.runtime import apply_threads
+            from deepfusion.parallel.runtime import apply_threads
 
             apply_threads(threads)
         device = _device(device)
@@ -131,7 +131,7 @@ class Surrogate:
     def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.
 
-        With a ``tiling`` (a domain split: :class:`deepfusion.halo.MPITiling`, collective over its
+        With a ``tiling`` (a domain split: :class:`deepfusion.parallel.halo.MPITiling`, collective over its
         ranks) the generator runs on this rank's tile of each field and every rank gets the
         gathered fields.
 
@@ -140,7 +140,7 @@ class Surrogate:
         conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
         the pure network (polish = 0).
         """
-        from deepfusion.inference import predict
+        from deepfusion.analysis.inference import predict
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")

@@ -5,7 +5,7 @@ A :class:`Tiling` says which contiguous block of the grid's nodes this process h
 provides the communications: the halo (the neighbouring tiles' layers next to this tile's
 faces) and its adjoint (the halos' gradients returned), the sum over one sample's tiles, and
 the gather of a whole field. It is communicator-free here; the engine's MPI tiling
-(:mod:`deepfusion.halo`) implements it over a process grid.
+(:mod:`deepfusion.parallel.halo`) implements it over a process grid.
 :class:`Whole` is the one-tile case, where every operation is the plain one.
 
 The layers below are the U-Net's, written against a tiling: a convolution pads with the

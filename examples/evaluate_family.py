@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 
 from deepfusion import Surrogate
-from deepfusion.inference import against_floor
+from deepfusion.analysis.inference import against_floor
 
 
 def main() -> None:

@@ -68,8 +68,8 @@ def float32_atol(run_dir: Path, scale: float = 1.0) -> float:
     """
     import torch
 
-    from deepfusion.config import load_config
-    from deepfusion.wiring import build_model, build_problem
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import build_model, build_problem
 
     cfg = load_config(run_dir / "config.toml")
     problem = build_problem(cfg)
@@ -94,7 +94,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
     """``python -m deepfusion ARGS`` in a fresh interpreter (under ``mpiexec -n ranks`` when
     ``ranks`` is given; the caller skips without one), with ``path`` importable too (a user's
     family module); output captured as text."""
-    from deepfusion.runtime import find_mpiexec
+    from deepfusion.parallel.runtime import find_mpiexec
 
     env = child_env()
     env["PYTHONPATH"] = os.pathsep.join([*map(str, path), env["PYTHONPATH"]])

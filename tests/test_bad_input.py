@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, run_cli, tiny, train_once
-from deepfusion.checkpoint import latest_checkpoint
+from deepfusion.files.checkpoint import latest_checkpoint
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
 POISSON = str(ROOT / "configs" / "poisson.toml")

@@ -34,7 +34,7 @@ def test_flops_benchmark_times_a_training_step(tmp_path):
 
 
 def test_scaling_benchmark_trains_on_one_two_and_four_ranks(tmp_path):
-    from deepfusion.runtime import find_mpiexec
+    from deepfusion.parallel.runtime import find_mpiexec
 
     if find_mpiexec() is None:
         pytest.skip("needs mpiexec (pip install mpich)")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from deepfusion.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from deepfusion.fields import FieldFileError, read_fields, write_fields
+from deepfusion.files.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from deepfusion.files.fields import FieldFileError, read_fields, write_fields
 from diffnet.networks import UNet
 
 

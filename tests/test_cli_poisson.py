@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, float32_atol, run_cli, tiny, train_once
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.problems.poisson import PoissonProblem
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
@@ -44,8 +44,8 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     np.testing.assert_array_equal(u[:, :, -1], 0.0)
     assert (run_dir / "plots" / "fields.png").is_file()
     # The held-out coefficients are not training ones.
-    from deepfusion.config import load_config
-    from deepfusion.wiring import training_parameters
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import training_parameters
 
     train = training_parameters(load_config(run_dir / "config.toml"))
     assert not np.isclose(a[:, None], train[None], atol=1e-9).all(axis=2).any()
@@ -54,8 +54,8 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
 @pytest.mark.float32
 def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     run_dir, _ = poisson_run
-    from deepfusion.wiring import build_problem
-    from deepfusion.config import load_config
+    from deepfusion.configuration.wiring import build_problem
+    from deepfusion.configuration.config import load_config
 
     with h5py.File(run_dir / "test_prediction.h5") as f:
         a, expected = f["a"][()], f["u"][()]
@@ -132,7 +132,7 @@ MPIEXEC = find_mpiexec()
 @pytest.mark.timeout(240)
 def test_poisson_same_parameters_on_one_and_two_ranks(tmp_path):
     """The energy loss is a global mean like the residual: P = 2 follows the P = 1 trajectory."""
-    from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.files.checkpoint import load_checkpoint
 
     finals = {}
     for n in (1, 2):

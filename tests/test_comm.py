@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from deepfusion.comm import SerialCommunicator, launched_under_mpi, world
+from deepfusion.parallel.comm import SerialCommunicator, launched_under_mpi, world
 
 
 def test_launcher_detection():
@@ -29,7 +29,7 @@ def test_watchdog_ends_the_process_when_a_collective_overstays():
     import time
 
     # An abort that does nothing (as if MPI_Abort could not get through): the hard exit still ends it.
-    code = ("import time\nfrom deepfusion.watchdog import Watchdog\n"
+    code = ("import time\nfrom deepfusion.parallel.watchdog import Watchdog\n"
             "dog = Watchdog(0.3, 1, abort=lambda status: None)\ndog.where = 'step 7'\n"
             "dog.arm('an Allreduce'); dog.disarm()\n"  # a collective that returned in time
             "time.sleep(0.6)\ndog.arm('the gradient sum')\ntime.sleep(30)\n")
@@ -51,7 +51,7 @@ def test_an_aborting_rank_waits_until_its_last_lines_are_read():
 
     from conftest import child_env
 
-    child = ("import sys, time\nfrom deepfusion.comm import drain_stdio\n"
+    child = ("import sys, time\nfrom deepfusion.parallel.comm import drain_stdio\n"
              "sys.stderr.write('deepfusion: the last words\\n' * 200)\n"
              "t = time.monotonic(); drain_stdio(5.0); waited = time.monotonic() - t\n"
              "sys.stdout.write(f'waited {waited:.2f}\\n'); sys.stdout.flush()\n")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli, tiny, train_once
-from deepfusion.compare import time_inference
-from deepfusion.equal_accuracy import Point, break_even, cheapest, sweep
+from deepfusion.analysis.compare import time_inference
+from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, sweep
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.family import sample_box
 from diffnet.problems.poisson import PoissonProblem
@@ -52,8 +52,8 @@ def test_poisson_sweep_finds_the_grid_with_a_known_error():
     problem = PoissonProblem((33, 33))
     a = sample_box(-3.0, 3.0, (6,), 2, "random", 5)
     truth = problem.truth(a)
-    from deepfusion.compare import classical_sweep
-    from deepfusion.evaluate import relative_l2
+    from deepfusion.analysis.compare import classical_sweep
+    from deepfusion.analysis.evaluate import relative_l2
 
     direct = relative_l2(problem.reference(a, method="direct"), truth).mean()
     points = classical_sweep(problem, a, truth, 1.02 * direct, say=lambda line: None)

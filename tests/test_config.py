@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import ROOT, run_cli
-from deepfusion.config import Config, ConfigError, config_from_dict, load_config, parse_override, to_toml
+from deepfusion.configuration.config import Config, ConfigError, config_from_dict, load_config, parse_override, to_toml
 from diffnet.problems.poisson import PoissonProblem
 
 
@@ -142,15 +142,15 @@ def test_shipped_configs_load():
 
 def test_configuration_reference_is_generated_from_the_schema():
     # docs/configuration.md lists every key with its type, default and meaning; regenerate it
-    # with `python -m deepfusion.configdoc > docs/configuration.md` after changing the schema.
+    # with `python -m deepfusion.configuration.configdoc > docs/configuration.md` after changing the schema.
     import dataclasses
     import typing
 
-    from deepfusion.configdoc import markdown
-    from deepfusion.schema import Config
+    from deepfusion.configuration.configdoc import markdown
+    from deepfusion.configuration.schema import Config
 
     assert (ROOT / "docs" / "configuration.md").read_text() == markdown()
-    from deepfusion.registry import builtin_families, family_class
+    from deepfusion.configuration.registry import builtin_families, family_class
 
     sections = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
     sections |= {name: family_class(name).Options for name in builtin_families()}
@@ -161,7 +161,7 @@ def test_configuration_reference_is_generated_from_the_schema():
 
 
 def test_a_family_without_its_table_says_which_defaults_it_took(tmp_path):
-    from deepfusion.config import defaults_notice
+    from deepfusion.configuration.config import defaults_notice
 
     bare = tmp_path / "bare.toml"
     bare.write_text('[problem]\nfamily = "poisson"\nresolution = [16, 16]\n')
@@ -197,7 +197,7 @@ class OwnSampling(PoissonProblem):
 def test_sampling_choices_are_the_familys():
     own = {"problem": {"family": "test_config:OwnSampling", "resolution": [9, 9]}, "multigrid": {"levels": []}}
     cfg = config_from_dict(own | {"data": {"sampling": "halton", "n_train": 8}, "train": {"batch_size": 4}})
-    from deepfusion.wiring import training_parameters  # the training set is the family's own draw
+    from deepfusion.configuration.wiring import training_parameters  # the training set is the family's own draw
     from scipy.stats import qmc
 
     assert cfg.data.sampling == "halton"

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, run_cli
-from deepfusion.checkpoint import checkpoint_files, load_checkpoint
-from deepfusion.config import load_config
-from deepfusion.schedule import build_schedule
-from deepfusion.trainer import learning_rate
+from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+from deepfusion.configuration.config import load_config
+from deepfusion.training.schedule import build_schedule
+from deepfusion.training.trainer import learning_rate
 from test_multigrid import POISSON, SCHEDULE
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, run_cli
-from deepfusion.checkpoint import load_checkpoint
-from deepfusion.comm import SerialCommunicator
-from deepfusion.runtime import find_mpiexec, select_device
+from deepfusion.files.checkpoint import load_checkpoint
+from deepfusion.parallel.comm import SerialCommunicator
+from deepfusion.parallel.runtime import find_mpiexec, select_device
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -77,7 +77,7 @@ def test_gpu_gradients_summed_on_two_ranks():
     transports = ["staged", "auto"]
     # Open MPI refuses root without these (GPU machines often run tests as root).
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; from deepfusion.reducers import "
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; from deepfusion.parallel.reducers import "
                             "cuda_aware_mpi; print(cuda_aware_mpi())"], capture_output=True, text=True, env=env)
     if probe.stdout.strip() == "True":
         transports.append("mpi")
@@ -93,7 +93,7 @@ def test_nccl_rendezvous_over_the_communicator():
     # address travels through the communicator, the group forms and a sum is the identity.
     import torch.distributed as dist
 
-    from deepfusion.reducers import NCCLReducer
+    from deepfusion.parallel.reducers import NCCLReducer
 
     if not dist.is_nccl_available():
         pytest.skip("torch without NCCL")

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, run_cli
-from deepfusion.comm import SerialCommunicator
-from deepfusion.config import ConfigError, load_config
-from deepfusion.reducers import MPIReducer, StagedReducer, make_reducer
-from deepfusion.runtime import DeviceError, select_device
+from deepfusion.parallel.comm import SerialCommunicator
+from deepfusion.configuration.config import ConfigError, load_config
+from deepfusion.parallel.reducers import MPIReducer, StagedReducer, make_reducer
+from deepfusion.parallel.runtime import DeviceError, select_device
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 
@@ -106,7 +106,7 @@ def test_host_buffers_go_straight_to_mpi():
 def test_mpi_library_is_asked_about_cuda():
     # The mpich wheel's libmpi answers MPIX_Query_cuda_support, and it is built without CUDA.
     pytest.importorskip("mpi4py")
-    code = "from mpi4py import MPI; from deepfusion.reducers import mpi_cuda_support; print(mpi_cuda_support())"
+    code = "from mpi4py import MPI; from deepfusion.parallel.reducers import mpi_cuda_support; print(mpi_cuda_support())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.fft import idctn
 
-from deepfusion.diagnostics import LOW_MODES, cosine, error_structure, low_mode_share
+from deepfusion.analysis.diagnostics import LOW_MODES, cosine, error_structure, low_mode_share
 
 
 def _mode(ky: int, kx: int, shape=(33, 40)) -> np.ndarray:

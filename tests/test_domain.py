@@ -1,4 +1,4 @@
-"""Domain parallelism: one sample's grid split over ranks (diffnet.tiling, deepfusion.halo)."""
+"""Domain parallelism: one sample's grid split over ranks (diffnet.tiling, deepfusion.parallel.halo)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import ROOT, child_env
-from deepfusion.domain import tile_bounds
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.domain import tile_bounds
+from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.networks import UNet
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.tiling import Whole, halo_pad, tiled_upsample2
@@ -92,7 +92,7 @@ SPLIT_RUN = [
 
 
 def _model(run_dir, step: int = 8) -> dict:
-    from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.files.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir / "checkpoints" / f"step-{step:08d}.h5").model
 
@@ -217,8 +217,8 @@ def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
     (["parallel.domain=[2]", "multigrid.coarse_loss=galerkin"], "Galerkin loss is not split"),
 ])
 def test_domain_split_is_checked_with_the_config(overrides, message):
-    from deepfusion.config import load_config
-    from deepfusion.schema import ConfigError
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.schema import ConfigError
 
     base = [a for a in SPLIT_RUN if a != "--set"]
     with pytest.raises(ConfigError, match=re.escape(message)):

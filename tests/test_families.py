@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conftest import ROOT, float32_atol, run_cli
-from deepfusion.registry import builtin_families, family_class, known_families
-from deepfusion.runtime import find_mpiexec
+from deepfusion.configuration.registry import builtin_families, family_class, known_families
+from deepfusion.parallel.runtime import find_mpiexec
 
 # Members each declared capability promises (docs/families.md).
 MEMBERS = {
@@ -148,7 +148,7 @@ def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
 
 
 def test_an_unknown_family_is_one_line_listing_the_known_ones():
-    from deepfusion.config import ConfigError, load_config
+    from deepfusion.configuration.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as exc:
         load_config(None, ["problem.family=heat"])
@@ -270,8 +270,8 @@ def test_a_capability_member_of_the_wrong_kind_is_one_line_naming_it(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in ("broken", "screened_compared", "screened_poisson"):
         sys.modules.pop(module, None)
-    from deepfusion.config import ConfigError, load_config
-    from deepfusion.registry import family_class
+    from deepfusion.configuration.config import ConfigError, load_config
+    from deepfusion.configuration.registry import family_class
 
     family_class.cache_clear()
     with pytest.raises(ConfigError) as exc:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, child_env, run_cli
-from deepfusion.checkpoint import checkpoint_files, latest_checkpoint, load_checkpoint
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import checkpoint_files, latest_checkpoint, load_checkpoint
+from deepfusion.parallel.runtime import find_mpiexec
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 # TINY for long enough that a signal lands mid-run: 60 epochs, 240 steps.
@@ -155,7 +155,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp
 
 _WRITER = """
 import sys, torch
-from deepfusion.checkpoint import save_checkpoint
+from deepfusion.files.checkpoint import save_checkpoint
 model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(16)])  # 16 MB of float32
 for step in range(1, 10**6):
     save_checkpoint(f"{sys.argv[1]}/step-{step:08d}.h5", model, None, epoch=0, step=step, config="", ranks=1)
@@ -203,10 +203,10 @@ def test_absurd_learning_rate_ends_with_status_3_and_a_good_checkpoint(tmp_path)
 def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     import torch
 
-    from deepfusion.comm import SerialCommunicator
-    from deepfusion.config import load_config, to_toml
-    from deepfusion.signals import StopRequest
-    from deepfusion.trainer import TrainingContext, train
+    from deepfusion.parallel.comm import SerialCommunicator
+    from deepfusion.configuration.config import load_config, to_toml
+    from deepfusion.training.signals import StopRequest
+    from deepfusion.training.trainer import TrainingContext, train
     from diffnet.networks import build_network
     from diffnet.problems.poisson import PoissonProblem
 

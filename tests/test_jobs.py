@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from deepfusion.jobs import CLUSTERS
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.runtime import find_mpiexec
 
 CLUSTER_NAMES = ["stampede", "azure", "aws", "local"]
 # A tiny Burgers run, written as a config file since a job script trains a file.

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY_POISSON, run_cli
-from deepfusion.checkpoint import load_checkpoint
-from deepfusion.comm import SerialCommunicator
-from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices, two_loop
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import load_checkpoint
+from deepfusion.parallel.comm import SerialCommunicator
+from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices, two_loop
+from deepfusion.parallel.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # A few-second Poisson run on 16 x 16 nodes in float64.

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, child_env
-from deepfusion.checkpoint import load_checkpoint
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import load_checkpoint
+from deepfusion.parallel.runtime import find_mpiexec
 
 SCRIPTS = ROOT / "tests" / "mpi_scripts"
 CONFIG = str(ROOT / "configs" / "burgers.toml")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from deepfusion.checkpoint import checkpoint_files, load_checkpoint
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+from deepfusion.parallel.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # Two levels, 8^2 then 16^2, 4 steps per epoch, checkpoints every 6 steps, all kept.

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, child_env, run_cli
-from deepfusion.checkpoint import latest_checkpoint, load_checkpoint
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import latest_checkpoint, load_checkpoint
+from deepfusion.parallel.runtime import find_mpiexec
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from emunet import Fabric, unavailable  # noqa: E402

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY_POISSON, run_cli
-from deepfusion.checkpoint import load_checkpoint
-from deepfusion.comm import SerialCommunicator
-from deepfusion.lbfgs import GlobalObjective
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import load_checkpoint
+from deepfusion.parallel.comm import SerialCommunicator
+from deepfusion.training.lbfgs import GlobalObjective
+from deepfusion.parallel.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 SMALL = TINY_POISSON  # trained in float32, the default

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from deepfusion.partition import epoch_permutation, global_batch, local_batch_size, local_indices, steps_per_epoch
+from deepfusion.parallel.partition import epoch_permutation, global_batch, local_batch_size, local_indices, steps_per_epoch
 
 
 @pytest.mark.parametrize("n, b", [(64, 16), (40, 8), (17, 4)])

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from deepfusion import plots
+from deepfusion.files import plots
 
 
 def _fields(inputs=None):

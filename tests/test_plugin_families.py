@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from deepfusion.checkpoint import load_checkpoint
-from deepfusion.runtime import find_mpiexec
+from deepfusion.files.checkpoint import load_checkpoint
+from deepfusion.parallel.runtime import find_mpiexec
 
 PLUGINS = ("advection_diffusion", "cubic_reaction")
 QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,1]",
@@ -61,7 +61,7 @@ def _train(site, name: str, out, ranks: int | None = None, *extra: str):
 
 def test_entry_points_register_the_families(site, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
-    from deepfusion.registry import family_class, known_families
+    from deepfusion.configuration.registry import family_class, known_families
 
     assert {"advection_diffusion", "cubic_reaction"} <= set(known_families())
     assert family_class("cubic_reaction").__module__ == "cubic_reaction"
@@ -148,7 +148,7 @@ def test_plugin_stops_on_sigterm_resumes_and_guards_against_nan(site, tmp_path):
     import time
 
     from conftest import child_env
-    from deepfusion.checkpoint import latest_checkpoint
+    from deepfusion.files.checkpoint import latest_checkpoint
 
     long = ["--set", "multigrid.epochs=[40,20]", "--set", "train.checkpoint_every=1000"]
     straight = tmp_path / "straight"

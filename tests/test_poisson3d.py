@@ -238,8 +238,8 @@ def test_3d_run_on_two_ranks_is_the_one_rank_model_and_resumes_bitwise(run3d, tm
     import shutil
 
     from conftest import ROOT, run_cli
-    from deepfusion.checkpoint import load_checkpoint
-    from deepfusion.runtime import find_mpiexec
+    from deepfusion.files.checkpoint import load_checkpoint
+    from deepfusion.parallel.runtime import find_mpiexec
 
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")

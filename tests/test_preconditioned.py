@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_cli
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.family import Family
 from diffnet.preconditioned import PreconditionedLoss, error_estimate
 from diffnet.problems.poisson import PoissonProblem
@@ -118,7 +118,7 @@ RUN = ["--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[8,16]"
 
 
 def _final(run_dir):
-    from deepfusion.checkpoint import checkpoint_files, load_checkpoint
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
     return load_checkpoint(checkpoint_files(run_dir / "checkpoints")[0])
 
@@ -139,7 +139,7 @@ def test_training_on_one_and_two_ranks_gives_one_model_and_resumes_bitwise(tmp_p
     assert a.step == b.step == 8
     assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
     # Resumed from the checkpoint inside the second level: bitwise the uninterrupted run.
-    from deepfusion.checkpoint import checkpoint_files, load_checkpoint
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
     for path in checkpoint_files(runs[1] / "checkpoints"):
         if load_checkpoint(path).step > 6:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY, child_env
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.runtime import find_mpiexec
 
 README = (ROOT / "README.md").read_text()
 

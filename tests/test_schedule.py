@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import ROOT
-from deepfusion.config import ConfigError, load_config
-from deepfusion.schedule import build_schedule, cycle_visits, stage_at
+from deepfusion.configuration.config import ConfigError, load_config
+from deepfusion.training.schedule import build_schedule, cycle_visits, stage_at
 
 
 @pytest.mark.parametrize("cycle, n, visits", [

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from conftest import ROOT, child_env, run_cli
-from deepfusion.runtime import find_mpiexec
+from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.networks import UNet
 from diffnet.preconditioned import correction
 from diffnet.problems.poisson import PoissonProblem
@@ -73,7 +73,7 @@ RUN = ["--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[8,16]"
 
 
 def _checkpoint(run_dir, step: int):
-    from deepfusion.checkpoint import load_checkpoint
+    from deepfusion.files.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir / "checkpoints" / f"step-{step:08d}.h5")
 

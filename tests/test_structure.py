@@ -109,7 +109,7 @@ def test_the_checker_finds_a_cycle_hidden_in_a_function():
 
 def test_no_import_cycle_among_the_project_modules():
     graph = import_graph()
-    assert len(graph) > 70 and graph["deepfusion.evaluate"] >= {"deepfusion.diagnostics", "deepfusion.inference"}
+    assert len(graph) > 70 and graph["deepfusion.analysis.evaluate"] >= {"deepfusion.analysis.diagnostics", "deepfusion.analysis.inference"}
     assert cycles(graph) == []
 
 
@@ -163,6 +163,20 @@ def _parameter_counts(package: str) -> dict[str, int]:
 
 def test_no_engine_function_takes_more_than_eight_parameters():
     counts = _parameter_counts("deepfusion")
-    assert counts["deepfusion.trainer.train:" + next(k.split(":")[1] for k in counts
-                                                     if k.startswith("deepfusion.trainer.train:"))] == 8
+    assert counts["deepfusion.training.trainer.train:" + next(k.split(":")[1] for k in counts
+                                                     if k.startswith("deepfusion.training.trainer.train:"))] == 8
     assert {k: n for k, n in counts.items() if n > MAX_PARAMETERS} == {}
+
+
+def test_the_documented_paths_of_before_the_subpackages_still_work():
+    import deepfusion.comm
+    import deepfusion.parallel.comm
+    import deepfusion.stepper
+    import deepfusion.training.stepper
+    from deepfusion.configuration.configdoc import markdown
+
+    assert deepfusion.comm is deepfusion.parallel.comm and callable(deepfusion.comm.drain_stdio)
+    assert deepfusion.stepper.training_step is deepfusion.training.stepper.training_step
+    done = subprocess.run([sys.executable, "-m", "deepfusion.configdoc"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout == markdown()

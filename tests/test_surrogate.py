@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, float32_atol, TINY, run_cli, tiny, train_once
 from deepfusion import InputError, ParameterRangeWarning, Surrogate
-from deepfusion.checkpoint import checkpoint_files
+from deepfusion.files.checkpoint import checkpoint_files
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from deepfusion.comm import SerialCommunicator
-from deepfusion.config import TrainConfig
-from deepfusion.trainer import TrainingContext, TrainingDiverged, learning_rate, train
+from deepfusion.parallel.comm import SerialCommunicator
+from deepfusion.configuration.config import TrainConfig
+from deepfusion.training.trainer import TrainingContext, TrainingDiverged, learning_rate, train
 from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, float32_atol, TINY, run_cli, tiny, train_once
-from deepfusion.uq import Moments, draw_parameters
+from deepfusion.analysis.uq import Moments, draw_parameters
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
 POISSON = str(ROOT / "configs" / "poisson.toml")

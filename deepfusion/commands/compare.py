@@ -10,8 +10,8 @@ from pathlib import Path
 
 from deepfusion.commands import warn
 from deepfusion.inputs import InputError, check_output_file, require
-from deepfusion.rundir import run_config, trained_model, training_time
-from deepfusion.wiring import build_problem, heldout_parameters
+from deepfusion.files.rundir import run_config, trained_model, training_time
+from deepfusion.configuration.wiring import build_problem, heldout_parameters
 
 __all__ = ["run"]
 
@@ -38,13 +38,13 @@ def run(args: argparse.Namespace, comm) -> int:
     cfg = run_config(run_dir)
     threads = _check(args)
     params = heldout_parameters(cfg, args.samples)
-    from deepfusion.runtime import apply_threads
+    from deepfusion.parallel.runtime import apply_threads
 
     apply_threads(threads[0])  # before torch starts its thread pool
     import torch
 
-    from deepfusion.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
-    from deepfusion.inference import against_floor, predict
+    from deepfusion.analysis.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
+    from deepfusion.analysis.inference import against_floor, predict
 
     t0 = time.perf_counter()
     _, model, path = trained_model(run_dir, args.checkpoint, warn)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, comm) -> int:
     print(f"  DiffNet error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
           f"classical sweep to that error, coarse to fine:", flush=True)
     points = classical_sweep(problem, params, acc.truth, target)
-    from deepfusion.equal_accuracy import cheapest
+    from deepfusion.analysis.equal_accuracy import cheapest
 
     best = cheapest(points, target)
     baseline = None if best is None else reference_row(problem, params, acc.truth, best.grid)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, comm) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     table = args.out.with_suffix(".md")
     table.write_text(markdown_table(rows, grid))
-    from deepfusion.plots import plot_pareto
+    from deepfusion.files.plots import plot_pareto
 
     figure = plot_pareto(report, args.out.with_suffix(".png"))
     print(f"\n{markdown_table(rows, grid)}\nwrote {args.out}, {table}, {figure}")
@@ -116,9 +116,9 @@ def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int],
                    train_seconds) -> list[dict]:
     """"DiffNet + k cycles": the network's fields then ``cycles`` classical iterations, timed together,
     measured against the same truth and floor, and matched to its own cheapest classical solve."""
-    from deepfusion.compare import classical_sweep, compare_row, time_inference
-    from deepfusion.inference import against_floor, predict
-    from deepfusion.runtime import apply_threads
+    from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
+    from deepfusion.analysis.inference import against_floor, predict
+    from deepfusion.parallel.runtime import apply_threads
 
     label = f"DiffNet + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
     problem.polish(params[:1], predict(model, problem, params[:1]), cycles)

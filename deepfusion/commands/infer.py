@@ -15,10 +15,10 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, comm) -> int:
-    from deepfusion.fields import write_fields
-    from deepfusion.rundir import run_config
+    from deepfusion.files.fields import write_fields
+    from deepfusion.files.rundir import run_config
     from deepfusion.surrogate import Surrogate
-    from deepfusion.wiring import field_attrs
+    from deepfusion.configuration.wiring import field_attrs
 
     run_dir = Path(args.run_dir)
     run_config(run_dir)  # "not a run directory" before anything else
@@ -51,8 +51,8 @@ def _tiling(domain: str, grid: tuple[int, ...], comm):
     """This rank's tile of ``grid`` under ``--domain`` (None without one)."""
     if not domain.strip():
         return None
-    from deepfusion.domain import domain_splits
-    from deepfusion.halo import MPITiling
+    from deepfusion.parallel.domain import domain_splits
+    from deepfusion.parallel.halo import MPITiling
 
     try:
         counts = [int(v) for v in domain.split(",")]

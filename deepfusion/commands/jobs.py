@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from deepfusion.config import load_config
-from deepfusion.domain import unet_alignment
+from deepfusion.configuration.config import load_config
+from deepfusion.parallel.domain import unet_alignment
 from deepfusion.inputs import InputError
 
 __all__ = ["run"]
@@ -16,7 +16,7 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, comm) -> int:
     """Print a job script for a cluster, rendered from jobs/ with validated values."""
     from deepfusion.jobs import JobError, JobRequest, render_job
-    from deepfusion.runtime import available_cores, find_mpiexec
+    from deepfusion.parallel.runtime import available_cores, find_mpiexec
 
     cfg = load_config(args.config)  # a job that would fail on its config fails here instead
     try:
@@ -36,8 +36,8 @@ def run(args: argparse.Namespace, comm) -> int:
 def _domain(args: argparse.Namespace, cfg) -> tuple[int, ...] | None:
     """The domain split ``--memory-per-node`` asks for (None: the config's own, or none needed)."""
     from deepfusion.jobs import JobError, size_domain
-    from deepfusion.schedule import build_schedule
-    from deepfusion.wiring import training_bytes_per_sample
+    from deepfusion.training.schedule import build_schedule
+    from deepfusion.configuration.wiring import training_bytes_per_sample
 
     if args.memory_per_node is None:
         return None

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import agree, warn
-from deepfusion.config import Config, defaults_notice, load_config, to_toml
+from deepfusion.configuration.config import Config, defaults_notice, load_config, to_toml
 from deepfusion.inputs import InputError
-from deepfusion.rundir import initial_weights, resume_point, trained_seconds
-from deepfusion.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
+from deepfusion.files.rundir import initial_weights, resume_point, trained_seconds
+from deepfusion.configuration.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
 
 __all__ = ["run"]
 
@@ -34,7 +34,7 @@ def _rank_report(comm, threads: int) -> str:
     """One line per rank (host, node-local rank, threads, cores it may use), gathered on all ranks."""
     import socket
 
-    from deepfusion.runtime import available_cores
+    from deepfusion.parallel.runtime import available_cores
 
     mine = (
         f"  rank {comm.rank}/{comm.size} on {socket.gethostname()} (local {comm.local_rank}/{comm.local_size}): "
@@ -46,7 +46,7 @@ def _rank_report(comm, threads: int) -> str:
 def _setup_device(cfg: Config, comm) -> str:
     import torch
 
-    from deepfusion.runtime import configure_cuda, select_device
+    from deepfusion.parallel.runtime import configure_cuda, select_device
 
     device = agree(comm, lambda: select_device(cfg.parallel.device, comm.local_rank, comm.local_size))
     if device != "cpu" and (cfg.parallel.gradsync == "hierarchical" or cfg.parallel.grad_dtype != "train"):
@@ -56,7 +56,7 @@ def _setup_device(cfg: Config, comm) -> str:
         torch.cuda.set_device(device)
         configure_cuda(cfg.parallel.tf32)
         if cfg.parallel.gpu_reduce == "mpi" and comm.size > 1:
-            from deepfusion.reducers import cuda_aware_mpi
+            from deepfusion.parallel.reducers import cuda_aware_mpi
 
             if not cuda_aware_mpi():  # the same library, so the same answer, on every rank
                 raise InputError("parallel.gpu_reduce = 'mpi' needs a CUDA-aware MPI, and this one says it is not "
@@ -65,7 +65,7 @@ def _setup_device(cfg: Config, comm) -> str:
 
 
 def _batch_warnings(cfg: Config, stages, params: np.ndarray, groups: int, key: str, unit: str = "rank") -> None:
-    from deepfusion.partition import local_batch_size
+    from deepfusion.parallel.partition import local_batch_size
 
     test = heldout_parameters(cfg)
     rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
@@ -82,7 +82,7 @@ def _batch_warnings(cfg: Config, stages, params: np.ndarray, groups: int, key: s
 def run(args: argparse.Namespace, comm) -> int:
     """Train the config on every rank of ``comm``; rank 0 writes and prints."""
     cfg = agree(comm, lambda: _load_run_config(args))
-    from deepfusion.runtime import apply_threads, resolve_threads
+    from deepfusion.parallel.runtime import apply_threads, resolve_threads
 
     # Threads are fixed before torch does any work.
     threads = resolve_threads(cfg.parallel.threads_per_rank, comm.local_size)
@@ -90,12 +90,12 @@ def run(args: argparse.Namespace, comm) -> int:
 
     import torch
 
-    from deepfusion.gradsync import ParameterDrift
-    from deepfusion.halo import DomainSplit, data_group
-    from deepfusion.partition import local_batch_size
-    from deepfusion.rundir import truncate_metrics
-    from deepfusion.schedule import build_schedule, total_steps
-    from deepfusion.trainer import TrainingContext, TrainingDiverged, train
+    from deepfusion.parallel.gradsync import ParameterDrift
+    from deepfusion.parallel.halo import DomainSplit, data_group
+    from deepfusion.parallel.partition import local_batch_size
+    from deepfusion.files.rundir import truncate_metrics
+    from deepfusion.training.schedule import build_schedule, total_steps
+    from deepfusion.training.trainer import TrainingContext, TrainingDiverged, train
 
     stages = build_schedule(cfg)
     try:
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace, comm) -> int:
         ckpt.restore(model)
         result = None
     else:
-        from deepfusion.signals import stop_on_signals
+        from deepfusion.training.signals import stop_on_signals
 
         try:
             with stop_on_signals() as stop:
@@ -220,13 +220,13 @@ def run(args: argparse.Namespace, comm) -> int:
         )
     pred = None
     if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
-        from deepfusion.inference import predict
+        from deepfusion.analysis.inference import predict
 
         t0 = time.perf_counter()
         fields = predict(model, problem, heldout_parameters(cfg), tiling=domain.tiling(problem.resolution))
         pred = (fields, time.perf_counter() - t0)
     if leader:
-        from deepfusion.evaluate import evaluate_run
+        from deepfusion.analysis.evaluate import evaluate_run
 
         evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
                      pred=pred)

@@ -30,10 +30,10 @@ def _check(args: argparse.Namespace) -> None:
 def _classical(surrogate, say) -> tuple[str, int, float]:
     """The classical configuration as accurate as the network: the refinement sweep of ``compare`` against
     the network's mean error on (up to) 4 held-out instances of the run."""
-    from deepfusion.compare import classical_sweep
-    from deepfusion.equal_accuracy import cheapest
-    from deepfusion.inference import relative_l2
-    from deepfusion.wiring import heldout_parameters
+    from deepfusion.analysis.compare import classical_sweep
+    from deepfusion.analysis.equal_accuracy import cheapest
+    from deepfusion.analysis.inference import relative_l2
+    from deepfusion.configuration.wiring import heldout_parameters
 
     problem = surrogate.problem
     held = heldout_parameters(surrogate.config)[:4]
@@ -49,11 +49,11 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
 
 
 def run(args: argparse.Namespace, comm) -> int:
-    from deepfusion.fields import write_statistics
-    from deepfusion.rundir import run_config
+    from deepfusion.files.fields import write_statistics
+    from deepfusion.files.rundir import run_config
     from deepfusion.surrogate import Surrogate
-    from deepfusion.uq import draw_parameters, run_study
-    from deepfusion.wiring import field_attrs
+    from deepfusion.analysis.uq import draw_parameters, run_study
+    from deepfusion.configuration.wiring import field_attrs
 
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, comm) -> int:
     out = write_statistics(args.out, fields, surrogate.grid, {name: params}, attrs)
     report = Path(args.out).with_suffix(".json")
     report.write_text(json.dumps(summary, indent=2) + "\n")
-    from deepfusion.plots import plot_statistics
+    from deepfusion.files.plots import plot_statistics
 
     axes = list(surrogate.grid)[-2:]  # the plotted plane's axes (3-D: its mid-plane)
     figure = plot_statistics(fields, surrogate.grid, (axes[1], axes[0]), Path(args.out).with_suffix(".png"))
@@ -125,11 +125,11 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
-    from deepfusion.equal_accuracy import break_even
-    from deepfusion.rundir import training_time
-    from deepfusion.inference import relative_l2
-    from deepfusion.uq import Moments, run_study
-    from deepfusion.compare import measure_classical
+    from deepfusion.analysis.equal_accuracy import break_even
+    from deepfusion.files.rundir import training_time
+    from deepfusion.analysis.inference import relative_l2
+    from deepfusion.analysis.uq import Moments, run_study
+    from deepfusion.analysis.compare import measure_classical
 
     method, grid, target = _classical(surrogate, print)
 

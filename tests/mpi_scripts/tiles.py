@@ -17,8 +17,8 @@ import sys
 
 import torch
 
-from deepfusion.comm import abort_on_error, world
-from deepfusion.halo import MPITiling, domain_groups
+from deepfusion.parallel.comm import abort_on_error, world
+from deepfusion.parallel.halo import MPITiling, domain_groups
 from diffnet.networks import UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem

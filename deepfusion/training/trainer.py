@@ -12,16 +12,16 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from deepfusion.checkpoint import Checkpoint
-from deepfusion.config import TrainConfig
-from deepfusion.context import TrainingContext
-from deepfusion.gradsync import GradSync, broadcast_parameters, check_parameters
-from deepfusion.lbfgs_phase import lbfgs_phase
-from deepfusion.partition import local_batch_size, local_indices, steps_per_epoch
-from deepfusion.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
-from deepfusion.schedule import Stage, adam_steps, stage_at, total_steps
-from deepfusion.schema import first_order
-from deepfusion.stepper import make_local_step
+from deepfusion.files.checkpoint import Checkpoint
+from deepfusion.configuration.config import TrainConfig
+from deepfusion.training.context import TrainingContext
+from deepfusion.parallel.gradsync import GradSync, broadcast_parameters, check_parameters
+from deepfusion.training.lbfgs_phase import lbfgs_phase
+from deepfusion.parallel.partition import local_batch_size, local_indices, steps_per_epoch
+from deepfusion.training.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
+from deepfusion.training.schedule import Stage, adam_steps, stage_at, total_steps
+from deepfusion.configuration.schema import first_order
+from deepfusion.training.stepper import make_local_step
 
 __all__ = ["Problem", "TrainingContext", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
 
@@ -99,7 +99,7 @@ def train(
     global batch), so summing gradients across ranks gives the gradient of the global
     mean. L-BFGS ("lbfgs", and the rest of "adam+lbfgs"): ``train.lbfgs_iterations``
     iterations on a global objective that every rank evaluates identically (see
-    :mod:`deepfusion.lbfgs`), the parameters compared across ranks after each one, in
+    :mod:`deepfusion.training.lbfgs`), the parameters compared across ranks after each one, in
     ``train.lbfgs_dtype`` (checkpoints hold them in ``train.dtype``, plus the phase's own
     copy for an exact resume).
     Rank 0 alone writes ``metrics.jsonl`` and checkpoints (in ``ctx.run_dir``) and prints progress
@@ -110,15 +110,15 @@ def train(
 
     With ``ctx.parallel.collective_timeout_s`` > 0, a blocking collective that takes longer (a lost
     rank, node or link) ends the job on every rank it can reach with a line naming the step
-    (:mod:`deepfusion.watchdog`); checkpoints already written stay intact.
+    (:mod:`deepfusion.parallel.watchdog`); checkpoints already written stay intact.
 
-    A multigrid run passes its ``stages`` (:func:`deepfusion.schedule.build_schedule`) and
+    A multigrid run passes its ``stages`` (:func:`deepfusion.training.schedule.build_schedule`) and
     ``level``, which gives the generator and the problem of a level's grid; each stage
     has its own optimiser (a level's loss has its own scale), learning-rate schedule, batch and
     sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
     finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
 
-    With ``ctx.domain`` (:class:`deepfusion.halo.DomainSplit`), each sample is split over a group of
+    With ``ctx.domain`` (:class:`deepfusion.parallel.halo.DomainSplit`), each sample is split over a group of
     ranks that hold one tile each; the batch is split over the groups as it is over ranks
     without one, and the gradient sum over all ranks is the global mean's gradient.
 

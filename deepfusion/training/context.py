@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from deepfusion.config import ParallelConfig
-from deepfusion.halo import DomainSplit, data_group
-from deepfusion.signals import StopRequest
+from deepfusion.configuration.config import ParallelConfig
+from deepfusion.parallel.halo import DomainSplit, data_group
+from deepfusion.training.signals import StopRequest
 
 if TYPE_CHECKING:  # built by the trainer, which imports this module
-    from deepfusion.recorder import Recorder
+    from deepfusion.training.recorder import Recorder
 
 __all__ = ["TrainingContext"]
 
@@ -22,7 +22,7 @@ class TrainingContext:
 
     Parameters
     ----------
-    comm : deepfusion.comm.MPICommunicator or SerialCommunicator
+    comm : deepfusion.parallel.comm.MPICommunicator or SerialCommunicator
         The whole job; every rank passes its own.
     seed : int
         The run's sample-order seed (``data.seed``).
@@ -41,7 +41,7 @@ class TrainingContext:
     log : callable
         Rank 0's progress lines.
     recorder : Recorder, optional
-        The run's metrics and checkpoints: set by :func:`deepfusion.trainer.train` for its phases.
+        The run's metrics and checkpoints: set by :func:`deepfusion.training.trainer.train` for its phases.
     """
 
     comm: Any

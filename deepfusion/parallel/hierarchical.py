@@ -55,7 +55,7 @@ class HierarchicalReducer:
 
     Parameters
     ----------
-    comm : deepfusion.comm.MPICommunicator
+    comm : deepfusion.parallel.comm.MPICommunicator
         The job's communicator.
     buffer : torch.Tensor
         The flat gradient buffer (CPU).

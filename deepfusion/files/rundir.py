@@ -9,10 +9,10 @@ import tomllib
 from pathlib import Path
 from typing import Callable
 
-from deepfusion.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
+from deepfusion.configuration.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
 from deepfusion.inputs import InputError
-from deepfusion.schedule import adam_steps, build_schedule, stage_at, total_steps
-from deepfusion.schema import has_lbfgs
+from deepfusion.training.schedule import adam_steps, build_schedule, stage_at, total_steps
+from deepfusion.configuration.schema import has_lbfgs
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
            "extension", "initial_weights", "trained_seconds", "truncate_metrics", "trained_model"]
@@ -61,7 +61,7 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
     config except for the keys in ``may_differ`` (a longer schedule) and the layout over ranks
     (:data:`LAYOUT_KEYS`), so a run is never mixed with another; the refusal names the keys that differ.
     """
-    from deepfusion.checkpoint import checkpoint_files, latest_valid_checkpoint
+    from deepfusion.files.checkpoint import checkpoint_files, latest_valid_checkpoint
 
     directory = run_dir / "checkpoints"
     if not checkpoint_files(directory):
@@ -144,7 +144,7 @@ def resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str],
 def initial_weights(source: Path, model, warn: Callable[[str], None]) -> Path:
     """``--init-from``: load the weights of another run (its newest valid checkpoint) or of one
     checkpoint file into ``model``; the checkpoint's path."""
-    from deepfusion.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
+    from deepfusion.files.checkpoint import CheckpointError, latest_valid_checkpoint, load_checkpoint
 
     if source.is_dir():
         found = latest_valid_checkpoint(source / "checkpoints", warn)
@@ -194,8 +194,8 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
     alone gives the config stored in it. The checkpoint must belong to the config's problem
     and model.
     """
-    from deepfusion.checkpoint import latest_valid_checkpoint, load_checkpoint
-    from deepfusion.wiring import build_model, build_problem
+    from deepfusion.files.checkpoint import latest_valid_checkpoint, load_checkpoint
+    from deepfusion.configuration.wiring import build_model, build_problem
 
     source = Path(source)
     if source.is_file() and checkpoint is None:

@@ -1,6 +1,6 @@
 """The rules of a domain split, in one place and without torch: tiles per axis from ``parallel.domain``,
 equal tiles, the U-Net's alignment on each multigrid level, and a configuration's split checked
-whole. The configuration's checks, the trainer's process grid (:class:`deepfusion.halo.DomainSplit`),
+whole. The configuration's checks, the trainer's process grid (:class:`deepfusion.parallel.halo.DomainSplit`),
 ``infer --domain`` and ``jobs --memory-per-node`` all ask here.
 
 Messages carry no key: each caller names its own (``parallel.domain``, ``--domain``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from deepfusion.schema import Config, first_order
+from deepfusion.configuration.schema import Config, first_order
 
 __all__ = ["tile_bounds", "domain_splits", "unet_alignment", "split_of", "check_split"]
 

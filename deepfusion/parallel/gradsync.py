@@ -8,9 +8,9 @@ from contextlib import nullcontext
 
 import torch
 
-from deepfusion.hierarchical import HierarchicalReducer
-from deepfusion.progress import ProgressThread
-from deepfusion.reducers import make_reducer
+from deepfusion.parallel.hierarchical import HierarchicalReducer
+from deepfusion.parallel.progress import ProgressThread
+from deepfusion.parallel.reducers import make_reducer
 
 __all__ = ["GradSync", "GRADSYNC_MODES", "ParameterDrift", "broadcast_parameters", "check_parameters"]
 
@@ -34,7 +34,7 @@ class GradSync:
     model : torch.nn.Module
         The replica on this rank.
     comm : communicator
-        See :mod:`deepfusion.comm`.
+        See :mod:`deepfusion.parallel.comm`.
     mode : {"bucketed", "flat", "hierarchical"}
         ``flat``: one blocking Allreduce of the whole buffer after backward.
         ``bucketed``: the buffer is cut into buckets of about ``bucket_mb`` MiB; a
@@ -42,11 +42,11 @@ class GradSync:
         last gradient is accumulated, so communication overlaps the rest of backward.
         ``hierarchical``: the same buckets, each summed within the node, then across
         nodes among one rank per node, then broadcast within the node
-        (:mod:`deepfusion.hierarchical`).
+        (:mod:`deepfusion.parallel.hierarchical`).
     bucket_mb : float
         Target bucket size in MiB.
     transport : {"auto", "nccl", "mpi", "staged"}
-        How the buffer is summed (:func:`deepfusion.reducers.make_reducer`): host
+        How the buffer is summed (:func:`deepfusion.parallel.reducers.make_reducer`): host
         buffers through MPI; device buffers through NCCL, CUDA-aware MPI or pinned host
         staging. The buckets, hooks and semantics are the same for all.
     grad_dtype : {"train", "bfloat16"}
@@ -54,7 +54,7 @@ class GradSync:
         or bfloat16 (half the bytes; each node's share is summed in float32).
     progress_ms : float
         With buckets, poke MPI from a background thread every ``progress_ms`` while
-        buckets are in flight (:mod:`deepfusion.progress`); 0: only from the hooks.
+        buckets are in flight (:mod:`deepfusion.parallel.progress`); 0: only from the hooks.
     """
 
     def __init__(

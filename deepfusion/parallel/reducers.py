@@ -24,7 +24,7 @@ class MPIReducer:
     Parameters
     ----------
     comm : communicator
-        See :mod:`deepfusion.comm`.
+        See :mod:`deepfusion.parallel.comm`.
     buffer : torch.Tensor
         The flat gradient buffer; every range handed to :meth:`start` is a slice of it.
     """

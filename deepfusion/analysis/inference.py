@@ -2,7 +2,7 @@
 and that error measured against the grid's discretisation floor.
 
 The primitives every command and report uses; the run's evaluation report is
-:mod:`deepfusion.evaluate`, the error's structure :mod:`deepfusion.diagnostics`.
+:mod:`deepfusion.analysis.evaluate`, the error's structure :mod:`deepfusion.analysis.diagnostics`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from deepfusion.stepper import to_channels_last
+from deepfusion.training.stepper import to_channels_last
 from diffnet.stages import TwoStage
 
 __all__ = ["predict", "relative_l2", "FloorReport", "against_floor"]

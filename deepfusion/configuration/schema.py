@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepfusion.registry import DEFAULT_FAMILY
+from deepfusion.configuration.registry import DEFAULT_FAMILY
 from diffnet.options import all_positive as _positive_all
 from diffnet.options import nonnegative as _nonnegative
 from diffnet.options import one_of as _choice
@@ -64,7 +64,7 @@ def _network(v: str) -> str | None:
 
 def _key(check=None, *, default, doc: str):
     """A config key: its default, a check returning an error text or None, and its meaning
-    (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configdoc`):
+    (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configuration.configdoc`):
     the same declaration a family's keys use (:func:`diffnet.options.option`)."""
     return option(default, doc, check)
 
@@ -279,7 +279,7 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.family is None:  # the family's defaults
-            from deepfusion.registry import family_class
+            from deepfusion.configuration.registry import family_class
 
             object.__setattr__(self, "family", family_class(self.problem.family).Options())
 

@@ -1,4 +1,4 @@
-"""Run configuration: the schema's dataclasses (:mod:`deepfusion.schema`) loaded from TOML, with --set
+"""Run configuration: the schema's dataclasses (:mod:`deepfusion.configuration.schema`) loaded from TOML, with --set
 overrides and the checks that involve several keys; written back as TOML."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.domain import check_split
-from deepfusion.registry import DEFAULT_FAMILY
-from deepfusion.schema import first_order, has_lbfgs
-from deepfusion.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
+from deepfusion.parallel.domain import check_split
+from deepfusion.configuration.registry import DEFAULT_FAMILY
+from deepfusion.configuration.schema import first_order, has_lbfgs
+from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 
 __all__ = [
@@ -171,7 +171,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
 
 
 def _domain_checks(cfg: Config, family: type) -> None:
-    """A domain split that can train (:func:`deepfusion.domain.check_split`)."""
+    """A domain split that can train (:func:`deepfusion.parallel.domain.check_split`)."""
     try:
         check_split(cfg, family.dims)
     except ValueError as e:
@@ -200,7 +200,7 @@ def _multigrid_checks(cfg: Config) -> None:
 
 
 def _family(data: dict[str, Any]) -> type:
-    from deepfusion.registry import FamilyError, family_class
+    from deepfusion.configuration.registry import FamilyError, family_class
 
     spec = data.get("problem", {}).get("family", DEFAULT_FAMILY)
     if not isinstance(spec, str) or not spec.strip():
@@ -246,7 +246,7 @@ def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
     of the older flat layout (``problem.name``, the family's keys in ``[problem]``) is read
     too; ``saved`` marks one written by a run, whose ``[problem]`` listed every family's keys.
     """
-    from deepfusion.registry import known_families
+    from deepfusion.configuration.registry import known_families
 
     for section, values in data.items():
         if not isinstance(values, dict):
@@ -331,7 +331,7 @@ def defaults_notice(path: str | Path | None, overrides: list[str], cfg: Config) 
 
 def family_table(cfg: Config) -> str:
     """The name of the config's family table (the family's ``name``)."""
-    from deepfusion.registry import family_class
+    from deepfusion.configuration.registry import family_class
 
     return family_class(cfg.problem.family).name
 

@@ -1,7 +1,7 @@
 """A finished run's evaluation: its held-out fields against the reference and the floor, the
 error's structure and estimate, ``eval.json``, the field files, the table and the plots.
 
-The inference primitives live in :mod:`deepfusion.inference` (re-exported here, their
+The inference primitives live in :mod:`deepfusion.analysis.inference` (re-exported here, their
 earlier home).
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from deepfusion.diagnostics import coarse_imprint, error_structure
-from deepfusion.fields import write_fields
-from deepfusion.inference import FloorReport, against_floor, predict, relative_l2
-from deepfusion.wiring import field_attrs, heldout_parameters
+from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
+from deepfusion.files.fields import write_fields
+from deepfusion.analysis.inference import FloorReport, against_floor, predict, relative_l2
+from deepfusion.configuration.wiring import field_attrs, heldout_parameters
 from diffnet.preconditioned import error_estimate
 from diffnet.stages import TwoStage
 
@@ -130,7 +130,7 @@ def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train
 
 
 def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
-    from deepfusion.plots import mid_plane, plot_fields, plot_loss
+    from deepfusion.files.plots import mid_plane, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from scipy.fft import dctn
 
-from deepfusion.inference import predict
-from deepfusion.wiring import level_models
+from deepfusion.analysis.inference import predict
+from deepfusion.configuration.wiring import level_models
 from diffnet.multilevel import prolong
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]

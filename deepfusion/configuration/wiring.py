@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from deepfusion.config import Config
+from deepfusion.configuration.config import Config
 
 __all__ = [
     "build_problem",
@@ -25,9 +25,9 @@ __all__ = [
 
 
 def build_problem(cfg: Config, resolution: tuple[int, ...] | None = None):
-    """The family of ``problem.family`` (:mod:`deepfusion.registry`) with the keys of its table, on
+    """The family of ``problem.family`` (:mod:`deepfusion.configuration.registry`) with the keys of its table, on
     ``problem.resolution`` or on ``resolution``."""
-    from deepfusion.registry import family_class
+    from deepfusion.configuration.registry import family_class
 
     cls = family_class(cfg.problem.family)
     return cls.from_options(cfg.family, tuple(resolution or cfg.problem.resolution))
@@ -150,7 +150,7 @@ def level_models(cfg: Config, model):
 def field_attrs(cfg: Config, source: str) -> dict:
     """Attributes of a field file: the family, where the fields come from, and every key of the family's
     table as ``<family>.<key>``."""
-    from deepfusion.config import family_table
+    from deepfusion.configuration.config import family_table
 
     table = family_table(cfg)
     attrs = {"problem": table, "source": source}

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from deepfusion.domain import domain_splits, split_of, tile_bounds
+from deepfusion.parallel.domain import domain_splits, split_of, tile_bounds
 from diffnet.tiling import Tiling, grow
 
 __all__ = ["tile_bounds", "domain_splits", "domain_groups", "data_group", "MPITiling", "DomainSplit"]
@@ -39,7 +39,7 @@ class MPITiling(Tiling):
 
     Parameters
     ----------
-    comm : deepfusion.comm.MPICommunicator
+    comm : deepfusion.parallel.comm.MPICommunicator
         The domain group: prod(``splits``) ranks that together hold one sample.
     grid : sequence of int
         The whole grid's nodes per spatial axis.
@@ -194,14 +194,14 @@ class DomainSplit:
     """This rank's place in the job's data x domain process grid (``parallel.domain``).
 
     Built once per run, from the configuration (:meth:`from_config`); the rules it follows
-    (tiles per axis, equal aligned tiles) are :mod:`deepfusion.domain`'s.
+    (tiles per axis, equal aligned tiles) are :mod:`deepfusion.parallel.domain`'s.
 
     Parameters
     ----------
-    comm : deepfusion.comm.MPICommunicator
+    comm : deepfusion.parallel.comm.MPICommunicator
         The whole job.
     splits : sequence of int
-        Tiles per spatial axis (:func:`deepfusion.domain.domain_splits`).
+        Tiles per spatial axis (:func:`deepfusion.parallel.domain.domain_splits`).
 
     Attributes
     ----------
@@ -221,7 +221,7 @@ class DomainSplit:
     @classmethod
     def from_config(cls, cfg, comm) -> "DomainSplit | None":
         """The split of ``parallel.domain`` over ``comm`` (collective), None when no sample is split.
-        The configuration's own checks (:func:`deepfusion.domain.check_split`) ran at load; the
+        The configuration's own checks (:func:`deepfusion.parallel.domain.check_split`) ran at load; the
         ranks are known only here: ValueError when the tiles do not divide them."""
         splits = split_of(cfg)
         return None if splits is None else cls(comm, splits)

@@ -11,9 +11,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from deepfusion.checkpoint import prune_checkpoints, save_checkpoint
-from deepfusion.partition import local_batch_size
-from deepfusion.schedule import Stage
+from deepfusion.files.checkpoint import prune_checkpoints, save_checkpoint
+from deepfusion.parallel.partition import local_batch_size
+from deepfusion.training.schedule import Stage
 
 __all__ = ["Recorder", "TrainingDiverged", "format_eta", "stages_eta"]
 

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepfusion.checkpoint import Checkpoint
-from deepfusion.config import TrainConfig
-from deepfusion.gradsync import check_parameters
-from deepfusion.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
-from deepfusion.context import TrainingContext
-from deepfusion.schedule import adam_steps as first_order_steps
-from deepfusion.stepper import loss_sum
+from deepfusion.files.checkpoint import Checkpoint
+from deepfusion.configuration.config import TrainConfig
+from deepfusion.parallel.gradsync import check_parameters
+from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
+from deepfusion.training.context import TrainingContext
+from deepfusion.training.schedule import adam_steps as first_order_steps
+from deepfusion.training.stepper import loss_sum
 
 __all__ = ["build_lbfgs", "lbfgs_phase"]
 

@@ -1,7 +1,7 @@
 """A DiffNet against the cheapest classical solve of equal accuracy: timings, errors, break-even, the table.
 
 The network's mean error on held-out instances (against the independent reference) is
-the target; :mod:`deepfusion.equal_accuracy` finds the cheapest classical configuration
+the target; :mod:`deepfusion.analysis.equal_accuracy` finds the cheapest classical configuration
 that reaches it; both are timed per instance, alone and (for the network) in a batch.
 """
 
@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from deepfusion.equal_accuracy import Point, best_time, break_even, cheapest, sweep, timed
+from deepfusion.analysis.equal_accuracy import Point, best_time, break_even, cheapest, sweep, timed
 
 __all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
@@ -60,7 +60,7 @@ def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: floa
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
     compilation are a one-off cost of the process, not of a solve.
     """
-    from deepfusion.inference import relative_l2
+    from deepfusion.analysis.inference import relative_l2
 
     configs = problem.classical_configurations()
     for method, grids in configs.items():
@@ -72,7 +72,7 @@ def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> 
     """The family's ``classical_baseline`` method (e.g. pyamg's default smoothed aggregation + CG for the
     Q1 families) on the equal-accuracy grid, the baseline its best classical solver is measured against;
     None where the family names none."""
-    from deepfusion.inference import relative_l2
+    from deepfusion.analysis.inference import relative_l2
 
     method = problem.classical_baseline
     if method is None:

@@ -1,0 +1,7 @@
+"""What a trained generator is worth: inference over many instances and its error against the
+reference and the floor, the run's evaluation report, where the error lives, the comparison with
+the cheapest classical solve of equal accuracy, and many-query statistics.
+
+May import: :mod:`deepfusion.files`, :mod:`deepfusion.configuration`, :mod:`deepfusion.training`'s
+step helpers and diffnet; never the commands.
+"""
