@@ -68,10 +68,16 @@ def _add_train(sub) -> None:
     p.set_defaults(func=_run("train"))
 
 
-def _add_infer(sub) -> None:
-    p = sub.add_parser("infer", help="solve new instances with a trained run, into an HDF5 field file",
-                       description="Solve new instances with a trained run: one forward pass per chunk of instances.")
+def _run_reader(sub, name: str, **kwargs):
+    """A subcommand that reads a trained run: its parser, with the run directory as first argument."""
+    p = sub.add_parser(name, **kwargs)
     p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
+    return p
+
+
+def _add_infer(sub) -> None:
+    p = _run_reader(sub, "infer", help="solve new instances with a trained run, into an HDF5 field file",
+                    description="Solve new instances with a trained run: one forward pass per chunk of instances.")
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5; an .xdmf is written beside)")
     p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
                                                            "(repeatable)")
@@ -95,13 +101,12 @@ def _add_infer(sub) -> None:
 
 
 def _add_compare(sub) -> None:
-    p = sub.add_parser("compare", help="DiffNet against the cheapest classical solve of the same accuracy",
-                       description="Measure the run's error on held-out instances against the independent reference "
-                                   "(and the grid's floor), find the cheapest classical solve that is as accurate "
-                                   "(a refinement sweep: geometric multigrid FMG for Q1, Godunov of order 1 and 2 for "
-                                   "Burgers), and time both per instance; report the ratio and the break-even number "
-                                   "of queries, training included.")
-    p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
+    p = _run_reader(sub, "compare", help="DiffNet against the cheapest classical solve of the same accuracy",
+                    description="Measure the run's error on held-out instances against the independent reference "
+                                "(and the grid's floor), find the cheapest classical solve that is as accurate "
+                                "(a refinement sweep: geometric multigrid FMG for Q1, Godunov of order 1 and 2 for "
+                                "Burgers), and time both per instance; report the ratio and the break-even number "
+                                "of queries, training included.")
     p.add_argument("--out", type=Path, required=True, help="JSON report (a .md table and .png plot are written beside it)")
     p.add_argument("--samples", type=int, default=4, help="held-out instances (default 4)")
     p.add_argument("--threads", type=int, nargs="+", metavar="T",
@@ -115,13 +120,12 @@ def _add_compare(sub) -> None:
 
 
 def _add_uq(sub) -> None:
-    p = sub.add_parser("uq", help="mean and standard deviation of the solution over N drawn instances",
-                       description="Draw N instances from the family's distribution, solve them with the trained "
-                                   "network in batches and write the mean and standard-deviation fields (HDF5 + XDMF "
-                                   "+ PNG, and a JSON summary beside them). With --classical, the same statistics "
-                                   "from the classical solve of equal accuracy, both sides' times, both against a "
-                                   "converged Monte Carlo reference on a subset, and the study's break-even point.")
-    p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
+    p = _run_reader(sub, "uq", help="mean and standard deviation of the solution over N drawn instances",
+                    description="Draw N instances from the family's distribution, solve them with the trained "
+                                "network in batches and write the mean and standard-deviation fields (HDF5 + XDMF "
+                                "+ PNG, and a JSON summary beside them). With --classical, the same statistics "
+                                "from the classical solve of equal accuracy, both sides' times, both against a "
+                                "converged Monte Carlo reference on a subset, and the study's break-even point.")
     p.add_argument("--samples", type=int, required=True, help="instances to draw (N)")
     p.add_argument("--out", type=Path, required=True, help="statistics file (.h5)")
     p.add_argument("--distribution", default="uniform",

@@ -84,6 +84,14 @@ def q1_stencil(nu: np.ndarray, stiff: np.ndarray, mass: np.ndarray, values: np.n
     return _q1_elements(nu, stiff[None], mass[None], values, 1)
 
 
+@numba.njit(cache=True, inline="always")
+def _identity_row(S: np.ndarray, i: int, j: int) -> None:
+    """Node (i, j)'s row of the stencil operator ``S`` becomes the identity's."""
+    w = S.shape[2] // 2
+    S[i, j, :, :] = 0.0
+    S[i, j, w, w] = 1.0
+
+
 @numba.njit(cache=True)
 def apply_dirichlet(S: np.ndarray, rhs: np.ndarray, fixed: np.ndarray, g: np.ndarray) -> None:
     """In place: rows of fixed nodes become identity rows with right-hand side ``g``; couplings of free
@@ -97,8 +105,7 @@ def apply_dirichlet(S: np.ndarray, rhs: np.ndarray, fixed: np.ndarray, g: np.nda
     for i in range(ny):
         for j in range(nx):
             if fixed[i, j]:
-                S[i, j, :, :] = 0.0
-                S[i, j, w, w] = 1.0
+                _identity_row(S, i, j)
                 rhs[i, j] = g[i, j]
                 continue
             for di in range(-w, w + 1):
@@ -274,8 +281,7 @@ def _finish(out: np.ndarray, fixed: np.ndarray, mirror: bool) -> None:
     for I in range(ny):
         for J in range(nx):
             if fixed[I, J]:
-                out[I, J, :, :] = 0.0
-                out[I, J, width, width] = 1.0
+                _identity_row(out, I, J)
                 continue
             for dI in range(max(-width, -I), min(width, ny - 1 - I) + 1):
                 for dJ in range(max(-width, -J), min(width, nx - 1 - J) + 1):

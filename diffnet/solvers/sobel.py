@@ -35,15 +35,9 @@ def solve_sobel(
 
     Parameters
     ----------
-    u0 : numpy.ndarray
-        Initial row (N_x,) on x_j = j / (N_x - 1); its first entry is the inflow value,
-        kept at every time.
-    t_final : float
-        T; the rows are t_n = n T / (n_t - 1).
-    n_t : int
-        Number of time rows, the initial one included.
-    viscosity : float
-        nu >= 0.
+    u0, t_final, n_t, viscosity
+        The initial row, the final time, the number of time rows and nu, as for
+        :func:`diffnet.solvers.conservative.solve_scheme`.
     kind : {"sobel", "scharr"}
         Cross weights of the derivative kernels.
     initial : numpy.ndarray, optional
