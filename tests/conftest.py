@@ -117,6 +117,19 @@ def train_once(tmp_path_factory, config: str, name: str, *args: str) -> tuple[Pa
     return run_dir, proc.stdout
 
 
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two tiny trained runs, Burgers and Poisson at 16^2 (two epochs, no plots), trained once per session
+    for the tests that only read a run (the API, the examples, bad input): {"burgers": dir, "poisson": dir}.
+    Tests must not write into them."""
+    quiet = ["--set", "train.epochs=2", "--set", "output.plots=false"]
+    burgers, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY, *quiet,
+                            "--set", "burgers.test_c=[4.1]")
+    poisson, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "poisson.toml"), "poisson",
+                            *tiny("poisson.toml"), *quiet, "--set", "data.n_test=2")
+    return {"burgers": burgers, "poisson": poisson}
+
+
 @pytest.fixture
 def cli():
     return run_cli

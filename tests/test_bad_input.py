@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_cli, tiny, train_once
+from conftest import ROOT, TINY, run_cli
 from deepfusion.files.checkpoint import latest_checkpoint
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -17,12 +17,9 @@ POISSON = str(ROOT / "configs" / "poisson.toml")
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    """Two tiny trained runs (Burgers, Poisson at 16^2) and the hostile files the cases use."""
-    burgers, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "train.epochs=2",
-                            "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]")
-    poisson, _ = train_once(tmp_path_factory, POISSON, "poisson", *tiny(POISSON), "--set", "train.epochs=2",
-                            "--set", "data.n_test=2", "--set", "output.plots=false")
+def inputs(tiny_runs, tmp_path_factory):
+    """Two tiny trained runs (Burgers, Poisson at 16^2, the session's) and the hostile files the cases use."""
+    burgers, poisson = tiny_runs["burgers"], tiny_runs["poisson"]
     d = tmp_path_factory.mktemp("inputs")
     (d / "bad.toml").write_text("[train\nlr =\n")
     np.save(d / "a5.npy", np.zeros((2, 5)))

@@ -7,14 +7,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TINY, child_env, train_once
+from conftest import ROOT, child_env
 
 
 @pytest.fixture(scope="module")
-def burgers(tmp_path_factory):
-    run_dir, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY,
-                            "--set", "train.epochs=2", "--set", "output.plots=false", "--set", "burgers.test_c=[4.1]")
-    return run_dir
+def burgers(tiny_runs):
+    return tiny_runs["burgers"]
 
 
 def _run(script: str, *args: str, cwd) -> subprocess.CompletedProcess:

@@ -13,19 +13,14 @@ import re
 import numpy as np
 import pytest
 
-from conftest import ROOT, float32_atol, TINY, run_cli, tiny, train_once
+from conftest import float32_atol, run_cli
 from deepfusion import InputError, ParameterRangeWarning, Surrogate
 from deepfusion.files.checkpoint import checkpoint_files
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    quiet = ["--set", "train.epochs=2", "--set", "output.plots=false"]
-    burgers, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY, *quiet,
-                            "--set", "burgers.test_c=[4.1]")
-    poisson, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "poisson.toml"), "poisson", *tiny("poisson.toml"), *quiet,
-                            "--set", "data.n_test=2")
-    return {"burgers": burgers, "poisson": poisson}
+def runs(tiny_runs):
+    return tiny_runs
 
 
 def test_import_after_install_needs_no_torch():

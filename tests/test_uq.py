@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, float32_atol, TINY, run_cli, tiny, train_once
+from conftest import ROOT, float32_atol, run_cli, tiny, train_once
 from deepfusion.analysis.uq import Moments, draw_parameters
 
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -84,8 +84,8 @@ def test_statistics_match_numpy_over_the_same_instances(tmp_path_factory, tmp_pa
     assert "DiffNet: 37/37 instances" in proc.stdout and "break-even for this study" in proc.stdout
 
 
-def test_bad_uq_input_is_one_line_and_status_2(tmp_path_factory, tmp_path):
-    run_dir, _ = train_once(tmp_path_factory, BURGERS, "burgers", *TINY, "--set", "output.plots=false")
+def test_bad_uq_input_is_one_line_and_status_2(tiny_runs, tmp_path):
+    run_dir = tiny_runs["burgers"]
     for args, message in [(["--samples", "1"], "--samples: must be in 2..10000000"),
                           (["--samples", "8", "--distribution", "normal"], "--distribution: the burgers family draws from uniform (got 'normal')"),
                           (["--samples", "8", "--distribution", "levy"], "draws from uniform (got 'levy')"),
