@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -135,47 +136,9 @@ def run(args: argparse.Namespace, comm) -> int:
         truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
         _batch_warnings(cfg, stages, params, groups, key, "rank" if domain is None else "data-parallel group")
-    say(
-        f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
-        f"| {cfg.model.name} {list(cfg.model.channels)} "
-        f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {len(params)} samples, "
-        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
-           f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
-        + f" | ranks {comm.size} x {threads} threads"
-        + ("" if domain is None else f" | each sample split {'x'.join(map(str, domain.splits))} "
-           f"over {domain.tiles} ranks, {domain.data_size} data-parallel group{'s' if domain.data_size > 1 else ''}")
-        + (f" | resuming from {resume_from} (step {start_step})" if resume_from else "")
-    )
-    visits = [s for s in stages if s.level < s.levels]
-    if len(visits) > 1:
-        mg = cfg.multigrid
-        how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
-        say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
-            + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
-                          for s in visits))
-    notice = defaults_notice(args.config, list(args.set or []), cfg)
-    if notice:
-        say(notice)
-    if len(visits) < len(stages):
-        s = stages[-1]
-        say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "
-            f"stage's correction B g1 / eps, the first frozen ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})")
-    if init_from is not None:
-        say(f"initial weights from {init_from} (--init-from)")
-    elif args.init_from is not None:
-        say(f"--init-from {args.init_from} not used: the run directory already holds this run's checkpoints")
-    if ckpt is not None:
-        how = "--resume" if args.resume else "found in the run directory, resuming automatically"
-        ranks = "" if ckpt.ranks == comm.size else (
-            f"; written by {ckpt.ranks} ranks, continuing on {comm.size} (the global batches do not depend on the ranks)"
-        )
-        say(f"checkpoint {resume_from} ({how}){ranks}")
-        if extended:
-            say(f"continuing with a longer schedule: {extended}")
-    on = "CPU" if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})"
-    sums = "flat (CUDA graph)" if cfg.parallel.cuda_graphs else cfg.parallel.gradsync
-    sums += ", bfloat16 between nodes" if cfg.parallel.grad_dtype == "bfloat16" else ""
-    say(f"MPI: {comm.library}; gradients: {sums}; device: {on}\n{_rank_report(comm, threads)}")
+    ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, run_dir=run_dir,
+                          config_text=to_toml(cfg), log=say)
+    _announce(cfg, args, ctx, problem, model, len(params), stages, (resume_from, ckpt, extended, init_from))
     if start_step >= total:
         say(f"the run is complete: {run_dir} finished its {total} steps ({resume_from}); nothing to train. "
             f"To train longer, give more epochs (--set train.epochs=N, or multigrid.epochs); evaluating it again")
@@ -186,10 +149,8 @@ def run(args: argparse.Namespace, comm) -> int:
 
         try:
             with stop_on_signals() as stop:
-                ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, stop, run_dir,
-                                      to_toml(cfg), say)
-                result = train(model, problem, params, cfg.train, ctx, resume=ckpt, stages=stages,
-                               level=level_models(cfg, model))
+                result = train(model, problem, params, cfg.train, dataclasses.replace(ctx, stop=stop), resume=ckpt,
+                               stages=stages, level=level_models(cfg, model))
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
@@ -198,11 +159,7 @@ def run(args: argparse.Namespace, comm) -> int:
             if not _out_of_memory(exc):
                 raise
             # One line, then every rank ends (the others may be waiting in a halo exchange or a sum).
-            split = f"each sample split {'x'.join(map(str, domain.splits))}" if domain is not None else "samples whole"
-            print(f"deepfusion: error: out of memory on rank {comm.rank} in a training step of the "
-                  f"{'x'.join(map(str, cfg.problem.resolution))} grid ({split}): split each sample "
-                  f"over more ranks (parallel.domain), give fewer samples per rank (train.batch_size, more ranks) "
-                  f"or recompute activations (model.checkpoint_activations = true)", file=sys.stderr, flush=True)
+            print(_out_of_memory_line(cfg, comm, domain), file=sys.stderr, flush=True)
             if comm.size > 1:
                 comm.abort(EXIT_OUT_OF_MEMORY)
             return EXIT_OUT_OF_MEMORY
@@ -231,6 +188,67 @@ def run(args: argparse.Namespace, comm) -> int:
         evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
                      pred=pred)
     return 0
+
+
+def _announce(cfg: Config, args: argparse.Namespace, ctx, problem, model, samples: int, stages,
+              start: tuple) -> None:
+    """Rank 0's opening lines: the run, its schedule, defaults taken, where it starts from, the ranks.
+    ``start`` is (checkpoint path, checkpoint, a longer schedule's line, --init-from's path)."""
+    import torch
+
+    resume_from, ckpt, extended, init_from = start
+    say = ctx.log
+    say(
+        f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
+        f"| {cfg.model.name} {list(cfg.model.channels)} "
+        f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {samples} samples, "
+        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
+           f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
+        + f" | ranks {ctx.comm.size} x {ctx.threads} threads"
+        + ("" if ctx.domain is None else f" | each sample split {'x'.join(map(str, ctx.domain.splits))} "
+           f"over {ctx.domain.tiles} ranks, {ctx.domain.data_size} data-parallel group{'s' if ctx.domain.data_size > 1 else ''}")
+        + (f" | resuming from {resume_from} (step {ckpt.step})" if resume_from else "")
+    )
+    visits = [s for s in stages if s.level < s.levels]
+    if len(visits) > 1:
+        mg = cfg.multigrid
+        how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
+        say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
+            + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
+                          for s in visits))
+    notice = defaults_notice(args.config, list(args.set or []), cfg)
+    if notice:
+        say(notice)
+    if len(visits) < len(stages):
+        s = stages[-1]
+        say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "
+            f"stage's correction B g1 / eps, the first frozen ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})")
+    if init_from is not None:
+        say(f"initial weights from {init_from} (--init-from)")
+    elif args.init_from is not None:
+        say(f"--init-from {args.init_from} not used: the run directory already holds this run's checkpoints")
+    if ckpt is not None:
+        how = "--resume" if args.resume else "found in the run directory, resuming automatically"
+        ranks = "" if ckpt.ranks == ctx.comm.size else (
+            f"; written by {ckpt.ranks} ranks, continuing on {ctx.comm.size} (the global batches do not depend on the ranks)"
+        )
+        say(f"checkpoint {resume_from} ({how}){ranks}")
+        if extended:
+            say(f"continuing with a longer schedule: {extended}")
+    device = next(model.parameters()).device
+    on = "CPU" if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})"
+    sums = "flat (CUDA graph)" if cfg.parallel.cuda_graphs else cfg.parallel.gradsync
+    sums += ", bfloat16 between nodes" if cfg.parallel.grad_dtype == "bfloat16" else ""
+    say(f"MPI: {ctx.comm.library}; gradients: {sums}; device: {on}\n{_rank_report(ctx.comm, ctx.threads)}")
+
+
+def _out_of_memory_line(cfg: Config, comm, domain) -> str:
+    """The one line an allocation failure in a training step ends the job with."""
+    split = f"each sample split {'x'.join(map(str, domain.splits))}" if domain is not None else "samples whole"
+    return (f"deepfusion: error: out of memory on rank {comm.rank} in a training step of the "
+            f"{'x'.join(map(str, cfg.problem.resolution))} grid ({split}): split each sample over more ranks "
+            f"(parallel.domain), give fewer samples per rank (train.batch_size, more ranks) or recompute "
+            f"activations (model.checkpoint_activations = true)")
 
 
 def _training_instances(cfg: Config, problem) -> np.ndarray:
