@@ -18,10 +18,10 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
     The seconds are the run's own clock (``metrics.jsonl``'s ``elapsed_s``, interpolated
     between logged steps), so evaluating the checkpoints afterwards costs the run nothing.
     """
-    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
-    from deepfusion.configuration.config import load_config
     from deepfusion.analysis.inference import predict, relative_l2
+    from deepfusion.configuration.config import load_config
     from deepfusion.configuration.wiring import build_model, build_problem
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
     cfg = load_config(run / "config.toml")
     problem = build_problem(cfg)

@@ -49,10 +49,10 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     import numpy as np
     import torch
 
-    from deepfusion.parallel.comm import world
     from deepfusion.configuration.config import ParallelConfig, TrainConfig
-    from deepfusion.parallel.halo import DomainSplit
     from deepfusion.configuration.registry import family_class
+    from deepfusion.parallel.comm import world
+    from deepfusion.parallel.halo import DomainSplit
     from deepfusion.training.trainer import TrainingContext, train
     from diffnet.networks import UNet
 

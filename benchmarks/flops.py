@@ -76,8 +76,8 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
-    from deepfusion.training.stepper import training_step
     from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
+    from deepfusion.training.stepper import training_step
 
     problem = build_problem(cfg)
     model = build_model(cfg, problem).to(device).train()

@@ -46,10 +46,10 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args()
 
+    from deepfusion.configuration.wiring import level_models, training_parameters
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.files.rundir import run_config, trained_model
     from deepfusion.training.schedule import build_schedule
-    from deepfusion.configuration.wiring import level_models, training_parameters
     from diffnet.galerkin import GalerkinLevel
 
     cfg = run_config(args.run_dir)

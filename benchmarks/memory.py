@@ -53,8 +53,8 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     import torch
 
     from deepfusion.configuration.config import load_config
-    from deepfusion.training.stepper import training_step
     from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
+    from deepfusion.training.stepper import training_step
 
     torch.set_num_threads(threads)
     dims = len(load_config(config).problem.resolution)  # a 3-D family's grid is grid^3

@@ -44,8 +44,8 @@ def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
 def curve(run: Path) -> dict:
     """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
     from deepfusion.configuration.config import load_config
-    from deepfusion.files.fields import read_fields
     from deepfusion.configuration.wiring import heldout_parameters
+    from deepfusion.files.fields import read_fields
 
     cfg = load_config(run / "config.toml")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

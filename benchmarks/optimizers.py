@@ -195,8 +195,8 @@ def summary(runs: list[dict]) -> dict:
 
 
 def study(problem: str, args, work: Path) -> dict:
-    from deepfusion.configuration.config import load_config
     from deepfusion.analysis.inference import against_floor
+    from deepfusion.configuration.config import load_config
     from deepfusion.configuration.wiring import build_problem, heldout_parameters
 
     n_train = args.poisson_n_train if problem == "poisson" else None

@@ -199,8 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     each field over the ranks) works on all ranks; the other commands run on rank 0 alone. User errors are agreed on collectively and reported
     once (status 2); any other exception on one rank aborts the whole job.
     """
-    from deepfusion.parallel.comm import abort_on_error, world
     from deepfusion.commands import user_errors
+    from deepfusion.parallel.comm import abort_on_error, world
     from deepfusion.parallel.runtime import use_huge_pages
 
     use_huge_pages()

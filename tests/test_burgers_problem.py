@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.problems.burgers import BurgersProblem, initial_condition
 from diffnet.finite_difference import central_residual as residual
+from diffnet.problems.burgers import BurgersProblem, initial_condition
 
 
 def test_exact_construction_imposes_ic_and_bc():

@@ -54,8 +54,8 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
 @pytest.mark.float32
 def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     run_dir, _ = poisson_run
-    from deepfusion.configuration.wiring import build_problem
     from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import build_problem
 
     with h5py.File(run_dir / "test_prediction.h5") as f:
         a, expected = f["a"][()], f["u"][()]

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, float32_atol, run_cli, train_once
-from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.configuration.config import load_config
+from deepfusion.files.checkpoint import load_checkpoint
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT, run_cli, tiny, train_once
 from deepfusion.analysis.compare import time_inference
 from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, sweep
-from diffnet.problems.burgers import BurgersProblem
 from diffnet.family import sample_box
+from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 
 POISSON = str(ROOT / "configs" / "poisson.toml")

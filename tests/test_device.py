@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, run_cli
-from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.configuration.config import ConfigError, load_config
+from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.parallel.reducers import MPIReducer, StagedReducer, make_reducer
 from deepfusion.parallel.runtime import DeviceError, select_device
 

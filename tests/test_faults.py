@@ -203,8 +203,8 @@ def test_absurd_learning_rate_ends_with_status_3_and_a_good_checkpoint(tmp_path)
 def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     import torch
 
-    from deepfusion.parallel.comm import SerialCommunicator
     from deepfusion.configuration.config import load_config, to_toml
+    from deepfusion.parallel.comm import SerialCommunicator
     from deepfusion.training.signals import StopRequest
     from deepfusion.training.trainer import TrainingContext, train
     from diffnet.networks import build_network

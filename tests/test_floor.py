@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from deepfusion.analysis.evaluate import against_floor, relative_l2
+from diffnet.finite_difference import central_residual as residual
 from diffnet.finite_volume import conservative_residual
 from diffnet.problems.burgers import BurgersProblem
-from diffnet.finite_difference import central_residual as residual
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.solvers.conservative import solve_scheme
 from diffnet.solvers.newton import least_squares_solve, newton_solve, sparse_jacobian

@@ -11,8 +11,8 @@ import torch
 from conftest import ROOT, TINY_POISSON, run_cli
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
-from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices, two_loop
 from deepfusion.parallel.runtime import find_mpiexec
+from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices, two_loop
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # A few-second Poisson run on 16 x 16 nodes in float64.

@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT, TINY_POISSON, run_cli
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
-from deepfusion.training.lbfgs import GlobalObjective
 from deepfusion.parallel.runtime import find_mpiexec
+from deepfusion.training.lbfgs import GlobalObjective
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 SMALL = TINY_POISSON  # trained in float32, the default

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.configuration.config import TrainConfig
+from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.training.trainer import TrainingContext, TrainingDiverged, learning_rate, train
 from diffnet.networks import UNet
 from diffnet.problems.burgers import BurgersProblem

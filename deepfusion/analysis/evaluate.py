@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
-from deepfusion.files.fields import write_fields
 from deepfusion.analysis.inference import FloorReport, against_floor, predict, relative_l2
 from deepfusion.configuration.wiring import field_attrs, heldout_parameters
+from deepfusion.files.fields import write_fields
 from diffnet.preconditioned import error_estimate
 from diffnet.stages import TwoStage
 

@@ -15,10 +15,10 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_fields
     from deepfusion.files.rundir import run_config
     from deepfusion.surrogate import Surrogate
-    from deepfusion.configuration.wiring import field_attrs
 
     run_dir = Path(args.run_dir)
     run_config(run_dir)  # "not a run directory" before anything else

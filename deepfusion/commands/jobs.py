@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from deepfusion.configuration.config import load_config
-from deepfusion.parallel.domain import unet_alignment
 from deepfusion.inputs import InputError
+from deepfusion.parallel.domain import unet_alignment
 
 __all__ = ["run"]
 
@@ -35,9 +35,9 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _domain(args: argparse.Namespace, cfg) -> tuple[int, ...] | None:
     """The domain split ``--memory-per-node`` asks for (None: the config's own, or none needed)."""
+    from deepfusion.configuration.wiring import training_bytes_per_sample
     from deepfusion.jobs import JobError, size_domain
     from deepfusion.training.schedule import build_schedule
-    from deepfusion.configuration.wiring import training_bytes_per_sample
 
     if args.memory_per_node is None:
         return None

@@ -19,9 +19,9 @@ def _progress(k: int, n: int) -> None:
 
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.configuration.config import family_table, load_config, parse_override
-    from deepfusion.files.fields import write_fields
     from deepfusion.configuration.registry import FamilyError, family_class
     from deepfusion.configuration.wiring import build_problem, field_attrs
+    from deepfusion.files.fields import write_fields
 
     check_output_file(args.out)
     try:

@@ -14,9 +14,9 @@ import numpy as np
 
 from deepfusion.commands import agree, warn
 from deepfusion.configuration.config import Config, defaults_notice, load_config, to_toml
-from deepfusion.inputs import InputError
-from deepfusion.files.rundir import initial_weights, resume_point, trained_seconds
 from deepfusion.configuration.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
+from deepfusion.files.rundir import initial_weights, resume_point, trained_seconds
+from deepfusion.inputs import InputError
 
 __all__ = ["run"]
 
@@ -91,10 +91,10 @@ def run(args: argparse.Namespace, comm) -> int:
 
     import torch
 
+    from deepfusion.files.rundir import truncate_metrics
     from deepfusion.parallel.gradsync import ParameterDrift
     from deepfusion.parallel.halo import DomainSplit, data_group
     from deepfusion.parallel.partition import local_batch_size
-    from deepfusion.files.rundir import truncate_metrics
     from deepfusion.training.schedule import build_schedule, total_steps
     from deepfusion.training.trainer import TrainingContext, TrainingDiverged, train
 

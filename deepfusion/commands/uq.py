@@ -49,11 +49,11 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.analysis.uq import draw_parameters, run_study
+    from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_statistics
     from deepfusion.files.rundir import run_config
     from deepfusion.surrogate import Surrogate
-    from deepfusion.analysis.uq import draw_parameters, run_study
-    from deepfusion.configuration.wiring import field_attrs
 
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
@@ -125,11 +125,11 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
+    from deepfusion.analysis.compare import measure_classical
     from deepfusion.analysis.equal_accuracy import break_even
-    from deepfusion.files.rundir import training_time
     from deepfusion.analysis.inference import relative_l2
     from deepfusion.analysis.uq import Moments, run_study
-    from deepfusion.analysis.compare import measure_classical
+    from deepfusion.files.rundir import training_time
 
     method, grid, target = _classical(surrogate, print)
 

@@ -11,9 +11,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.parallel.domain import check_split
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import first_order, has_lbfgs
+from deepfusion.parallel.domain import check_split
 from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 

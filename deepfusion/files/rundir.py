@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Callable
 
 from deepfusion.configuration.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
+from deepfusion.configuration.schema import has_lbfgs
 from deepfusion.inputs import InputError
 from deepfusion.training.schedule import adam_steps, build_schedule, stage_at, total_steps
-from deepfusion.configuration.schema import has_lbfgs
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
            "extension", "initial_weights", "trained_seconds", "truncate_metrics", "trained_model"]
@@ -194,8 +194,8 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
     alone gives the config stored in it. The checkpoint must belong to the config's problem
     and model.
     """
-    from deepfusion.files.checkpoint import latest_valid_checkpoint, load_checkpoint
     from deepfusion.configuration.wiring import build_model, build_problem
+    from deepfusion.files.checkpoint import latest_valid_checkpoint, load_checkpoint
 
     source = Path(source)
     if source.is_file() and checkpoint is None:

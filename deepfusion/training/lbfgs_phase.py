@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.configuration.config import TrainConfig
+from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.parallel.gradsync import check_parameters
-from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.training.context import TrainingContext
+from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
 from deepfusion.training.schedule import adam_steps as first_order_steps
 from deepfusion.training.stepper import loss_sum
 

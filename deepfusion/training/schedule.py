@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepfusion.configuration.config import Config, TrainConfig
-from deepfusion.parallel.partition import steps_per_epoch
 from deepfusion.configuration.schema import first_order, has_lbfgs
+from deepfusion.parallel.partition import steps_per_epoch
 
 __all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
 

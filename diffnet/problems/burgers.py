@@ -9,10 +9,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.finite_volume import conservative_residual, implicit_diffusion_inverse
 from diffnet.family import Family, ParameterSpec
-from diffnet.options import all_positive, interval, nonnegative, one_of, option, positive
 from diffnet.finite_difference import central_residual
+from diffnet.finite_volume import conservative_residual, implicit_diffusion_inverse
+from diffnet.options import all_positive, interval, nonnegative, one_of, option, positive
 
 __all__ = [
     "BurgersOptions",

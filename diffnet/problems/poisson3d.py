@@ -21,8 +21,8 @@ from diffnet.classical import Q1Classical
 from diffnet.constants import constant
 from diffnet.energy3d import dirichlet_energy_3d, dirichlet_stencil_3d
 from diffnet.family import Family
-from diffnet.options import integer_in, option
 from diffnet.kl import kl_basis
+from diffnet.options import integer_in, option
 from diffnet.problems.poisson import KLCoefficients, KLOptions, LiftedEnergy
 
 __all__ = ["KL3DOptions", "Poisson3D"]

@@ -25,8 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from diffnet.solvers import matrix_stencil as kernels
-from diffnet.solvers.q1 import coarse_q1_stencil
 from diffnet.solvers.matrix_stencil import interpolation_weights
+from diffnet.solvers.q1 import coarse_q1_stencil
 
 if TYPE_CHECKING:  # the systems build their multigrid: the type only, for the annotations
     from diffnet.solvers.poisson import FEMSystem

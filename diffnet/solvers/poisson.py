@@ -16,8 +16,8 @@ import scipy.sparse as sp
 
 from diffnet.energy import ELEMENT_NODES, gauss_basis
 from diffnet.solvers.gmg import GMGSolver
-from diffnet.solvers.q1 import coarse_q1_stencil, q1_matrix_stencil
 from diffnet.solvers.matrix_stencil import apply_dirichlet, to_csr
+from diffnet.solvers.q1 import coarse_q1_stencil, q1_matrix_stencil
 
 __all__ = ["FEMSystem", "assemble", "coarse_q1_stencil", "dirichlet_system", "poisson_system", "reaction_diffusion_system",
            "poisson_fem", "reaction_diffusion_fem"]
