@@ -58,9 +58,10 @@ def kl_basis(eta: float, m: int, axes: Sequence[np.ndarray], exponent: float) ->
     order the 2-D and 3-D families always used, so their fields are unchanged bit for bit.
     """
     d = len(axes)
-    lam, _ = kl_modes(eta, m, axes[0])
-    out = (lam if exponent == 1.0 else lam**exponent).reshape((m,) + (1,) * d)
+    out = None
     for k, s in enumerate(axes):
-        _, phi = kl_modes(eta, m, s)
+        lam, phi = kl_modes(eta, m, s)  # the eigenvalues do not depend on the axis
+        if out is None:
+            out = (lam**exponent).reshape((m,) + (1,) * d)
         out = out * phi.reshape((m,) + (1,) * k + (len(s),) + (1,) * (d - 1 - k))
     return out

@@ -53,7 +53,7 @@ def test_poisson_sweep_finds_the_grid_with_a_known_error():
     a = sample_box(-3.0, 3.0, (6,), 2, "random", 5)
     truth = problem.truth(a)
     from deepfusion.analysis.compare import classical_sweep
-    from deepfusion.analysis.evaluate import relative_l2
+    from deepfusion.analysis.inference import relative_l2
 
     direct = relative_l2(problem.reference(a, method="direct"), truth).mean()
     points = classical_sweep(problem, a, truth, 1.02 * direct, say=lambda line: None)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deepfusion.analysis.evaluate import against_floor, relative_l2
+from deepfusion.analysis.inference import against_floor, relative_l2
 from diffnet.finite_difference import central_residual as residual
 from diffnet.finite_volume import conservative_residual
 from diffnet.problems.burgers import BurgersProblem

@@ -1,8 +1,7 @@
 """A finished run's evaluation: its held-out fields against the reference and the floor, the
 error's structure and estimate, ``eval.json``, the field files, the table and the plots.
 
-The inference primitives live in :mod:`deepfusion.analysis.inference` (re-exported here, their
-earlier home).
+The inference primitives it uses live in :mod:`deepfusion.analysis.inference`.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from deepfusion.files.fields import write_fields
 from diffnet.preconditioned import error_estimate
 from diffnet.stages import TwoStage
 
-__all__ = ["predict", "relative_l2", "FloorReport", "against_floor", "evaluate_run"]
+__all__ = ["evaluate_run"]
 
 
 def _labels(problem, params: np.ndarray) -> list[str]:

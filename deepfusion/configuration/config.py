@@ -13,7 +13,7 @@ from typing import Any
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import first_order, has_lbfgs
-from deepfusion.parallel.domain import check_split
+from deepfusion.parallel.domain import check_split, split_of
 from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 
@@ -163,7 +163,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
                                     ("cuda_graphs", par.cuda_graphs, False)):
             if value != default:
                 raise ConfigError(f"parallel.{key}: applies to parallel.device = 'cuda' only (got {_show(value)})")
-    if par.domain and math.prod(par.domain) > 1:
+    if split_of(cfg) is not None:
         _domain_checks(cfg, family)
     if par.cuda_graphs and has_lbfgs(cfg.train.optimizer):
         raise ConfigError("parallel.cuda_graphs: the graphed step is a first-order one; use train.optimizer = "

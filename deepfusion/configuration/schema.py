@@ -42,6 +42,10 @@ def has_lbfgs(optimizer: str) -> bool:
     return OPTIMIZERS[optimizer][1]
 
 
+def _nonempty(v: str) -> str | None:
+    return None if v.strip() else "must not be empty"
+
+
 def _resolution(v: tuple[int, ...]) -> str | None:
     if len(v) not in (2, 3) or any(n < 3 for n in v):
         return "must be two (3-D: three) node counts, each >= 3, e.g. [64, 64]"
@@ -73,7 +77,7 @@ def _key(check=None, *, default, doc: str):
 class ProblemConfig:
     """``[problem]``: which PDE family, on which grid (the family's own keys are in its table)."""
 
-    family: str = _key(lambda v: None if v.strip() else "must not be empty", default=DEFAULT_FAMILY,
+    family: str = _key(_nonempty, default=DEFAULT_FAMILY,
         doc="the PDE family: a registered name (built-in or installed, see docs/families.md) or "
             "`\"package.module:Class\"`; its keys go in a table of its name")
     resolution: tuple[int, ...] = _key(_resolution, default=(64, 64),
@@ -88,7 +92,7 @@ class DataConfig:
         doc="training instances")
     n_test: int = _key(_positive, default=5,
         doc="held-out random instances (for a family without a fixed held-out set, e.g. `burgers.test_c` empty)")
-    sampling: str = _key(lambda v: None if v.strip() else "must not be empty", default="uniform",
+    sampling: str = _key(_nonempty, default="uniform",
         doc="how the training instances are drawn, one of the family's `samplings`: every family knows `uniform` (equispaced; for m parameters a tensor grid, n_train = k^m), `random` and `sobol` (scrambled); a family may add its own (Burgers: `list`, its fixed `burgers.c_values`)")
     seed: int = _key(_nonnegative, default=0,
         doc="seeds sampling, the per-epoch permutation and the initial weights")
@@ -258,7 +262,7 @@ class ParallelConfig:
 class OutputConfig:
     """``[output]``: where the run directory goes and whether to draw plots."""
 
-    dir: str = _key(lambda v: None if v.strip() else "must not be empty", default="runs/diffnet",
+    dir: str = _key(_nonempty, default="runs/diffnet",
         doc="run directory (`--out` overrides)")
     plots: bool = _key(default=True,
         doc="write PNG plots")

@@ -225,9 +225,7 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
 
 def training_time(run_dir: Path) -> tuple[float | None, int | None]:
     """The run's training wall-clock seconds (eval.json) and its ranks (metrics.jsonl), where recorded."""
-    seconds = ranks = None
-    if (run_dir / "eval.json").is_file():
-        seconds = json.loads((run_dir / "eval.json").read_text()).get("train_seconds")
+    seconds, ranks = trained_seconds(run_dir), None
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         lines = [line for line in metrics.read_text().splitlines() if line.strip()]
