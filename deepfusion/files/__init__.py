@@ -2,5 +2,7 @@
 directory (its config, the checkpoint to continue from, what a continued run may change) and the
 plots.
 
-May import: :mod:`deepfusion.configuration` and diffnet; never the training loop or the analysis.
+May import: :mod:`deepfusion.configuration`, diffnet, and the schedule's pure functions
+(:mod:`deepfusion.training.schedule`: a continued run's schedule is compared with the saved one);
+never the training loop itself or the analysis.
 """
