@@ -30,8 +30,8 @@ _EXPORTS = {
     "at_gauss_points": "diffnet.energy",
     "dirichlet_energy": "diffnet.energy",
     "reaction_diffusion_energy": "diffnet.energy",
-    "dirichlet_system": "diffnet.solvers.poisson",
-    "FEMSystem": "diffnet.solvers.poisson",
+    "dirichlet_system": "diffnet.solvers.fem",
+    "FEMSystem": "diffnet.solvers.fem",
 }
 
 __all__ = list(_EXPORTS)

@@ -54,8 +54,7 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
     """
     if method not in Q1_METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
-    dims = len(problem.resolution)
-    coarse = dataclasses.replace(problem, resolution=(grid,) * dims)
+    coarse = dataclasses.replace(problem, resolution=(grid,) * len(problem.resolution))
 
     def fem(params: np.ndarray) -> np.ndarray:
         system = coarse.fem_system(params)
@@ -64,8 +63,6 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
 
             ml = pyamg.smoothed_aggregation_solver(system.A)
             u = ml.solve(system.rhs, tol=1e-8, accel="cg", maxiter=500)
-            if dims == 3:  # the 3-D system's unknowns are its free nodes
-                return system.full(u)
             u[system.fixed] = system.values[system.fixed]
             return u.reshape(system.shape)
         return system.multigrid().fmg(cycles=1, to_discretisation=method == "fmg")

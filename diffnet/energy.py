@@ -1,16 +1,21 @@
-"""Q1 finite elements on the pixel grid: 2x2 Gauss quadrature as convolutions, and energies.
+"""Q1 finite elements on the node grid in any dimension: 2^d-point Gauss quadrature as convolutions,
+and energies.
 
-Each cell between four neighbouring nodes is one bilinear (Q1) element. A 2x2
-convolution over the nodal field gives, for every element at once, the value or a
-derivative of the interpolant at one Gauss point, so an integral over the domain is a
-weighted sum of convolution outputs. With the 2x2 Gauss rule the integrals below are
-exact for a bilinear diffusivity, which is why minimising these energies over nodal
-values gives exactly the Q1 finite-element solution assembled by
-:mod:`diffnet.solvers.poisson` from the same :func:`gauss_basis`.
+Each cell between 2^d neighbouring nodes is one multilinear (Q1) element: bilinear on the
+pixels of a 2-D grid, trilinear on the voxels of a 3-D one. A 2x2 (2x2x2) convolution over the
+nodal field gives, for every element at once, the value or a derivative of the interpolant at
+one Gauss point, so an integral over the domain is a weighted sum of convolution outputs. With
+the tensor-product 2-point Gauss rule the integrals below are exact for a multilinear
+coefficient, which is why minimising these energies over nodal values gives exactly the Q1
+finite-element solution assembled by :mod:`diffnet.solvers.fem` from the same :func:`gauss_basis`.
+
+The dimension lives in the grid: a field (S, N_y, N_x) with spacings (h_x, h_y), or
+(S, N_z, N_y, N_x) with (h_x, h_y, h_z); the spacings are given x first, the axes outermost first.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -18,10 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.constants import constant
-from diffnet.precision import conv2d, no_tf32
+from diffnet.precision import conv, no_tf32
 
 __all__ = [
     "ELEMENT_NODES",
+    "element_nodes",
     "gauss_basis",
     "at_gauss_points",
     "quadratic_energy",
@@ -32,43 +38,66 @@ __all__ = [
     "reaction_diffusion_stencil",
 ]
 
-# An element's nodes as (dy, dx) offsets from its lower-left node: the order of gauss_basis's
-# columns, and of every element matrix built from it (diffnet/solvers/).
-ELEMENT_NODES = ((0, 0), (0, 1), (1, 0), (1, 1))
-
 # Gauss points of the 2-point rule on [0, 1]; each carries weight 1/2.
 _G = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
 
 
-def gauss_basis(hx: float, hy: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """The bilinear basis on one element, evaluated at its four Gauss points.
+def element_nodes(dims: int) -> tuple[tuple[int, ...], ...]:
+    """An element's nodes as offsets from its lowest corner, one per axis outermost first ((dy, dx) in
+    2-D, (dz, dy, dx) in 3-D), the last axis fastest: the order of :func:`gauss_basis`'s columns, of a
+    2^d convolution kernel read row-major, and of every element matrix built from them (diffnet/solvers/)."""
+    return tuple(itertools.product((0, 1), repeat=dims))
 
-    Element nodes are ordered (0,0), (0,1), (1,0), (1,1) as (dy, dx) offsets from the
-    element's lower-left node; Gauss points likewise, (eta, xi) with xi along x.
+
+# The bilinear element's nodes, (dy, dx).
+ELEMENT_NODES = element_nodes(2)
+
+
+def gauss_basis(*spacing: float) -> tuple[np.ndarray, ...]:
+    """The multilinear basis on one element, evaluated at its 2^d Gauss points.
+
+    Parameters
+    ----------
+    *spacing : float
+        The node spacings, x first: ``(hx, hy)`` for the bilinear element, ``(hx, hy, hz)`` for the
+        trilinear one.
 
     Returns
     -------
-    values, grad_x, grad_y : numpy.ndarray
-        Shape (4 Gauss points, 4 nodes): N_a, dN_a/dx, dN_a/dy at each point.
+    values, grad_x, grad_y[, grad_z] : numpy.ndarray
+        Shape (2^d Gauss points, 2^d nodes): N_a and its derivatives at each point. Nodes are ordered
+        as :func:`element_nodes`; Gauss points likewise (the last axis, x, fastest).
     weight : float
-        The quadrature weight of every point including the Jacobian, hx * hy / 4.
+        The quadrature weight of every point including the Jacobian, prod(h) / 2^d.
     """
-    values = np.empty((4, 4))
-    gx = np.empty((4, 4))
-    gy = np.empty((4, 4))
-    for q, (eta, xi) in enumerate((e, x) for e in _G for x in _G):
-        for a, (dy, dx) in enumerate(ELEMENT_NODES):
-            fx = xi if dx else 1.0 - xi
-            fy = eta if dy else 1.0 - eta
-            values[q, a] = fx * fy
-            gx[q, a] = (1.0 if dx else -1.0) * fy / hx
-            gy[q, a] = (1.0 if dy else -1.0) * fx / hy
-    return values, gx, gy, hx * hy / 4.0
+    dims = len(spacing)
+    if dims not in (2, 3):
+        raise ValueError(f"need 2 or 3 spacings (x first), got {len(spacing)}")
+    nodes = element_nodes(dims)
+    values = np.empty((2**dims, 2**dims))
+    grads = [np.empty((2**dims, 2**dims)) for _ in range(dims)]
+    for q, point in enumerate(itertools.product(_G, repeat=dims)):
+        xs = point[::-1]  # the point's coordinates x first
+        for a, node in enumerate(nodes):
+            corner = node[::-1]
+            f = [x if c else 1.0 - x for x, c in zip(xs, corner)]  # the 1-D factors, x first
+            v = 1.0
+            for fk in f:
+                v *= fk
+            values[q, a] = v
+            for k in range(dims):  # d/dx_k: the k-th factor's slope times the others, x first
+                g = 1.0 if corner[k] else -1.0
+                for j in range(dims):
+                    if j != k:
+                        g *= f[j]
+                grads[k][q, a] = g / spacing[k]
+    return (values, *grads, math.prod(spacing) / 2**dims)
 
 
 def _kernels(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """(Q, 4) basis rows as Q conv2d kernels of shape (Q, 1, 2, 2)."""
-    return constant(("q1 rows", rows.shape, rows.tobytes()), lambda: rows.reshape(-1, 1, 2, 2), like)
+    """(Q, 2^d) basis rows as Q convolution kernels of shape (Q, 1, 2, ..., 2)."""
+    dims = like.ndim - 1
+    return constant(("q1 rows", rows.shape, rows.tobytes()), lambda: rows.reshape(-1, 1, *(2,) * dims), like)
 
 
 def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
@@ -77,16 +106,16 @@ def at_gauss_points(field: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     Parameters
     ----------
     field : torch.Tensor
-        Nodal values, shape (S, N_y, N_x).
+        Nodal values, shape (S, *grid), ``grid`` 2-D or 3-D.
     rows : numpy.ndarray
-        (Q, 4) weights on the element's nodes (rows of :func:`gauss_basis` outputs).
+        (Q, 2^d) weights on the element's nodes (rows of :func:`gauss_basis` outputs).
 
     Returns
     -------
     torch.Tensor
-        Shape (S, Q, N_y - 1, N_x - 1).
+        Shape (S, Q, *(n - 1 for n in grid)).
     """
-    return conv2d(field[:, None], _kernels(rows, field))
+    return conv(field[:, None], _kernels(rows, field))
 
 
 def _conv(dims: int):
@@ -111,29 +140,29 @@ class _QuadraticEnergy(torch.autograd.Function):
     def forward(ctx, u: torch.Tensor, coeff: torch.Tensor, interp: torch.Tensor, ops: torch.Tensor) -> torch.Tensor:
         # u, coeff: (S, 1, *grid); interp: (Q, 1, 1, 2, 2[, 2]); ops: (Q, D, 1, 2, 2[, 2]).
         ctx.save_for_backward(u, coeff, interp, ops)
-        conv, _ = _conv(u.ndim - 2)
+        convolve, _ = _conv(u.ndim - 2)
         total = u.new_zeros(u.shape[0])
         with no_tf32():
             for q in range(ops.shape[0]):
-                c_q = conv(coeff, interp[q])
-                total += (c_q * conv(u, ops[q]).square()).sum(dim=tuple(range(1, u.ndim)))
+                c_q = convolve(coeff, interp[q])
+                total += (c_q * convolve(u, ops[q]).square()).sum(dim=tuple(range(1, u.ndim)))
         return 0.5 * total
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         u, coeff, interp, ops = ctx.saved_tensors
-        conv, conv_input = _conv(u.ndim - 2)
+        convolve, convolve_input = _conv(u.ndim - 2)
         need_u, need_c = ctx.needs_input_grad[:2]
         grad_u = torch.zeros_like(u) if need_u else None
         grad_c = torch.zeros_like(coeff) if need_c else None
         with no_tf32():
             for q in range(ops.shape[0]):
-                c_q = conv(coeff, interp[q])
-                du = conv(u, ops[q])
+                c_q = convolve(coeff, interp[q])
+                du = convolve(u, ops[q])
                 if need_u:
-                    grad_u += conv_input(u.shape, ops[q], c_q * du)
+                    grad_u += convolve_input(u.shape, ops[q], c_q * du)
                 if need_c:
-                    grad_c += conv_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
+                    grad_c += convolve_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
         scale = grad.reshape(-1, *([1] * (u.ndim - 1)))
         return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
 
@@ -172,17 +201,15 @@ def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndar
         (S, 3^d, *grid): entry k at node i is H[i, i + o_k], the offsets o_k in
         ``itertools.product((-1, 0, 1), repeat=d)`` order (:mod:`diffnet.vcycle`'s layout).
     """
-    import itertools
-
     dims = coeff.ndim - 1
     corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order
     offsets = list(itertools.product((-1, 0, 1), repeat=dims))
     pairs = np.einsum("dqa,dqb->qab", np.stack(ops), np.stack(ops))  # (Q, nodes, nodes): sum_d D_qa D_qb
-    conv, _ = _conv(dims)
+    convolve, _ = _conv(dims)
     kernel = (2,) * dims
     c = coeff[:, None]
     with no_tf32():
-        c_q = [conv(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
+        c_q = [convolve(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
                for row in interp]
     grid = coeff.shape[1:]
     stencil = coeff.new_zeros(coeff.shape[0], len(offsets), *grid)
@@ -197,36 +224,46 @@ def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndar
     return stencil
 
 
-def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, hx: float, hy: float) -> torch.Tensor:
+def _basis(u: torch.Tensor, spacing: tuple[float, ...]) -> tuple[np.ndarray, list[np.ndarray], float]:
+    """gauss_basis(*spacing) as (values, gradients, weight), checked against u's grid (S, *grid)."""
+    if len(spacing) != u.ndim - 1:
+        raise ValueError(f"need one spacing per axis of the grid {tuple(u.shape[1:])} (x first), got {len(spacing)}")
+    values, *grads, w = gauss_basis(*spacing)
+    return values, grads, w
+
+
+def dirichlet_energy(u: torch.Tensor, nu: torch.Tensor, *spacing: float) -> torch.Tensor:
     """J(u) = integral of 1/2 nu |grad u|^2 over the Q1 elements, per sample.
 
     Parameters
     ----------
     u, nu : torch.Tensor
-        Nodal field and nodal diffusivity, shape (S, N_y, N_x); nu is interpolated
-        bilinearly to the Gauss points.
-    hx, hy : float
-        Node spacings.
+        Nodal field and nodal diffusivity, shape (S, N_y, N_x) or (S, N_z, N_y, N_x); nu is
+        interpolated multilinearly to the Gauss points.
+    *spacing : float
+        Node spacings, x first: ``hx, hy`` (and ``hz``).
 
     Returns
     -------
     torch.Tensor
         Shape (S,). Equals 1/2 u^T K u with K the Q1 stiffness matrix of nu.
     """
-    values, gx, gy, w = gauss_basis(hx, hy)
-    return w * quadratic_energy(u, nu, values, [gx, gy])
+    if nu.shape != u.shape:
+        raise ValueError(f"need u and nu of one shape, got {tuple(u.shape)} and {tuple(nu.shape)}")
+    values, grads, w = _basis(u, spacing)
+    return w * quadratic_energy(u, nu, values, grads)
 
 
-def dirichlet_stencil(nu: torch.Tensor, hx: float, hy: float) -> torch.Tensor:
-    """The Hessian of :func:`dirichlet_energy` (the Q1 stiffness matrix K of nu) as a 9-point stencil (S, 9, N_y, N_x)."""
-    values, gx, gy, w = gauss_basis(hx, hy)
-    return w * quadratic_stencil(nu, values, [gx, gy])
+def dirichlet_stencil(nu: torch.Tensor, *spacing: float) -> torch.Tensor:
+    """The Hessian of :func:`dirichlet_energy` (the Q1 stiffness matrix K of nu) as a 3^d-point stencil (S, 3^d, *grid)."""
+    values, grads, w = _basis(nu, spacing)
+    return w * quadratic_stencil(nu, values, grads)
 
 
-def reaction_diffusion_stencil(nu: torch.Tensor, kappa: float, hx: float, hy: float) -> torch.Tensor:
-    """The Hessian of :func:`reaction_diffusion_energy`, K + kappa^2 M, as a 9-point stencil (S, 9, N_y, N_x)."""
-    values, gx, gy, w = gauss_basis(hx, hy)
-    return w * (quadratic_stencil(nu, values, [gx, gy]) + kappa**2 * quadratic_stencil(torch.ones_like(nu), values, [values]))
+def reaction_diffusion_stencil(nu: torch.Tensor, kappa: float, *spacing: float) -> torch.Tensor:
+    """The Hessian of :func:`reaction_diffusion_energy`, K + kappa^2 M, as a 3^d-point stencil (S, 3^d, *grid)."""
+    values, grads, w = _basis(nu, spacing)
+    return w * (quadratic_stencil(nu, values, grads) + kappa**2 * quadratic_stencil(torch.ones_like(nu), values, [values]))
 
 
 def reaction_diffusion_energy(
@@ -234,21 +271,20 @@ def reaction_diffusion_energy(
     nu: torch.Tensor,
     kappa: float,
     f: torch.Tensor | float,
-    hx: float,
-    hy: float,
+    *spacing: float,
 ) -> torch.Tensor:
     """J(u) = integral of [1/2 nu |grad u|^2 + 1/2 kappa^2 u^2 - f u], per sample.
 
     Parameters
     ----------
     u, nu : torch.Tensor
-        Nodal field and diffusivity, shape (S, N_y, N_x).
+        Nodal field and diffusivity, shape (S, *grid), ``grid`` 2-D or 3-D.
     kappa : float
         Reaction coefficient; the reaction term is kappa^2 u.
     f : torch.Tensor or float
-        Source: a constant, or nodal values of shape (S, N_y, N_x) interpolated bilinearly.
-    hx, hy : float
-        Node spacings.
+        Source: a constant, or nodal values of shape (S, *grid) interpolated multilinearly.
+    *spacing : float
+        Node spacings, x first: ``hx, hy`` (and ``hz``).
 
     Returns
     -------
@@ -256,12 +292,13 @@ def reaction_diffusion_energy(
         Shape (S,). Equals 1/2 u^T (K + kappa^2 M) u - b^T u with the Q1 stiffness K,
         mass M and load b integrated by the same rule.
     """
-    values, gx, gy, w = gauss_basis(hx, hy)
-    diffusion = quadratic_energy(u, nu, values, [gx, gy])
+    values, grads, w = _basis(u, spacing)
+    diffusion = quadratic_energy(u, nu, values, grads)
     # The mass term is the same quadratic form with the basis values and a unit coefficient.
     mass = quadratic_energy(u, torch.ones_like(u), values, [values])
+    over = tuple(range(1, u.ndim + 1))  # the Gauss points and the elements
     if isinstance(f, torch.Tensor):
-        load = (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=(1, 2, 3))
+        load = (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=over)
     else:
-        load = f * at_gauss_points(u, values).sum(dim=(1, 2, 3))
+        load = f * at_gauss_points(u, values).sum(dim=over)
     return w * (diffusion + kappa**2 * mass - load)

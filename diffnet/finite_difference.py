@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from diffnet.constants import constant
-from diffnet.precision import conv2d
+from diffnet.precision import conv
 
 __all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels", "central_residual"]
 
@@ -86,7 +86,7 @@ def apply_kernels(u: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     :func:`pad_extrapolate`.
     """
     padded = pad_extrapolate(u).unsqueeze(1)
-    return conv2d(padded, kernels.to(dtype=u.dtype, device=u.device))
+    return conv(padded, kernels.to(dtype=u.dtype, device=u.device))
 
 
 def central_residual(

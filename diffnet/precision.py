@@ -18,7 +18,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-__all__ = ["no_tf32", "conv2d"]
+__all__ = ["no_tf32", "conv"]
 
 
 @contextlib.contextmanager
@@ -34,25 +34,27 @@ def no_tf32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = matmul
 
 
-class _Conv2d(torch.autograd.Function):
-    """``F.conv2d`` with constant weights, forward and backward under :func:`no_tf32`."""
+class _Conv(torch.autograd.Function):
+    """``F.conv2d`` or ``F.conv3d`` (by the input's dimensions) with constant weights, forward and
+    backward under :func:`no_tf32`."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(weight)
         ctx.shape = x.shape
         with no_tf32():
-            return F.conv2d(x, weight)
+            return getattr(F, f"conv{x.ndim - 2}d")(x, weight)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (weight,) = ctx.saved_tensors
         with no_tf32():
-            return torch.nn.grad.conv2d_input(ctx.shape, weight, grad), None
+            return getattr(torch.nn.grad, f"conv{len(ctx.shape) - 2}d_input")(ctx.shape, weight, grad), None
 
 
-def conv2d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """A loss convolution (no padding, stride 1) of ``x`` with constant ``weight``, never in TF32."""
+def conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A loss convolution (no padding, stride 1) of ``x`` (S, C, *grid), 2-D or 3-D, with constant
+    ``weight``, never in TF32."""
     if weight.requires_grad:
         raise ValueError("loss convolutions take constant weights")
-    return _Conv2d.apply(x, weight)
+    return _Conv.apply(x, weight)

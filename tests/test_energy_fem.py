@@ -10,7 +10,7 @@ import torch
 from scipy.integrate import cumulative_trapezoid
 
 from diffnet.energy import dirichlet_energy, gauss_basis, reaction_diffusion_energy
-from diffnet.solvers.poisson import assemble, poisson_fem, poisson_system, reaction_diffusion_fem
+from diffnet.solvers.fem import assemble, poisson_fem, poisson_system, reaction_diffusion_fem
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -36,7 +36,7 @@ def test_energy_equals_half_uKu(shape):
     hx, hy = 1 / (nx - 1), 1 / (ny - 1)
     nu = np.exp(rng.normal(size=shape))
     u = rng.normal(size=shape)
-    K, _ = assemble(nu, hx, hy)
+    K, _ = assemble(nu, (hx, hy))
     J = dirichlet_energy(_t(u), _t(nu), hx, hy).item()
     assert J == pytest.approx(0.5 * u.ravel() @ K @ u.ravel(), rel=1e-12)
 
@@ -46,7 +46,7 @@ def test_reaction_diffusion_energy_equals_quadratic_form():
     shape = (11, 12)
     hx, hy = 1 / 11, 1 / 10
     nu, u, f = np.exp(rng.normal(size=shape)), rng.normal(size=shape), rng.normal(size=shape)
-    A, b = assemble(nu, hx, hy, kappa=1.7, f=f)
+    A, b = assemble(nu, (hx, hy), kappa=1.7, f=f)
     J = reaction_diffusion_energy(_t(u), _t(nu), 1.7, _t(f), hx, hy).item()
     assert J == pytest.approx(0.5 * u.ravel() @ A @ u.ravel() - b @ u.ravel(), rel=1e-12)
     # A constant source is the same as a constant nodal field.
@@ -66,7 +66,7 @@ def test_energy_gradients_are_the_assembled_operator():
     ut = torch.tensor(u, requires_grad=True)
     reaction_diffusion_energy(ut, torch.tensor(nu), 1.3, 0.7, hx, hy).sum().backward()
     for k in range(2):
-        A, b = assemble(nu[k], hx, hy, kappa=1.3, f=np.full(shape, 0.7))
+        A, b = assemble(nu[k], (hx, hy), kappa=1.3, f=np.full(shape, 0.7))
         np.testing.assert_allclose(ut.grad[k].numpy().ravel(), A @ u[k].ravel() - b, rtol=1e-10, atol=1e-12)
     uu, nn = _t(u[0]).requires_grad_(), _t(nu[0]).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, c: dirichlet_energy(a, c, hx, hy), (uu, nn))
@@ -75,11 +75,11 @@ def test_energy_gradients_are_the_assembled_operator():
 def test_stiffness_is_symmetric_with_constants_in_its_kernel():
     rng = np.random.default_rng(3)
     nu = np.exp(rng.normal(size=(10, 14)))
-    K, _ = assemble(nu, 1 / 13, 1 / 9)
+    K, _ = assemble(nu, (1 / 13, 1 / 9))
     assert abs(K - K.T).max() < 1e-12
     np.testing.assert_allclose(K @ np.ones(K.shape[0]), 0.0, atol=1e-10)
     # Constant nu on a square grid: the classic Q1 stencil (8 centre, -1 neighbours) / 3.
-    K1, _ = assemble(np.ones((5, 5)), 0.25, 0.25)
+    K1, _ = assemble(np.ones((5, 5)), (0.25, 0.25))
     centre = 2 * 5 + 2
     row = K1.getrow(centre).toarray().reshape(5, 5)[1:4, 1:4]
     np.testing.assert_allclose(row * 3, [[-1, -1, -1], [-1, 8, -1], [-1, -1, -1]], atol=1e-12)
@@ -99,7 +99,7 @@ def test_minimising_energy_directly_recovers_fem():
 
     def closure():
         opt.zero_grad()
-        J = dirichlet_energy(problem.field(raw, None), nu, problem.hx, problem.hy).sum()
+        J = dirichlet_energy(problem.field(raw, None), nu, *problem.spacing).sum()
         J.backward()
         return J
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from diffnet.problems.poisson import PoissonProblem
+from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 from diffnet.solvers.gmg import GMGSolver, grid_hierarchy, interpolation_1d, prolongation
 
@@ -78,51 +79,60 @@ def test_one_fmg_cycle_reaches_the_discretisation_error():
 
 # --- the compiled kernels against scipy.sparse / pyamg on the same operators ---------------------------
 
-from diffnet.solvers import matrix_stencil as kernels  # noqa: E402
+from diffnet.solvers import matrix_stencil as ms  # noqa: E402
+from diffnet.solvers.fem import dirichlet_system, poisson_system  # noqa: E402
 
 
 def _masked_prolongation(fine, coarse, fixed_fine, fixed_coarse):
-    """Bilinear P (scipy, Kronecker) without rows at fixed fine nodes or columns at fixed coarse nodes."""
+    """Multilinear P (scipy, Kronecker) without rows at fixed fine nodes or columns at fixed coarse nodes."""
     P = prolongation(fine, coarse).tolil()
     P[np.flatnonzero(fixed_fine.ravel()), :] = 0.0
     P[:, np.flatnonzero(fixed_coarse.ravel())] = 0.0
     return P.tocsr()
 
 
-@pytest.mark.parametrize("fine, coarse", [((17, 17), (9, 9)), ((40, 64), (20, 32)), ((40, 13), (20, 7))])
+def _axes(fine, coarse):
+    """The prolongation's (left, weight) arrays per axis of the 3-D layout, flat: lz, wz, ly, wy, lx, wx."""
+    pairs = [ms.interpolation_weights(1, 1)] * (3 - len(fine)) + [ms.interpolation_weights(f, c)
+                                                                  for f, c in zip(fine, coarse)]
+    return [a for pair in pairs for a in pair]
+
+
+@pytest.mark.parametrize("fine, coarse", [((17, 17), (9, 9)), ((40, 64), (20, 32)), ((40, 13), (20, 7)),
+                                          ((9, 9, 9), (5, 5, 5)), ((8, 11, 9), (4, 6, 5))])
 def test_kernels_equal_their_sparse_matrices(fine, coarse):
-    """Residual, Gauss-Seidel, transfers and the Galerkin product of the stencil kernels against the
-    same operators as scipy CSR matrices, with Dirichlet nodes scattered at random."""
+    """Residual, Gauss-Seidel, transfers and the Galerkin product of the stencil kernels (2-D and 3-D, one
+    source) against the same operators as scipy CSR matrices, with Dirichlet nodes scattered at random."""
     import scipy.sparse as sp
     from scipy.sparse.linalg import spsolve_triangular
 
-    from diffnet.solvers.poisson import dirichlet_system
-
+    dims = len(fine)
+    k = ms.kernels(dims)
     rng = np.random.default_rng(3)
     nu = np.exp(rng.normal(size=fine))
     fixed = rng.random(fine) < 0.15
     system = dirichlet_system(nu, fixed, rng.random(fine))
-    S, A = system.stencil, system.A
+    S, A = ms.stencil3(system.stencil), system.A
     x, b = rng.normal(size=fine), rng.normal(size=fine)
+    x3, b3 = ms.grid3(x), ms.grid3(b)
     r = np.empty(fine)
-    kernels.residual(S, x, b, r)
+    k.residual(S, x3, b3, ms.grid3(r))
     assert np.allclose(r.ravel(), b.ravel() - A @ x.ravel(), rtol=0, atol=1e-12)
     # Forward Gauss-Seidel is (D + L) x_new = b - U x_old; backward is (D + U) x_new = b - L x_old.
     for forward in (True, False):
         lower, upper = (sp.tril(A, 0), sp.triu(A, 1)) if forward else (sp.triu(A, 0), sp.tril(A, -1))
         expected = spsolve_triangular(lower.tocsr(), b.ravel() - upper @ x.ravel(), lower=forward)
         y = x.copy()
-        kernels.gauss_seidel(S, y, b, forward)
+        k.gauss_seidel(S, ms.grid3(y), b3, forward)
         assert np.allclose(y.ravel(), expected, rtol=0, atol=1e-10)
     # Transfers and the Galerkin product.
-    iy = np.rint(np.linspace(0, fine[0] - 1, coarse[0])).astype(int)
-    ix = np.rint(np.linspace(0, fine[1] - 1, coarse[1])).astype(int)
-    fixed_c = np.ascontiguousarray(fixed[np.ix_(iy, ix)])
+    nearest = np.ix_(*(np.rint(np.linspace(0, f - 1, c)).astype(int) for f, c in zip(fine, coarse)))
+    fixed_c = np.ascontiguousarray(fixed[nearest])
     P = _masked_prolongation(fine, coarse, fixed, fixed_c)
-    y, w = kernels.interpolation_weights(fine[0], coarse[0]), kernels.interpolation_weights(fine[1], coarse[1])
+    axes = _axes(fine, coarse)
     c = rng.normal(size=coarse)
     up = x.copy()
-    kernels.interpolate(c, *y, *w, fixed, up)
+    ms.interpolate(ms.grid3(c), *axes, ms.grid3(fixed), ms.grid3(up))
     # Interpolation reads the coarse fixed nodes too (FMG lifts the coarse Dirichlet data with it;
     # a correction is zero there); it writes only free fine nodes.
     full = _masked_prolongation(fine, coarse, fixed, np.zeros_like(fixed_c))
@@ -130,41 +140,46 @@ def test_kernels_equal_their_sparse_matrices(fine, coarse):
     c[fixed_c] = 0.0
     assert np.allclose(P @ c.ravel(), full @ c.ravel(), rtol=0, atol=1e-12)
     down = np.empty(coarse)
-    kernels.restrict(x, *y, *w, fixed, fixed_c, down)
+    ms.restrict(x3, *axes, ms.grid3(fixed), ms.grid3(fixed_c), ms.grid3(down))
     assert np.allclose(down.ravel(), P.T @ x.ravel(), rtol=0, atol=1e-12)
-    width = max(kernels.coarse_width(1, *y), kernels.coarse_width(1, *w))
-    Sc = kernels.galerkin(S, fixed, fixed_c, *y, *w, width)
+    width = max(ms.coarse_width(1, *axes[2 * axis: 2 * axis + 2]) for axis in range(3 - dims, 3))
+    Sc = ms.stencil_native(k.galerkin(S, ms.grid3(fixed), ms.grid3(fixed_c), *axes, width), dims)
     expected = (P.T @ A @ P).tolil()
     expected[np.flatnonzero(fixed_c.ravel()), np.flatnonzero(fixed_c.ravel())] = 1.0
-    assert abs(kernels.to_csr(Sc) - expected.tocsr()).max() <= 1e-12 * abs(A).max()
-    assert width == (1 if fine == (17, 17) else 2)  # non-nested grids reach two coarse nodes
+    assert abs(ms.to_csr(Sc) - expected.tocsr()).max() <= 1e-12 * abs(A).max()
+    nested = all(f == 2 * m - 1 for f, m in zip(fine, coarse))
+    assert width == (1 if nested else 2)  # non-nested grids reach two coarse nodes
 
 
-def test_vcycle_equals_pyamgs_on_the_same_levels():
+@pytest.mark.parametrize("shape", [(33, 33), (40, 40), (17, 17, 17), (13, 17, 11)])
+def test_vcycle_equals_pyamgs_on_the_same_levels(shape):
     """The compiled V(1,1)-cycle (forward Gauss-Seidel before, backward after, LU at the bottom) is
-    pyamg's cycle on the hierarchy's operators as CSR matrices, to rounding."""
+    pyamg's cycle on the hierarchy's operators as CSR matrices, to rounding, in 2-D and 3-D."""
     from pyamg.multilevel import MultilevelSolver
     from pyamg.relaxation.smoothing import change_smoothers
 
-    for n in (33, 40):
-        system = PoissonProblem((n, n)).fem_system(A)
-        solver = GMGSolver.build(system)
-        levels = []
-        for fine, coarse in zip(solver.levels, solver.levels[1:]):
-            level = MultilevelSolver.Level()
-            level.A = kernels.to_csr(fine.S)
-            level.P = _masked_prolongation(fine.fixed.shape, coarse.fixed.shape, fine.fixed, coarse.fixed)
-            level.R = level.P.T.tocsr()
-            levels.append(level)
-        last = MultilevelSolver.Level()
-        last.A = kernels.to_csr(solver.levels[-1].S)
-        ml = MultilevelSolver(levels + [last], coarse_solver="splu")
-        change_smoothers(ml, ("gauss_seidel", {"sweep": "forward"}), ("gauss_seidel", {"sweep": "backward"}))
-        start = np.random.default_rng(n).random((n, n))
-        start.ravel()[system.fixed] = system.values[system.fixed]
-        ours = solver.vcycles(start, 2)
-        theirs = ml.solve(system.rhs, x0=start.ravel().copy(), tol=0.0, maxiter=2, cycle="V")
-        assert np.abs(ours.ravel() - theirs).max() <= 1e-12
+    dims = len(shape)
+    family = PoissonProblem(shape) if dims == 2 else Poisson3D(shape)
+    system = family.fem_system(A)
+    solver = GMGSolver.build(system)
+    grids = grid_hierarchy(shape)
+    assert len(solver.levels) == len(grids) >= 2
+    levels = []
+    for fine, coarse, fg, cg in zip(solver.levels, solver.levels[1:], grids, grids[1:]):
+        level = MultilevelSolver.Level()
+        level.A = ms.to_csr(ms.stencil_native(fine.S, dims))
+        level.P = _masked_prolongation(fg, cg, fine.fixed, coarse.fixed)
+        level.R = level.P.T.tocsr()
+        levels.append(level)
+    last = MultilevelSolver.Level()
+    last.A = ms.to_csr(ms.stencil_native(solver.levels[-1].S, dims))
+    ml = MultilevelSolver(levels + [last], coarse_solver="splu")
+    change_smoothers(ml, ("gauss_seidel", {"sweep": "forward"}), ("gauss_seidel", {"sweep": "backward"}))
+    start = np.random.default_rng(len(shape)).random(shape)
+    start.ravel()[system.fixed] = system.values[system.fixed]
+    ours = solver.vcycles(start, 2)
+    theirs = ml.solve(system.rhs, x0=start.ravel().copy(), tol=0.0, maxiter=2, cycle="V")
+    assert np.abs(ours.ravel() - theirs).max() <= 1e-12
 
 
 def test_time_follows_the_grid():
@@ -186,27 +201,29 @@ def test_time_follows_the_grid():
     assert small / 33**2 <= 10 * large / 257**2, (small, large)
 
 
-@pytest.mark.parametrize("family", ["poisson", "reaction_diffusion"])
+@pytest.mark.parametrize("family", ["poisson", "reaction_diffusion", "poisson3d"])
 def test_element_wise_coarse_operator_equals_the_stencil_product(family):
     """The first coarse operator formed element by element from nu (nested grids, Dirichlet nodes on
-    boundary lines) is the stencil Galerkin product; elsewhere the hierarchy falls back to the product."""
-    from diffnet.solvers.gmg import _nearest, _q1_coarsening
-    from diffnet.solvers.poisson import coarse_q1_stencil
+    boundary lines or planes) is the stencil Galerkin product; elsewhere the hierarchy falls back to the product."""
+    from diffnet.solvers.gmg import _Level, _nearest, _q1_coarsening
+    from diffnet.solvers.q1 import coarse_q1_stencil
 
-    n = 33
-    problem = PoissonProblem((n, n)) if family == "poisson" else ReactionDiffusionProblem((n, n), kappa=2.0, source=1.0)
+    n = 33 if family != "poisson3d" else 17
+    problem = {"poisson": PoissonProblem((n, n)), "reaction_diffusion": ReactionDiffusionProblem((n, n), kappa=2.0, source=1.0),
+               "poisson3d": Poisson3D((n, n, n))}[family]
+    dims = len(problem.resolution)
     system = problem.fem_system(A)
     solver = GMGSolver.build(system)
     fine, coarse = solver.levels[0], solver.levels[1]
     assert _q1_coarsening(fine, coarse.fixed)
-    product = kernels.galerkin(fine.S, fine.fixed, coarse.fixed, *fine.y, *fine.x, 1)
-    element_wise = coarse_q1_stencil(*system.q1, coarse.fixed)
+    product = ms.stencil_native(fine.passes.galerkin(fine.S, fine.fixed, coarse.fixed, *fine.flat_axes, 1), dims)
+    element_wise = coarse_q1_stencil(*system.q1, coarse.fixed.reshape(product.shape[:dims]))
     assert np.abs(element_wise - product).max() <= 1e-12 * np.abs(product).max()
-    assert np.array_equal(coarse.S, element_wise)  # what build used
+    assert np.array_equal(ms.stencil_native(coarse.S, dims), element_wise)  # what build used
     # Not nested, or a Dirichlet node inside a coarse cell: the stencil product.
-    assert not _q1_coarsening(type(fine)(fine.S, fine.fixed, fine.values, fine.y, fine.x), np.zeros((16, 16), bool))
+    half = tuple(f if f == 1 else (f - 1) // 2 for f in fine.fixed.shape)
+    assert not _q1_coarsening(_Level(fine.S, fine.fixed, fine.values, fine.axes), np.zeros(half, bool))
     odd = fine.fixed.copy()
-    odd[5, 5] = True
-    iy = _nearest(n, 17)
-    assert not _q1_coarsening(type(fine)(fine.S, odd, fine.values, fine.y, fine.x),
-                              np.ascontiguousarray(odd[np.ix_(iy, iy)]))
+    odd[(0,) * (3 - dims) + (5,) * dims] = True
+    near = [_nearest(f, (f + 1) // 2 if f > 1 else 1) for f in fine.fixed.shape]
+    assert not _q1_coarsening(_Level(fine.S, odd, fine.values, fine.axes), np.ascontiguousarray(odd[np.ix_(*near)]))

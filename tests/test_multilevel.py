@@ -12,7 +12,7 @@ from diffnet.multilevel import interpolation_matrix, prolong, restrict, synthesi
 from diffnet.networks import UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
-from diffnet.solvers.poisson import assemble
+from diffnet.solvers.fem import assemble
 
 
 @pytest.mark.parametrize("align_corners", [True, False])
@@ -89,7 +89,7 @@ def test_galerkin_coarse_loss_is_the_fine_energy_of_the_prolonged_field():
     P = np.kron(interpolation_matrix(9, 17, True), interpolation_matrix(9, 17, True))
     lift = 1.0 - np.linspace(0, 1, 17)[None, :].repeat(17, 0).ravel()
     for k in range(2):
-        K, _ = assemble(fine.diffusivity_numpy(a[k : k + 1].numpy())[0], fine.hx, fine.hy)
+        K, _ = assemble(fine.diffusivity_numpy(a[k : k + 1].numpy())[0], fine.spacing)
         u = P @ u_coarse[k].ravel()
         assert loss[k] == pytest.approx((u @ K @ u) / (lift @ K @ lift), rel=1e-10)
 

@@ -8,11 +8,11 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
-from diffnet.energy3d import dirichlet_energy_3d
+from diffnet.energy import dirichlet_energy
 from diffnet.networks import UNet, build_network
 from diffnet.problems.poisson3d import Poisson3D
-from diffnet.solvers.gmg3d import GMG3D
-from diffnet.solvers.poisson3d import poisson3d_system
+from diffnet.solvers.fem import poisson_system
+from diffnet.solvers.gmg import GMGSolver
 
 
 def _nu(shape, seed=0):
@@ -79,7 +79,7 @@ def test_energy_minimiser_is_the_independent_q1_hex_solution():
         u[:, :, 0] = 1.0
         u[:, :, 1:-1] = free.reshape(nz, ny, nx - 2)
         ut = torch.tensor(u[None], requires_grad=True)
-        dirichlet_energy_3d(ut, nu_t, *h).sum().backward()
+        dirichlet_energy(ut, nu_t, *h).sum().backward()
         return ut.grad[0, :, :, 1:-1].numpy().ravel()
 
     # The energy is quadratic in the free values: its gradient is A v - b, so CG on the
@@ -90,7 +90,7 @@ def test_energy_minimiser_is_the_independent_q1_hex_solution():
     assert info == 0
     np.testing.assert_allclose(v.reshape(nz, ny, nx - 2), truth[:, :, 1:-1], rtol=0, atol=1e-8)
     # The compiled assembly is the same system.
-    system = poisson3d_system(nu)
+    system = poisson_system(nu)
     np.testing.assert_allclose(system.solve("direct"), truth, rtol=0, atol=1e-10)
 
 
@@ -116,15 +116,15 @@ def test_energy_is_exact_on_trilinear_fields():
     uz = (1 + 2 * X) * (0.5 - Y) + 3 * X
     exact = (0.5 * nu_of(X, Y, Z) * (ux**2 + uy**2 + uz**2) * W).sum()
     h = (1.0 / (shape[2] - 1), 1.0 / (shape[1] - 1), 1.0 / (shape[0] - 1))
-    got = dirichlet_energy_3d(torch.as_tensor(u_of(x, y, z))[None], torch.as_tensor(nu_of(x, y, z))[None], *h)
+    got = dirichlet_energy(torch.as_tensor(u_of(x, y, z))[None], torch.as_tensor(nu_of(x, y, z))[None], *h)
     assert got.item() == pytest.approx(exact, rel=1e-13)
 
 
 @pytest.mark.parametrize("n", [17, 33])
 def test_3d_multigrid_equals_a_direct_solve(n):
-    system = poisson3d_system(_nu((n, n, n), seed=n))
+    system = poisson_system(_nu((n, n, n), seed=n))
     direct = system.solve("direct")
-    gmg = GMG3D.build(system)
+    gmg = GMGSolver.build(system)
     assert len(gmg.levels) >= 2
     u = gmg.vcycles(np.zeros(system.shape), 30)
     np.testing.assert_allclose(u, direct, rtol=0, atol=1e-8)

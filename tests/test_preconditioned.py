@@ -13,7 +13,7 @@ from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 from diffnet.solvers.gmg import GMGSolver
-from diffnet.solvers.poisson import FEMSystem, assemble, poisson_system
+from diffnet.solvers.fem import FEMSystem, assemble, poisson_system
 from diffnet.vcycle import VCycle, coarse_grids, probe_stencil
 
 MPIEXEC = find_mpiexec()
@@ -33,7 +33,7 @@ def _numpy_levels(family: PoissonProblem, params: np.ndarray) -> GMGSolver:
     for grid in coarse_grids(family.resolution):
         nu = family.at_resolution(grid).diffusivity_numpy(params[None])[0]
         system = poisson_system(nu)
-        A, _ = assemble(nu, 1 / (grid[1] - 1), 1 / (grid[0] - 1))
+        A, _ = assemble(nu, (1 / (grid[1] - 1), 1 / (grid[0] - 1)))
         lift = np.broadcast_to(1 - np.linspace(0, 1, grid[1]), grid).ravel()
         stencil = system.stencil.copy()
         stencil[~system.fixed.reshape(grid)] /= 0.5 * lift @ (A @ lift)

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from diffnet.energy import reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.options import nonnegative, one_of, option
-from diffnet.problems.poisson import KLFamily, KLOptions
+from diffnet.problems.kl_family import KLFamily, KLOptions
+from diffnet.solvers.fem import FEMSystem, reaction_diffusion_system
 from diffnet.tiling import element_sum, zero_boundary
 
 __all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
@@ -74,25 +75,23 @@ class ReactionDiffusionProblem(KLFamily):
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample normalised energy ``energy``, shape (S,)."""
         nu = self.diffusivity(params.to(u.dtype))
-        j = reaction_diffusion_energy(u, nu, self.kappa, self.source, self.hx, self.hy)
+        j = reaction_diffusion_energy(u, nu, self.kappa, self.source, *self.spacing)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The Hessian of :meth:`loss_terms` in u: (K + kappa^2 M) divided by the energy scale."""
         nu = self.diffusivity(params.to(u.dtype))
         scale = energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source).reshape(-1, 1, 1, 1)
-        return reaction_diffusion_stencil(nu, self.kappa, self.hx, self.hy) / scale
+        return reaction_diffusion_stencil(nu, self.kappa, *self.spacing) / scale
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energy of its own elements
         summed over the tiles (the scale from the whole grid's nu, which every tile computes)."""
         u = zero_boundary(raw[:, 0], tiling, [0, 1])
         nu_full = self.diffusivity(params.to(u.dtype))
-        energy = lambda v, c: reaction_diffusion_energy(v, c, self.kappa, self.source, self.hx, self.hy)  # noqa: E731
+        energy = lambda v, c: reaction_diffusion_energy(v, c, self.kappa, self.source, *self.spacing)  # noqa: E731
         j = element_sum(energy, tiling, u, tiling.local(nu_full))
         return {"energy": j / energy_scale(nu_full.mean(dim=(1, 2)), self.kappa, self.source)}
 
-    def _fem_system(self, nu: np.ndarray):
-        from diffnet.solvers.poisson import reaction_diffusion_system
-
+    def _fem_system(self, nu: np.ndarray) -> FEMSystem:
         return reaction_diffusion_system(nu, self.kappa, self.source)

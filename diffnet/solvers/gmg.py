@@ -1,15 +1,16 @@
-"""Geometric multigrid for the structured Q1 systems: bilinear prolongation, Galerkin coarse operators,
-full multigrid (FMG) stopped at discretisation accuracy.
+"""Geometric multigrid for the structured Q1 systems in 2-D and 3-D: multilinear prolongation, Galerkin
+coarse operators, full multigrid (FMG) stopped at discretisation accuracy.
 
 Every level is a stencil on its node grid and every kernel (Gauss-Seidel, residual,
 transfers, the Galerkin product) is a compiled pass over the nodes
-(:mod:`diffnet.solvers.matrix_stencil`); the coarsest level is factorised once with SuperLU and
-the multigrid-preconditioned CG is scipy's. The cycle is the one this module ran on
-pyamg's machinery before (forward Gauss-Seidel before, backward after; the tests check
-it against pyamg on the same levels), now at 2.4x its speed at 1025^2 and without its
-fixed overhead on small grids (figures in :mod:`diffnet.solvers.matrix_stencil`).
+(:mod:`diffnet.solvers.matrix_stencil`), one set for both dimensions: a 2-D level is held as a 3-D
+grid of one layer. The coarsest level is factorised once with SuperLU and the
+multigrid-preconditioned CG is scipy's. The cycle is the one this module ran on pyamg's
+machinery before (forward Gauss-Seidel before, backward after; the tests check it against
+sparse matrices on the same levels), at 2.4x its speed at 1025^2 and without its fixed
+overhead on small grids (figures in :mod:`diffnet.solvers.matrix_stencil`).
 
-Why geometric: on a structured grid with a smooth diffusivity the bilinear interpolant
+Why geometric: on a structured grid with a smooth diffusivity the multilinear interpolant
 is the prolongation aggregation-based AMG tries to discover, and building it costs
 one pass over the nodes instead of an aggregation and a smoothing pass over the matrix.
 FMG then reaches the grid's own discretisation error in a fixed number of cycles,
@@ -24,12 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from diffnet.solvers import matrix_stencil as kernels
-from diffnet.solvers.matrix_stencil import interpolation_weights
+from diffnet.solvers import matrix_stencil as ms
+from diffnet.solvers.matrix_stencil import grid3, interpolation_weights, stencil3, stencil_native
 from diffnet.solvers.q1 import coarse_q1_stencil
 
 if TYPE_CHECKING:  # the systems build their multigrid: the type only, for the annotations
-    from diffnet.solvers.poisson import FEMSystem
+    from diffnet.solvers.fem import FEMSystem
 
 __all__ = ["interpolation_1d", "prolongation", "grid_hierarchy", "GMGSolver", "gmg_solve"]
 
@@ -51,12 +52,15 @@ def interpolation_1d(n_fine: int, n_coarse: int) -> sp.csr_matrix:
     return sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(n_fine, n_coarse))
 
 
-def prolongation(fine: tuple[int, int], coarse: tuple[int, int]) -> sp.csr_matrix:
-    """Bilinear interpolation from a (N_y, N_x) coarse node grid to a fine one, nodes row-major."""
-    return sp.kron(interpolation_1d(fine[0], coarse[0]), interpolation_1d(fine[1], coarse[1]), format="csr")
+def prolongation(fine: tuple[int, ...], coarse: tuple[int, ...]) -> sp.csr_matrix:
+    """Multilinear interpolation from a coarse node grid to a fine one (2-D or 3-D), nodes row-major."""
+    P = interpolation_1d(fine[0], coarse[0])
+    for f, c in zip(fine[1:], coarse[1:]):
+        P = sp.kron(P, interpolation_1d(f, c), format="csr")
+    return P.tocsr()
 
 
-def grid_hierarchy(shape: tuple[int, int], coarsest: int = COARSEST) -> list[tuple[int, int]]:
+def grid_hierarchy(shape: tuple[int, ...], coarsest: int = COARSEST) -> list[tuple[int, ...]]:
     """Node grids from ``shape`` down, halving the cells per side until a side has at most ``coarsest`` nodes.
 
     (2^k + 1)-node grids nest exactly; others coarsen to ceil(N / 2) nodes.
@@ -72,28 +76,35 @@ def _nearest(fine: int, coarse: int) -> np.ndarray:
     return np.rint(np.linspace(0, fine - 1, coarse)).astype(np.int64)
 
 
+def _axes(fine: tuple[int, ...], coarse: tuple[int, ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Per axis of the 3-D layout (z, y, x), the interpolation (left, weight) from ``coarse`` to ``fine``
+    (a 2-D grid's z: its one layer onto itself)."""
+    pairs = [interpolation_weights(f, c) for f, c in zip(fine, coarse)]
+    return tuple([interpolation_weights(1, 1)] * (3 - len(fine)) + pairs)
+
+
 def _q1_coarsening(level: "_Level", fixed_coarse: np.ndarray) -> bool:
     """Whether the coarse operator below ``level`` may be formed element by element from the Q1
     data: nested grids, and every fixed fine node interpolating only from fixed coarse nodes
-    (then P's rows at fixed fine nodes lie in the columns cut anyway; true for boundary lines)."""
+    (then P's rows at fixed fine nodes lie in the columns cut anyway; true for boundary lines and planes)."""
     fine = level.fixed.shape
-    if any(f != 2 * c - 1 for f, c in zip(fine, fixed_coarse.shape)):
+    if any(f != 2 * c - 1 for f, c in zip(fine, fixed_coarse.shape) if f > 1):
         return False
     reach = np.zeros(fine)
-    kernels.interpolate((~fixed_coarse).astype(np.float64), *level.y, *level.x, np.zeros(fine, dtype=bool), reach)
+    ms.interpolate((~fixed_coarse).astype(np.float64), *level.flat_axes, np.zeros(fine, dtype=bool), reach)
     return not reach[level.fixed].any()
 
 
 @dataclass
 class _Level:
-    """One grid of the hierarchy: its operator, its Dirichlet nodes and data, and the
-    prolongation from the next coarser grid (per dimension: left neighbour and weight)."""
+    """One grid of the hierarchy in the 3-D layout (a 2-D grid as one layer, :mod:`~diffnet.solvers.matrix_stencil`):
+    its operator, its Dirichlet nodes and data, and the prolongation from the next coarser grid
+    (per axis z, y, x: left neighbour and weight)."""
 
-    S: np.ndarray  # (N_y, N_x, k, k) stencil; fixed rows are identity rows
-    fixed: np.ndarray  # (N_y, N_x) bool
-    values: np.ndarray  # (N_y, N_x) Dirichlet data on the fixed nodes, zero elsewhere
-    y: tuple[np.ndarray, np.ndarray] | None = None  # from the next coarser level
-    x: tuple[np.ndarray, np.ndarray] | None = None
+    S: np.ndarray  # (N_z, N_y, N_x, k_z, k, k) stencil; fixed rows are identity rows
+    fixed: np.ndarray  # (N_z, N_y, N_x) bool
+    values: np.ndarray  # (N_z, N_y, N_x) Dirichlet data on the fixed nodes, zero elsewhere
+    axes: tuple | None = None  # ((left, weight) per axis) from the next coarser level
 
     def __post_init__(self) -> None:
         # Work arrays of the V-cycle, allocated once: a fresh 8 MB array per cycle and level
@@ -101,28 +112,47 @@ class _Level:
         self.residual = np.empty(self.fixed.shape)
         self.rhs = np.empty(self.fixed.shape)  # a coarse level's right-hand side within a cycle
         self.correction = np.empty(self.fixed.shape)
+        self.passes = ms.kernels(2 if self.S.shape[3] == 1 else 3)  # a 2-D grid's stencil is one coupling deep in z
+
+    @property
+    def flat_axes(self) -> tuple[np.ndarray, ...]:
+        """The prolongation's arrays as the kernels take them: lz, wz, ly, wy, lx, wx."""
+        return tuple(a for pair in self.axes for a in pair)
 
     def up(self, coarse: np.ndarray, out: np.ndarray) -> None:
         """out += P coarse on this level's free nodes."""
-        kernels.interpolate(coarse, *self.y, *self.x, self.fixed, out)
+        ms.interpolate(coarse, *self.flat_axes, self.fixed, out)
 
     def down(self, fine: np.ndarray, coarse: "_Level", out: np.ndarray | None = None) -> np.ndarray:
         """Pᵀ fine from this level's free nodes, zero on the coarse level's fixed nodes."""
         out = np.empty(coarse.fixed.shape) if out is None else out
-        kernels.restrict(fine, *self.y, *self.x, self.fixed, coarse.fixed, out)
+        ms.restrict(fine, *self.flat_axes, self.fixed, coarse.fixed, out)
         return out
+
+
+def _level(system: "FEMSystem") -> _Level:
+    """A system's operator and Dirichlet data as a level (views in the 3-D layout)."""
+    shape = system.shape
+    return _Level(stencil3(system.stencil), grid3(system.fixed.reshape(shape)), grid3(system.values.reshape(shape)))
+
+
+def _factorise(level: _Level, dims: int):
+    """SuperLU of a level's operator (the coarsest)."""
+    from scipy.sparse.linalg import splu
+
+    return splu(ms.to_csr(stencil_native(level.S, dims)).tocsc())
 
 
 @dataclass
 class GMGSolver:
-    """A geometric multigrid hierarchy for one assembled Q1 system (Dirichlet nodes held at their values).
+    """A geometric multigrid hierarchy for one assembled Q1 system, 2-D or 3-D (Dirichlet nodes held at their values).
 
     Attributes
     ----------
     system : FEMSystem
         The finest system; its Dirichlet rows are identity rows decoupled from the rest.
     levels : list
-        Finest first: stencils A_{l+1} = P_lᵀ A_l P_l (Galerkin), bilinear P_l without rows
+        Finest first: stencils A_{l+1} = P_lᵀ A_l P_l (Galerkin), multilinear P_l without rows
         at fixed fine nodes or columns at fixed coarse ones; each level keeps identity rows
         at its own fixed nodes (the fine ones nearest to them), holding its own Dirichlet data.
     """
@@ -140,57 +170,57 @@ class GMGSolver:
     @classmethod
     def build(cls, system: FEMSystem, coarsest: int = COARSEST) -> "GMGSolver":
         """The Galerkin hierarchy down to a grid with at most ``coarsest`` nodes on a side."""
-        from scipy.sparse.linalg import splu
-
-        shape = system.shape
-        level = _Level(system.stencil, system.fixed.reshape(shape), system.values.reshape(shape))
+        dims = len(system.shape)
+        level = _level(system)
         levels = [level]
-        grids = grid_hierarchy(shape, coarsest)
+        grids = grid_hierarchy(system.shape, coarsest)
         for fine, coarse in zip(grids, grids[1:]):
-            level.y = interpolation_weights(fine[0], coarse[0])
-            level.x = interpolation_weights(fine[1], coarse[1])
+            level.axes = _axes(fine, coarse)
             # A coarse node is fixed when the fine node nearest to it is: boundary nodes
             # coincide on every grid; interior coarse nodes fall on or between interior ones.
-            iy, ix = _nearest(fine[0], coarse[0]), _nearest(fine[1], coarse[1])
-            fixed = np.ascontiguousarray(level.fixed[np.ix_(iy, ix)])
+            coarse3 = (1,) * (3 - dims) + tuple(coarse)
+            nearest = np.ix_(*(_nearest(f, c) for f, c in zip(level.fixed.shape, coarse3)))
+            fixed = np.ascontiguousarray(level.fixed[nearest])
             if len(levels) == 1 and system.q1 is not None and _q1_coarsening(level, fixed):
-                S = coarse_q1_stencil(*system.q1, fixed)
+                S = stencil3(coarse_q1_stencil(*system.q1, fixed.reshape(coarse)))
             else:
-                width = max(kernels.coarse_width(level.S.shape[2] // 2, *level.y),
-                            kernels.coarse_width(level.S.shape[3] // 2, *level.x))
-                S = kernels.galerkin(level.S, level.fixed, fixed, *level.y, *level.x, width)
+                width = max(ms.coarse_width(level.S.shape[3 + axis] // 2, *level.axes[axis])
+                            for axis in range(3 - dims, 3))
+                S = level.passes.galerkin(level.S, level.fixed, fixed, *level.flat_axes, width)
             # Values are zero off the fixed nodes on every level, so reading them at the
             # nearest fine nodes keeps them zero off the coarse fixed nodes.
-            level = _Level(S, fixed, level.values[np.ix_(iy, ix)])
+            level = _Level(S, fixed, level.values[nearest])
             levels.append(level)
-        lu = splu(kernels.to_csr(levels[-1].S).tocsc())
-        return cls(system, levels, lu)
+        return cls(system, levels, _factorise(levels[-1], dims))
 
     @classmethod
     def from_systems(cls, systems: list[FEMSystem], smoother: str = "jacobi") -> "GMGSolver":
         """A hierarchy of rediscretised operators: ``systems`` on successively coarser grids, finest
-        first (each its own assembly, not a Galerkin product), bilinear transfers between them."""
-        from scipy.sparse.linalg import splu
-
-        levels = [_Level(s.stencil, s.fixed.reshape(s.shape), s.values.reshape(s.shape)) for s in systems]
-        for fine, coarse in zip(levels, levels[1:]):
-            fine.y = interpolation_weights(fine.fixed.shape[0], coarse.fixed.shape[0])
-            fine.x = interpolation_weights(fine.fixed.shape[1], coarse.fixed.shape[1])
-        return cls(systems[0], levels, splu(kernels.to_csr(levels[-1].S).tocsc()), smoother=smoother)
+        first (each its own assembly, not a Galerkin product), multilinear transfers between them."""
+        levels = [_level(s) for s in systems]
+        for level, fine, coarse in zip(levels, systems, systems[1:]):
+            level.axes = _axes(fine.shape, coarse.shape)
+        return cls(systems[0], levels, _factorise(levels[-1], len(systems[0].shape)), smoother=smoother)
 
     def _smooth(self, level: "_Level", x: np.ndarray, b: np.ndarray, forward: bool) -> None:
         if self.smoother == "gauss-seidel":
-            kernels.gauss_seidel(level.S, x, b, forward)
+            level.passes.gauss_seidel(level.S, x, b, forward)
             return
-        w = level.S.shape[2] // 2
-        diagonal = level.S[:, :, w, w]
+        kz, ky, kx = level.S.shape[3:]
+        diagonal = level.S[:, :, :, kz // 2, ky // 2, kx // 2]
         for _ in range(self.sweeps):
-            kernels.residual(level.S, x, b, level.residual)
+            level.passes.residual(level.S, x, b, level.residual)
             x += self.omega * level.residual / diagonal
 
     def precondition(self, r: np.ndarray, cycles: int = 1) -> np.ndarray:
-        """B r: ``cycles`` V-cycles on A x = r from x = 0 (r (N_y, N_x), zero on the fixed nodes)."""
-        return self._cycles(0, np.zeros(self.system.shape), np.ascontiguousarray(r, dtype=np.float64), cycles)
+        """B r: ``cycles`` V-cycles on A x = r from x = 0 (r of the grid's shape, zero on the fixed nodes)."""
+        b = np.ascontiguousarray(r, dtype=np.float64).reshape(self._shape3)
+        return self._cycles(0, np.zeros(self._shape3), b, cycles).reshape(self.system.shape)
+
+    @property
+    def _shape3(self) -> tuple[int, int, int]:
+        """The finest grid in the 3-D layout."""
+        return self.levels[0].fixed.shape
 
     def _coarse_solve(self, b: np.ndarray) -> np.ndarray:
         return self.coarse_lu.solve(b.ravel()).reshape(b.shape)
@@ -200,7 +230,7 @@ class GMGSolver:
         Gauss-Seidel (a symmetric cycle, so a valid CG preconditioner, at half the cost of symmetric sweeps)."""
         level, coarse = self.levels[k], self.levels[k + 1]
         self._smooth(level, x, b, True)
-        kernels.residual(level.S, x, b, level.residual)
+        level.passes.residual(level.S, x, b, level.residual)
         rc = level.down(level.residual, coarse, coarse.rhs)
         if k + 2 == len(self.levels):
             e = self._coarse_solve(rc)
@@ -236,17 +266,17 @@ class GMGSolver:
         times this one's). One FMG cycle reaches that for smooth diffusivities, but where nu varies over
         many decades the V-cycle contracts by only 0.3-0.5 and more cycles are needed.
 
-        Returns the nodal solution (N_y, N_x) with its Dirichlet values; ``stats`` gets
+        Returns the nodal solution (the system's shape) with its Dirichlet values; ``stats`` gets
         ``finest_cycles`` and ``discretisation_estimate`` (relative).
         """
         levels = self.levels
-        rhs = [self.system.rhs.reshape(self.system.shape)]
+        rhs = [self.system.rhs.reshape(self._shape3)]
         for level, coarse in zip(levels, levels[1:]):
             # The level's problem with the coarse Dirichlet data lifted onto it (and its own on its fixed nodes).
             lift = level.values.copy()
             level.up(coarse.values, lift)
             r = np.empty_like(lift)
-            kernels.residual(level.S, lift, rhs[-1], r)
+            level.passes.residual(level.S, lift, rhs[-1], r)
             b = level.down(r, coarse)
             b[coarse.fixed] = coarse.values[coarse.fixed]
             rhs.append(b)
@@ -276,26 +306,26 @@ class GMGSolver:
         return self._full(x)
 
     def vcycles(self, initial: np.ndarray, cycles: int) -> np.ndarray:
-        """``cycles`` V(1,1)-cycles on the finest level from ``initial`` (N_y, N_x): the polish of a
+        """``cycles`` V(1,1)-cycles on the finest level from ``initial`` (the grid's shape): the polish of a
         network's output. The Dirichlet values are taken from the system, whatever ``initial`` holds there."""
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
         level = self.levels[0]
-        x = np.array(initial, dtype=np.float64).reshape(self.system.shape)
+        x = np.array(initial, dtype=np.float64).reshape(self._shape3)
         x[level.fixed] = level.values[level.fixed]
-        x = self._cycles(0, x, self.system.rhs.reshape(self.system.shape), cycles)
+        x = self._cycles(0, x, self.system.rhs.reshape(self._shape3), cycles)
         return self._full(x)
 
     def solve(self, tol: float, maxiter: int = 200, stats: dict | None = None) -> np.ndarray:
         """Multigrid-preconditioned CG (scipy's) from zero to the relative residual ``tol`` (the classical use)."""
         from scipy.sparse.linalg import LinearOperator, cg
 
-        shape, n = self.system.shape, self.system.rhs.size
+        shape, n = self._shape3, self.system.rhs.size
         zero = np.zeros(shape)
 
         def matvec(v: np.ndarray) -> np.ndarray:
             out = np.empty(shape)
-            kernels.residual(self.levels[0].S, v.reshape(shape), zero, out)
+            self.levels[0].passes.residual(self.levels[0].S, v.reshape(shape), zero, out)
             return -out.ravel()
 
         def precondition(r: np.ndarray) -> np.ndarray:

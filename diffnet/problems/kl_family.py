@@ -1,0 +1,216 @@
+"""The Karhunen-Loève diffusivity family in any dimension: its instances (coefficient rows or nodal
+diffusivity fields), the network's inputs, and its Q1 finite-element references, floor and polish.
+
+The base of the Q1 families over KL diffusivities (:mod:`diffnet.problems.poisson`,
+:mod:`diffnet.problems.poisson3d`, :mod:`diffnet.problems.reaction_diffusion`), which add their
+field, loss and system; the dimension is ``dims``, everything else is written for any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from diffnet.classical import Q1Classical
+from diffnet.constants import constant
+from diffnet.family import Family, ParameterSpec
+from diffnet.kl import kl_basis
+from diffnet.options import integer_in, interval, option, positive
+from diffnet.solvers.fem import FEMSystem
+
+__all__ = ["KLOptions", "KLFamily"]
+
+
+@dataclass(frozen=True)
+class KLOptions:
+    """``[poisson]``: the Karhunen-Loève diffusivity family and the evaluation's reference."""
+
+    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
+    kl_eta: float = option(0.5, "correlation length η (the roots ω_i are computed for any η)", positive)
+    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
+    # The independent reference is the Q1 FEM on a grid with this many times the intervals
+    # in each direction (its nodes include ours).
+    truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
+                               "times the intervals (2..16)", integer_in(2, 16))
+
+
+@dataclass(frozen=True)
+class KLFamily(Q1Classical, Family):
+    """Diffusivities nu = exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k)) on a nodal grid of [0,1]^d,
+    d = ``dims`` (2: (N_y, N_x); a subclass sets 3 for (N_z, N_y, N_x)).
+
+    Instance parameters are coefficient rows a, shape (S, m); a batch of nodal
+    diffusivity fields, shape (S, *resolution), may be given in their place (inference on
+    arbitrary positive fields). ``constant`` > 0 replaces the family by nu = constant.
+    ``truth_refine`` is how much finer the grid of the independent reference (:meth:`truth`) is.
+    The weight lambda_i^{d/2} keeps the field's variance finite in any dimension (:mod:`diffnet.kl`).
+    """
+
+    resolution: tuple[int, ...]
+    kl_terms: int = 6
+    eta: float = 0.5
+    coeff_range: tuple[float, float] = (-3.0, 3.0)
+    constant: float = 0.0
+    truth_refine: int = 4
+
+    in_channels = 3  # log nu and the d coordinates
+    polish_step = "V-cycle"  # one iteration of :meth:`polish`
+    # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
+    # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
+    reference_method = "amg"
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition"})
+
+    def __post_init__(self) -> None:
+        if len(self.resolution) != self.dims or min(self.resolution) < 3:
+            axes = "[N_z, N_y, N_x]" if self.dims == 3 else "[N_y, N_x]"
+            raise ValueError(f"problem.resolution: the {self.name} family needs {axes} with at least 3 nodes each, "
+                             f"got {list(self.resolution)}")
+
+    @classmethod
+    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
+        m = options.kl_terms
+        if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
+            raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "
+                             f"n_train = k^{m} (got {n_train}); use sampling = 'sobol' or 'random'")
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        return ParameterSpec("a", (self.kl_terms,), lo, hi, field="nu", distributions=("uniform", "normal"),
+                             description="KL coefficients")
+
+    def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
+        """Uniform on the training range, or standard normal (the Karhunen-Loève expansion's own law)."""
+        if distribution == "normal":
+            return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
+        return super().draw(n, distribution, seed)
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 of each instance's diffusivity, with its coefficients as the label."""
+        labels = ["ν" if np.asarray(p).ndim == self.dims else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
+                  for p in params]
+        return np.log10(self.diffusivity_numpy(params)), labels
+
+    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
+        """``diffusivity`` in float64 numpy, for the reference solver."""
+        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
+
+    @classmethod
+    def from_options(cls, options: KLOptions, resolution: tuple[int, ...]) -> "KLFamily":
+        o = options
+        return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
+                   truth_refine=o.truth_refine, **cls._extra(o))
+
+    @staticmethod
+    def _extra(options) -> dict:
+        """Constructor arguments of a subclass's own keys."""
+        return {}
+
+    def describe(self) -> str:
+        if self.constant > 0:
+            return f"nu={self.constant}"
+        return f"nu=KL(m={self.kl_terms}, eta={self.eta}, a in {list(self.coeff_range)})"
+
+    @property
+    def spacing(self) -> tuple[float, ...]:
+        """The node spacings, x first: (h_x, h_y[, h_z])."""
+        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Nodal coordinates per axis, outermost first (``y``, ``x``; or ``z``, ``y``, ``x``), float64."""
+        names = ("z", "y", "x")[-self.dims:]
+        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
+
+    def log_modes(self) -> np.ndarray:
+        """lambda_i^{d/2} prod_k phi_i(x_k) on the grid, shape (m, *resolution)."""
+        return kl_basis(self.eta, self.kl_terms, list(self.coordinates().values()), self.dims / 2)
+
+    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+        """Nodal nu, shape (S, *resolution), for coefficient rows (S, m) or nu fields (S, *resolution)."""
+        if params.ndim == 1 + self.dims:
+            return params
+        if self.constant > 0:
+            return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype, device=params.device)
+        modes = constant(("kl", self.eta, self.kl_terms, self.resolution), self.log_modes, params)
+        return torch.exp(torch.einsum("sm,m...->s...", params, modes))
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """Network input (S, 1 + d, *resolution): log nu, then the coordinates, outermost first."""
+        nu = self.diffusivity(params)
+        s = nu.shape[0]
+        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], nu) for k in self.coordinates()]
+        grids = torch.meshgrid(*axes, indexing="ij")
+        return torch.stack([torch.log(nu), *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+
+    def reference(self, params: np.ndarray, progress=None, method: str | None = None) -> np.ndarray:
+        """Q1 FEM solutions on this grid, shape (S, *resolution), float64, by ``method`` (a
+        :meth:`~diffnet.solvers.fem.FEMSystem.solve` method; default ``reference_method``)."""
+        return self._solutions(np.asarray(params, dtype=np.float64), progress, method or self.reference_method)
+
+    def reference_name(self) -> str:
+        return "the Q1 FEM on this grid" + (" (geometric multigrid)" if self.reference_method == "gmg" else "")
+
+    def _solutions(self, params: np.ndarray, progress, method: str, stride: int = 1) -> np.ndarray:
+        """Each instance's FEM solution read off every ``stride``-th node (one full solution in memory at a time)."""
+        shape = tuple((n - 1) // stride + 1 for n in self.resolution)
+        every = (slice(None, None, stride),) * self.dims
+        out = np.empty((len(params), *shape))
+        for k in range(len(params)):
+            out[k] = self.fem_system(params[k]).solve(method)[every]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The best field on this grid under the trained energy, (S, *resolution): the same-grid Q1 FEM
+        solution, which minimises it exactly. Its error against :meth:`truth` is the grid's floor."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The independent reference on this grid's nodes: the Q1 FEM on the grid with ``truth_refine``
+        times the intervals in each direction, whose nodes include this grid's (read off there).
+
+        Coefficient rows give the diffusivity at the fine nodes exactly; nodal fields are
+        interpolated multilinearly to them, as the elements do.
+        """
+        r = self.truth_refine
+        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
+        params = np.asarray(params, dtype=np.float64)
+        if params.ndim == 1 + self.dims:
+            mode = "bilinear" if self.dims == 2 else "trilinear"
+            params = F.interpolate(torch.as_tensor(params)[:, None], size=fine.resolution, mode=mode,
+                                   align_corners=True)[:, 0].numpy()
+        return fine._solutions(params, progress, self.reference_method, stride=r)
+
+    def truth_name(self) -> str:
+        r = self.truth_refine
+        return "Q1 FEM on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+
+    def floor_name(self) -> str:
+        return "the Q1 FEM on this grid"
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` geometric-multigrid V(1,1)-cycles on each instance's Q1 system from ``fields``
+        (S, *resolution): the network's output improved by a classical solver ("DiffNet + k V-cycles").
+
+        Each V-cycle contracts the algebraic error (the distance to this grid's FEM solution,
+        the floor field) by the cycle's factor; the discretisation error stays.
+        """
+        out = np.empty_like(np.asarray(fields, dtype=np.float64))
+        for k in range(len(out)):
+            out[k] = self.fem_system(params[k]).multigrid().vcycles(fields[k], cycles)
+        return out
+
+    def fem_system(self, params: np.ndarray) -> FEMSystem:
+        """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.fem.FEMSystem`).
+
+        ``params`` is one coefficient row (m,) or one nodal diffusivity field (*resolution).
+        """
+        return self._fem_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
+
+    def _fem_system(self, nu: np.ndarray) -> FEMSystem:
+        raise NotImplementedError
