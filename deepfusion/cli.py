@@ -69,9 +69,11 @@ def _add_train(sub) -> None:
 
 
 def _run_reader(sub, name: str, **kwargs):
-    """A subcommand that reads a trained run: its parser, with the run directory as first argument."""
+    """A subcommand that reads a trained run: its parser, with the run directory as first argument and the
+    choice of its checkpoint."""
     p = sub.add_parser(name, **kwargs)
     p.add_argument("run_dir", type=Path, help="run directory written by `deepfusion train`")
+    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
     return p
 
 
@@ -88,7 +90,6 @@ def _add_infer(sub) -> None:
                         "field input's (--param nu=fields.npy)")
     p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
                                            "family takes them")
-    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
     p.add_argument("--polish", type=int, default=0, metavar="K",
                    help="then K iterations of the family's polish step from the network's output (multigrid "
                         "V-cycles for the Q1 families, Newton sweeps of the conservative Burgers scheme); default 0 = "
@@ -112,7 +113,6 @@ def _add_compare(sub) -> None:
     p.add_argument("--threads", type=int, nargs="+", metavar="T",
                    help="CPU thread counts for the DiffNet rows (default: 1 and all cores)")
     p.add_argument("--batch", type=int, default=8, help="instances per forward pass in the batched timing")
-    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
     p.add_argument("--polish", type=int, nargs="*", default=[1], metavar="K",
                    help="also report \"DiffNet + K cycles\" rows (the network's output then K V-cycles or Newton "
                         "sweeps, timed together), each against its own classical match (default: 1; none: --polish)")
@@ -136,7 +136,6 @@ def _add_uq(sub) -> None:
     p.add_argument("--classical", action="store_true", help="also the classical solver at equal accuracy")
     p.add_argument("--reference-samples", type=int, default=32,
                    help="instances of the converged Monte Carlo check with --classical (default 32)")
-    p.add_argument("--checkpoint", help="a specific checkpoint file (default: the run's newest valid one)")
     p.set_defaults(func=_run("uq"))
 
 
