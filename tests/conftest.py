@@ -84,6 +84,22 @@ def float32_atol(run_dir: Path, scale: float = 1.0) -> float:
     return _MARGIN32 * 2 * sum(math.sqrt(n) for n in terms) * UNIT32 * scale
 
 
+@pytest.fixture(scope="session", autouse=True)
+def reference_cache(tmp_path_factory):
+    """One reference cache for the session (deepfusion.analysis.reference_cache): the many small runs
+    that evaluate the same family, grid and held-out instances solve their references once. In a
+    temporary directory, so no entry outlives the session's code; the children inherit it."""
+    from deepfusion.analysis.reference_cache import ENV
+
+    before = os.environ.get(ENV)
+    os.environ[ENV] = str(tmp_path_factory.mktemp("reference-cache"))
+    yield os.environ[ENV]
+    if before is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = before
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """The environment for a child process of a test: this checkout importable first, plus ``extra``."""
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)

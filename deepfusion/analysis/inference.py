@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from deepfusion.analysis import reference_cache
 from deepfusion.training.stepper import to_channels_last
 from diffnet.stages import TwoStage
 
@@ -100,14 +101,15 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
     (the family's ``reference`` and ``floor`` capabilities; without a floor, NaN floors).
 
     The floor's direct solve starts from the truth, so where the trained loss has several
-    optima (the central Burgers residual) the one nearest the truth is taken.
+    optima (the central Burgers residual) the one nearest the truth is taken. Both come from the
+    reference cache when ``DEEPFUSION_REFERENCE_CACHE`` names one (:mod:`~deepfusion.analysis.reference_cache`).
     """
     t0 = time.perf_counter()
     if truth is None:
-        truth = problem.truth(params, progress)
+        truth = reference_cache.truth(problem, params, progress)
     t1 = time.perf_counter()
     if problem.has("floor"):
-        optimum, roots = problem.discrete_optimum(params, initial=truth)
+        optimum, roots = reference_cache.discrete_optimum(problem, params, truth)
         floor, floor_name = relative_l2(optimum, truth), problem.floor_name()
     else:
         optimum, roots, floor, floor_name = None, np.zeros(len(truth), dtype=bool), np.full(len(truth), np.nan), "none"

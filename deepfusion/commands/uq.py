@@ -30,6 +30,7 @@ def _check(args: argparse.Namespace) -> None:
 def _classical(surrogate, say) -> tuple[str, int, float]:
     """The classical configuration as accurate as the network: the refinement sweep of ``compare`` against
     the network's mean error on (up to) 4 held-out instances of the run."""
+    from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import classical_sweep
     from deepfusion.analysis.equal_accuracy import cheapest
     from deepfusion.analysis.inference import relative_l2
@@ -38,7 +39,7 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     problem = surrogate.problem
     held = heldout_parameters(surrogate.config)[:4]
     # Only the error is needed here: the reference, not the floor (compare reports that).
-    truth = problem.truth(held)
+    truth = reference_cache.truth(problem, held)
     target = float(relative_l2(surrogate.fields(held), truth).mean())
     say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
     best = cheapest(classical_sweep(problem, held, truth, target, say), target)
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
+    from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import measure_classical
     from deepfusion.analysis.equal_accuracy import break_even
     from deepfusion.analysis.inference import relative_l2
@@ -140,7 +142,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
     study = run_study(classical, params, batch, f"classical {method} {grid}", keep)
     fields["classical_mean"], fields["classical_std"] = study.moments.mean, study.moments.std
     print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)
-    truth = surrogate.problem.truth(params[:keep])
+    truth = reference_cache.truth(surrogate.problem, params[:keep])
     ref, net, cls = Moments(), Moments(), Moments()
     ref.add(truth)
     net.add(diffnet.kept)
