@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-__all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition",
+__all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition", "Domain",
            "check_capabilities"]
 
 
@@ -99,8 +99,19 @@ class Precondition(Protocol):
         """The same family on another grid (the V-cycle's coarse levels)."""
 
 
+class Domain(Protocol):
+    """``domain``: the field lives on a domain cut out of the grid (:mod:`diffnet.geometry`), not on the
+    whole box. The engine then reports the field at the domain's nodes only: inference sets the
+    others to zero (so errors are measured inside), field files carry the mask (ParaView shows the
+    inside), plots draw the boundary."""
+
+    def domain(self, params: np.ndarray) -> np.ndarray:
+        """The signed distance to the boundary at the grid's nodes (S, *grid), float64, of instances
+        (S, *shape): negative inside, zero on the boundary."""
+
+
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
-                              "input_fields": InputFields, "precondition": Precondition}
+                              "input_fields": InputFields, "precondition": Precondition, "domain": Domain}
 
 
 def _members(protocol: type) -> tuple[dict[str, inspect.Signature], dict[str, Any]]:

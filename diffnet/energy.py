@@ -133,24 +133,28 @@ class _QuadraticEnergy(torch.autograd.Function):
     1024^2 once the network's activations are checkpointed. Here the forward pass keeps
     only u and the nodal coefficient, works one Gauss point at a time, and the backward
     pass recomputes D_q u to form the gradient sum_q D_q^T (c_q D_q u) with a transposed
-    convolution.
+    convolution. An optional element weight (S, 1, *cells) multiplies c_q element by element (the
+    immersed energies: 1 inside, a small weight on cut elements, 0 outside).
     """
 
     @staticmethod
-    def forward(ctx, u: torch.Tensor, coeff: torch.Tensor, interp: torch.Tensor, ops: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, u: torch.Tensor, coeff: torch.Tensor, interp: torch.Tensor, ops: torch.Tensor,
+                weight: torch.Tensor | None) -> torch.Tensor:
         # u, coeff: (S, 1, *grid); interp: (Q, 1, 1, 2, 2[, 2]); ops: (Q, D, 1, 2, 2[, 2]).
-        ctx.save_for_backward(u, coeff, interp, ops)
+        ctx.save_for_backward(u, coeff, interp, ops, weight)
         convolve, _ = _conv(u.ndim - 2)
         total = u.new_zeros(u.shape[0])
         with no_tf32():
             for q in range(ops.shape[0]):
                 c_q = convolve(coeff, interp[q])
+                if weight is not None:
+                    c_q = c_q * weight
                 total += (c_q * convolve(u, ops[q]).square()).sum(dim=tuple(range(1, u.ndim)))
         return 0.5 * total
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        u, coeff, interp, ops = ctx.saved_tensors
+        u, coeff, interp, ops, weight = ctx.saved_tensors
         convolve, convolve_input = _conv(u.ndim - 2)
         need_u, need_c = ctx.needs_input_grad[:2]
         grad_u = torch.zeros_like(u) if need_u else None
@@ -158,28 +162,34 @@ class _QuadraticEnergy(torch.autograd.Function):
         with no_tf32():
             for q in range(ops.shape[0]):
                 c_q = convolve(coeff, interp[q])
+                if weight is not None:
+                    c_q = c_q * weight
                 du = convolve(u, ops[q])
                 if need_u:
                     grad_u += convolve_input(u.shape, ops[q], c_q * du)
                 if need_c:
-                    grad_c += convolve_input(coeff.shape, interp[q], 0.5 * du.square().sum(dim=1, keepdim=True))
+                    half = 0.5 * du.square().sum(dim=1, keepdim=True)
+                    grad_c += convolve_input(coeff.shape, interp[q], half if weight is None else half * weight)
         scale = grad.reshape(-1, *([1] * (u.ndim - 1)))
-        return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None
+        return (grad_u * scale if need_u else None), (grad_c * scale if need_c else None), None, None, None
 
 
-def quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:
-    """1/2 sum_q sum_e (interp_q . coeff) |ops_q u|^2 per sample (S,) for nodal u, coeff (S, *grid).
+def quadratic_energy(u: torch.Tensor, coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray],
+                     weight: torch.Tensor | None = None) -> torch.Tensor:
+    """1/2 sum_q sum_e w_e (interp_q . coeff) |ops_q u|^2 per sample (S,) for nodal u, coeff (S, *grid).
 
     ``grid`` is 2-D (bilinear elements, 4 nodes) or 3-D (trilinear, 8 nodes). ``interp`` is
     (Q, nodes) basis rows interpolating the coefficient to the Q Gauss points; ``ops`` a list
-    of (Q, nodes) basis rows whose values at point q form D_q.
+    of (Q, nodes) basis rows whose values at point q form D_q; ``weight`` (S, *cells) the element
+    weights w_e (default 1).
     """
     stacked = np.stack(ops, axis=1)
     kernel = (2,) * (u.ndim - 1)
     interp_k = constant(("q1 interp", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, *kernel), u)
     ops_k = constant(("q1 ops", stacked.shape, stacked.tobytes()),
                      lambda: stacked.reshape(interp.shape[0], len(ops), 1, *kernel), u)
-    return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k)
+    w = None if weight is None else weight[:, None].to(u.dtype)
+    return _QuadraticEnergy.apply(u[:, None], coeff[:, None].to(u.dtype), interp_k, ops_k, w)
 
 
 def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndarray]) -> torch.Tensor:

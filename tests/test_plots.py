@@ -77,5 +77,6 @@ def test_pareto_plot_shows_every_sweep_point_and_the_network():
 
 def test_plot_fields_writes_a_png(tmp_path):
     y, x = np.mgrid[0:1:8j, 0:1:8j]
-    out = plots.plot_fields(x[None], y[None], (0, 1, 0, 1), ["c=3"], ("x", "t"), tmp_path / "f.png")
+    out = plots.plot_fields(x[None], y[None], {"t": np.linspace(0, 1, x.shape[0]), "x": np.linspace(0, 1, x.shape[1])},
+                            ["c=3"], tmp_path / "f.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

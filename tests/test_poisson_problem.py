@@ -115,3 +115,30 @@ def test_constant_diffusivity_option():
     problem = ReactionDiffusionProblem((9, 9), constant=0.5)
     nu = problem.diffusivity(torch.zeros(3, 6, dtype=torch.float64))
     assert nu.shape == (3, 9, 9) and torch.all(nu == 0.5)
+
+
+def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minimiser():
+    """x0: u = 1, x1: outward flux q, y sides insulated, constant nu: u = 1 + q x exactly (Q1 holds
+    linear fields); the field keeps the Dirichlet values, the loss's gradient vanishes at the FEM
+    solution, and a flux side's work enters the energy."""
+    from diffnet.problems.kl_family import KLFamily
+
+    q = 0.75
+    family = PoissonProblem((9, 13), sides=("u=1", f"flux={q}", "flux=0", "flux=0"))
+    params = torch.zeros(2, 6, dtype=torch.float64)  # a = 0: nu = 1
+    u = family.fem_system(params[0].numpy()).solve("direct")
+    x = np.linspace(0.0, 1.0, 13)
+    np.testing.assert_allclose(u, np.broadcast_to(1.0 + q * x, (9, 13)), atol=1e-12)
+    raw = torch.randn(2, 1, 9, 13, dtype=torch.float64)
+    field = family.field(raw, params)
+    assert torch.all(field[:, :, 0] == 1.0)  # only x = 0 is Dirichlet
+    v = torch.as_tensor(np.stack([u, u])).requires_grad_(True)
+    grad = torch.autograd.grad(family.loss_terms(v, params)["energy"].sum(), v)[0]
+    assert grad[:, :, 1:].abs().max() < 1e-12  # stationary on the free nodes
+    # Dirichlet on y sides instead: the lift follows y, corners take the x sides' values.
+    other = PoissonProblem((5, 5), sides=("flux=0", "flux=0", "u=0", "u=2"))
+    lift = other.field(torch.zeros(1, 1, 5, 5, dtype=torch.float64), params[:1])[0]
+    torch.testing.assert_close(lift[:, 2], torch.linspace(0, 2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="at least one side needs a Dirichlet value"):
+        PoissonProblem((5, 5), sides=("flux=1", "flux=0", "flux=0", "flux=0"))
+    assert issubclass(PoissonProblem, KLFamily)

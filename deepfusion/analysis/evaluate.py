@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
-from deepfusion.analysis.inference import FloorReport, against_floor, predict, relative_l2
+from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, predict, relative_l2
 from deepfusion.configuration.wiring import field_attrs, heldout_parameters
 from deepfusion.files.fields import write_fields
 from diffnet.preconditioned import error_estimate
@@ -47,8 +47,8 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
         t0 = time.perf_counter()
         pred = (predict(model, problem, test), time.perf_counter() - t0)
     pred, infer_seconds = pred
-    coords = problem.coordinates()
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"))
+    coords, domain = problem.coordinates(), domain_of(problem, test)
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain)
     if not problem.has("reference"):
         return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
@@ -56,7 +56,7 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     acc = against_floor(problem, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
-                 field_attrs(cfg, "reference") | {"reference": acc.truth_name})
+                 field_attrs(cfg, "reference") | {"reference": acc.truth_name}, domain)
     estimate = _estimated_error(cfg, problem, test, pred, acc)
     first = _first_stage(problem, model, test, acc)
     report = {"parameter": pname, pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
@@ -140,13 +140,13 @@ def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
     inputs = input_labels = None
     if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
         inputs, input_labels = problem.input_fields(test[:shown])
+    domain = domain_of(problem, test[:shown])
     if len(coords) == 3:  # 3-D: the mid-plane (the field files hold the volumes, for ParaView)
         mid, plane, coords = mid_plane(coords)
         pred, truth = pred[:, mid], truth[:, mid]
         inputs = None if inputs is None else inputs[:, mid]
+        domain = None if domain is None else domain[:, mid]
         labels = [f"{label}, {plane}" for label in labels]
-    axes = list(coords)
-    extent = (coords[axes[1]][0], coords[axes[1]][-1], coords[axes[0]][0], coords[axes[0]][-1])
-    plot_fields(pred, truth, extent, labels, (axes[1], axes[0]), plots / "fields.png",
-                ref_name="reference", inputs=None if inputs is None else (inputs, input_labels))
+    plot_fields(pred, truth, coords, labels, plots / "fields.png",
+                inputs=None if inputs is None else (inputs, input_labels), domain=domain)
     print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

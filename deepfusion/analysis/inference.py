@@ -17,7 +17,7 @@ from deepfusion.analysis import reference_cache
 from deepfusion.training.stepper import to_channels_last
 from diffnet.stages import TwoStage
 
-__all__ = ["predict", "relative_l2", "FloorReport", "against_floor"]
+__all__ = ["predict", "domain_of", "relative_l2", "FloorReport", "against_floor"]
 
 
 @torch.inference_mode()
@@ -29,6 +29,8 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     With a ``tiling`` (a domain split, collective over its ranks) the generator runs on this
     rank's tile and the network's outputs are gathered: every rank of the split gets the
     whole fields. A two-stage generator runs as its second stage (:class:`diffnet.stages.SecondStage`).
+    A family on a domain cut out of the grid (capability ``domain``) gets zero at the nodes outside
+    it: its field there only extends the discrete space, and errors are measured inside.
     """
     if isinstance(model, TwoStage):
         model, problem = model.pair(problem)
@@ -43,7 +45,14 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
             else:
                 raw = tiling.gather(model(to_channels_last(tiling.local(problem.inputs(p)).contiguous()), tiling))
             out.append(problem.field(raw, p).double().cpu().numpy())
-    return np.concatenate(out, axis=0)
+    fields = np.concatenate(out, axis=0)
+    domain = domain_of(problem, params)
+    return fields if domain is None else np.where(domain <= 0, fields, 0.0)
+
+
+def domain_of(problem, params: np.ndarray) -> np.ndarray | None:
+    """The signed distance at the nodes (S, *grid) of a family with the ``domain`` capability, else None."""
+    return np.asarray(problem.domain(np.asarray(params)), dtype=np.float64) if problem.has("domain") else None
 
 
 def relative_l2(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:

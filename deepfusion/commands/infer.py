@@ -15,6 +15,7 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.analysis.inference import domain_of
     from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_fields
     from deepfusion.files.rundir import run_config
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace, comm) -> int:
         return 0
     attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
     out = write_fields(args.out, u, surrogate.problem.coordinates(), {dataset_name(surrogate.problem, params): params},
-                       attrs)
+                       attrs, domain_of(surrogate.problem, params))
     n = len(params)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "

@@ -18,6 +18,7 @@ def _progress(k: int, n: int) -> None:
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.analysis.inference import domain_of
     from deepfusion.configuration.config import family_table, load_config, parse_override
     from deepfusion.configuration.registry import FamilyError, family_class
     from deepfusion.configuration.wiring import build_problem, field_attrs
@@ -47,7 +48,8 @@ def run(args: argparse.Namespace, comm) -> int:
     u = problem.reference(params, progress=_progress)
     seconds = time.perf_counter() - t0
     attrs = field_attrs(cfg, "reference") | {"reference": problem.reference_name()}
-    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs)
+    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
+                       domain_of(problem, params))
     n = len(params)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
           f"family ({problem.reference_name()}) in {seconds:.2f} s")

@@ -23,6 +23,7 @@ def write_fields(
     coords: dict[str, np.ndarray],
     params: dict[str, np.ndarray],
     attrs: dict[str, Any],
+    domain: np.ndarray | None = None,
 ) -> Path:
     """Write ``u`` (S, N_0, N_1) or (S, N_0, N_1, N_2) with its coordinates and instance parameters, and an XDMF.
 
@@ -38,6 +39,11 @@ def write_fields(
         Per-sample instance parameters, each with S rows (e.g. ``{"c": (S,)}``).
     attrs : dict
         File attributes; must include ``problem``.
+    domain : numpy.ndarray, optional
+        For a family on a domain cut out of the grid (capability ``domain``): the signed distance at
+        the nodes, u's shape. Written as ``sdf`` and as the mask ``inside`` (1 at the domain's nodes),
+        both also in the XDMF, so ParaView's Threshold on ``inside`` shows the domain alone and a
+        Contour of ``sdf`` at 0 its boundary.
 
     Both files are written to temporaries and renamed into place, so a reader never sees
     half a file.
@@ -55,7 +61,14 @@ def write_fields(
         if value.shape[:1] != u.shape[:1]:
             raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
         datasets[name] = value
-    _write_atomic(path, datasets, names, u.shape[1:], attrs, _xdmf(path.name, u.shape, u.dtype, names))
+    nodal = {"u": u.dtype}
+    if domain is not None:
+        domain = np.asarray(domain, dtype=np.float64)
+        if domain.shape != u.shape:
+            raise ValueError(f"domain has shape {domain.shape}, expected u's {u.shape}")
+        datasets["sdf"], datasets["inside"] = domain, (domain <= 0).astype(np.uint8)
+        nodal.update(sdf=domain.dtype, inside=np.dtype(np.uint8))
+    _write_atomic(path, datasets, names, u.shape[1:], attrs, _xdmf(path.name, u.shape, nodal, names))
     return path
 
 
@@ -92,8 +105,9 @@ def _geometry(h5name: str, names: list[str], shape: tuple[int, ...], indent: str
             f'{indent}<Geometry GeometryType="{"VXVYVZ" if d == 3 else "VXVY"}">\n{items}\n{indent}</Geometry>')
 
 
-def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]) -> str:
-    """XDMF 3 for ParaView: one rectilinear grid (2-D or 3-D) per sample, as a collection over samples.
+def _xdmf(h5name: str, shape: tuple[int, ...], nodal: dict[str, np.dtype], names: list[str]) -> str:
+    """XDMF 3 for ParaView: one rectilinear grid (2-D or 3-D) per sample, as a collection over samples,
+    with the ``nodal`` datasets (name -> dtype, each of ``shape``) as its node attributes.
 
     ParaView steps through a temporal collection, so the sample index is written as the
     collection's "time"; the last axis name is the grid's X, the one before its Y (then Z).
@@ -104,16 +118,19 @@ def _xdmf(h5name: str, shape: tuple[int, ...], dtype: np.dtype, names: list[str]
     grids = []
     for k in range(s):
         start, stride, count = " ".join([str(k)] + ["0"] * d), " ".join(["1"] * (d + 1)), f"1 {dims}"
+        attributes = "\n".join(
+            f"""        <Attribute Name="{name}" AttributeType="Scalar" Center="Node">
+          <DataItem ItemType="HyperSlab" Dimensions="{dims}">
+            <DataItem Dimensions="3 {d + 1}" Format="XML">{start}  {stride}  {count}</DataItem>
+            <DataItem Dimensions="{s} {dims}" NumberType="{'UChar' if dtype.kind == 'u' else 'Float'}" \
+Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
+          </DataItem>
+        </Attribute>""" for name, dtype in nodal.items())
         grids.append(
             f"""      <Grid Name="sample{k}" GridType="Uniform">
         <Time Value="{k}"/>
 {_geometry(h5name, names, grid, "        ")}
-        <Attribute Name="u" AttributeType="Scalar" Center="Node">
-          <DataItem ItemType="HyperSlab" Dimensions="{dims}">
-            <DataItem Dimensions="3 {d + 1}" Format="XML">{start}  {stride}  {count}</DataItem>
-            <DataItem Dimensions="{s} {dims}" NumberType="Float" Precision="{dtype.itemsize}" Format="HDF">{h5name}:/u</DataItem>
-          </DataItem>
-        </Attribute>
+{attributes}
       </Grid>"""
         )
     body = "\n".join(grids)

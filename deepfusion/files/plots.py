@@ -71,26 +71,29 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
 def plot_fields(
     pred: np.ndarray,
     ref: np.ndarray,
-    extent: tuple[float, float, float, float],
+    coords: dict[str, np.ndarray],
     labels: list[str],
-    axis_names: tuple[str, str],
     out: Path,
     ref_name: str = "reference",
     inputs: tuple[np.ndarray, list[str]] | None = None,
+    domain: np.ndarray | None = None,
 ) -> Path:
     """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
 
-    ``extent`` is (x_min, x_max, y_min, y_max) of the image, ``axis_names`` the names of
-    the horizontal and vertical axes (e.g. ``("x", "t")``). ``inputs``, (fields, titles) with one
-    field per sample (e.g. log10 of the diffusivity), adds a first column.
+    ``coords`` are the fields' two nodal coordinate arrays (e.g. ``{"t": ..., "x": ...}``: the
+    vertical axis first). ``inputs``, (fields, titles) with one field per sample (e.g. log10 of the
+    diffusivity), adds a first column. ``domain``, the signed distance of a domain cut out of the
+    grid (one field per sample), blanks the outside and draws the boundary.
     The difference's colour scale is symmetric and clipped at the 99th percentile of its
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
-    return _save(_fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs), out, 110)
+    (vertical, ys), (horizontal, xs) = coords.items()
+    extent = (xs[0], xs[-1], ys[0], ys[-1])
+    return _save(_fields_figure(pred, ref, extent, labels, (horizontal, vertical), ref_name, inputs, domain), out, 110)
 
 
-def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs):
+def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, domain=None):
     plt = _pyplot()
     s = len(pred)
     cols = 3 + (inputs is not None)
@@ -98,6 +101,7 @@ def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs):
     for k in range(s):
         vmin, vmax = float(ref[k].min()), float(ref[k].max())
         diff = pred[k] - ref[k]
+        outside = None if domain is None else domain[k] > 0
         peak = float(np.abs(diff).max())
         # The edges are left out of the scale: at 64² one outflow column is 1.6 % of the
         # pixels, more than a 99th percentile alone would clip.
@@ -113,7 +117,13 @@ def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs):
             panels.insert(0, (data, titles[k] if titles else "input", "cividis", float(data.min()),
                               float(data.max()), "log10 ν"))
         for ax, (data, title, cmap, lo, hi, label) in zip(axes[k], panels):
+            if outside is not None and label != "log10 ν":  # the field lives inside the domain only
+                data = np.ma.masked_where(outside, data)
             im = ax.imshow(data, origin="lower", extent=extent, aspect="auto", cmap=cmap, vmin=lo, vmax=hi)
+            if outside is not None:
+                ys, xs = (np.linspace(a, b, n) for a, b, n in ((extent[2], extent[3], data.shape[0]),
+                                                                (extent[0], extent[1], data.shape[1])))
+                ax.contour(xs, ys, domain[k], levels=[0.0], colors="k", linewidths=0.8)
             ax.set_title(title, fontsize=8)
             ax.set_xlabel(axis_names[0])
             ax.set_ylabel(axis_names[1])

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.boundary import SIDES, BoxBoundary
 from diffnet.classical import Q1Classical
 from diffnet.constants import constant
 from diffnet.family import Family, ParameterSpec
 from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, option, positive
-from diffnet.solvers.fem import FEMSystem
+from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
 __all__ = ["KLOptions", "KLFamily"]
 
@@ -56,8 +58,10 @@ class KLFamily(Q1Classical, Family):
     coeff_range: tuple[float, float] = (-3.0, 3.0)
     constant: float = 0.0
     truth_refine: int = 4
+    sides: tuple[str, ...] = ()  # the box's conditions, x0, x1, y0, y1[, z0, z1] (default: the family's own)
 
     in_channels = 3  # log nu and the d coordinates
+    default_sides: ClassVar[tuple[str, ...]] = ()  # the family's conditions per side when a config names none
     polish_step = "V-cycle"  # one iteration of :meth:`polish`
     # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
     # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
@@ -102,8 +106,15 @@ class KLFamily(Q1Classical, Family):
     @classmethod
     def from_options(cls, options: KLOptions, resolution: tuple[int, ...]) -> "KLFamily":
         o = options
+        sides = tuple(getattr(o, k) for k in SIDES[: 2 * cls.dims] if hasattr(o, k))
         return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
-                   truth_refine=o.truth_refine, **cls._extra(o))
+                   truth_refine=o.truth_refine, sides=sides, **cls._extra(o))
+
+    @property
+    def boundary(self) -> BoxBoundary:
+        """The box's conditions per side (:mod:`diffnet.boundary`)."""
+        texts = self.sides or self.default_sides
+        return BoxBoundary.of(dict(zip(SIDES, texts[: 2 * self.dims])), self.dims)
 
     @staticmethod
     def _extra(options) -> dict:
@@ -211,6 +222,34 @@ class KLFamily(Q1Classical, Family):
         ``params`` is one coefficient row (m,) or one nodal diffusivity field (*resolution).
         """
         return self._fem_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
+
+    def _boundary_fields(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The free-node mask, the lift and the flux load on the grid, in ``like``'s dtype and device."""
+        b, grid = self.boundary, tuple(self.resolution)
+        key = ("box", tuple(map(str, b.sides.values())), grid)
+        host = torch.zeros((), dtype=like.dtype)  # built in the field's dtype (1 - x to the bit), then moved
+        return (constant(key + ("free",), lambda: b.free(grid, host), like),
+                constant(key + ("lift",), lambda: b.lift(grid, host), like),
+                constant(key + ("flux",), lambda: b.flux_load(grid), like))
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = lift + M * N: the lift of the Dirichlet values, the mask M zero on the Dirichlet nodes."""
+        free, lift, _ = self._boundary_fields(raw)
+        return lift + raw[:, 0] * free
+
+    def _flux_work(self, u: torch.Tensor, flux: torch.Tensor | None = None) -> torch.Tensor:
+        """The fluxes' work integral over the flux sides of q u, per sample (zero without fluxes); ``flux``:
+        the load on u's nodes (default: the whole grid's). Whether there is any is the family's, not the
+        tile's, so every tile of a split takes the same path (a sum over the tiles follows)."""
+        if not any(s.kind == "flux" and s.value != 0.0 for s in self.boundary.sides.values()):
+            return u.new_zeros(u.shape[0])
+        flux = self._boundary_fields(u)[2] if flux is None else flux
+        return (flux * u).sum(dim=tuple(range(1, u.ndim)))
+
+    def _box_system(self, nu: np.ndarray, kappa: float = 0.0, f: float = 0.0) -> FEMSystem:
+        """The Q1 system on the box with the family's conditions per side."""
+        fixed, values = self.boundary.fixed(nu.shape)
+        return dirichlet_system(nu, fixed, values, kappa, f, flux=self.boundary.flux_load(nu.shape))
 
     def _fem_system(self, nu: np.ndarray) -> FEMSystem:
         raise NotImplementedError

@@ -1,5 +1,6 @@
-"""Poisson family -div(nu grad u) = 0 over Karhunen-Loève diffusivities in any dimension: u = 1 at x = 0,
-u = 0 at x = 1 (x the last axis), zero flux on the other sides."""
+"""Poisson family -div(nu grad u) = 0 over Karhunen-Loève diffusivities in any dimension, with a Dirichlet
+value or a Neumann flux on each side of the box (default: u = 1 at x = 0, u = 0 at x = 1, zero flux on
+the other sides)."""
 
 from __future__ import annotations
 
@@ -7,63 +8,99 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from diffnet.boundary import SIDE_DOC, side_check
 from diffnet.energy import dirichlet_energy, dirichlet_stencil
 from diffnet.kl import kl_modes, kl_roots
+from diffnet.options import option
 from diffnet.problems.kl_family import KLFamily, KLOptions
-from diffnet.solvers.fem import FEMSystem, poisson_system
-from diffnet.tiling import axis_coordinates, element_sum, zero_boundary
+from diffnet.solvers.fem import FEMSystem
+from diffnet.tiling import element_sum
 
-__all__ = ["kl_roots", "kl_modes", "KLOptions", "KLFamily", "PoissonProblem"]
+__all__ = ["kl_roots", "kl_modes", "KLOptions", "PoissonOptions", "KLFamily", "PoissonProblem"]
+
+@dataclass(frozen=True)
+class PoissonOptions(KLOptions):
+    """``[poisson]``: the KL diffusivity family, the evaluation's reference and the condition on each side."""
+
+    x0: str = option("u=1", SIDE_DOC.format("x = 0"), side_check)
+    x1: str = option("u=0", SIDE_DOC.format("x = 1"), side_check)
+    y0: str = option("flux=0", SIDE_DOC.format("y = 0"), side_check)
+    y1: str = option("flux=0", SIDE_DOC.format("y = 1"), side_check)
 
 
 @dataclass(frozen=True)
 class PoissonProblem(KLFamily):
-    """-div(nu grad u) = 0 on [0,1]^d; u = 1 at x = 0, u = 0 at x = 1, zero flux on the other sides.
+    """-div(nu grad u) = 0 on [0,1]^d with a Dirichlet value or a flux on each side (``sides``, in the order
+    x0, x1, y0, y1[, z0, z1]; default u = 1 at x = 0, u = 0 at x = 1, zero flux elsewhere).
 
-    The loss is the Q1 energy J(u) = integral 1/2 nu |grad u|^2 of the network's field,
-    divided per sample by the energy of the lift u = 1 - x (that is 1/2 integral nu):
-    over a in [-3, 3]^6 nu spans about seven decades, and without the division the
-    samples with large nu would own the gradient.
+    The field is the lift of the Dirichlet values (:meth:`diffnet.boundary.BoxBoundary.lift`; 1 - x by
+    default) plus the network's output off the Dirichlet nodes. The loss is the Q1 energy
+    J(u) = integral 1/2 nu |grad u|^2 - integral over the flux sides of q u, divided per sample by the
+    lift's energy (1/2 integral nu by default; 1/2 integral nu where the lift is zero): over
+    a in [-3, 3]^6 nu spans about seven decades, and without the division the samples with large nu
+    would own the gradient.
     """
 
     name = "poisson"
-    Options = KLOptions
+    Options = PoissonOptions
+    default_sides = ("u=1", "u=0", "flux=0", "flux=0", "flux=0", "flux=0")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.boundary.dirichlet:
+            raise ValueError(f"{self.name}: at least one side needs a Dirichlet value (\"u=...\"); with fluxes "
+                             "alone the solution is defined up to a constant")
+
+    def describe(self) -> str:
+        text = super().describe()
+        return text if not self.sides or self.sides == self.default_sides[: 2 * self.dims] else \
+            f"{text} {self.boundary.describe()}"
 
     def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
         """The Q1 energy per sample."""
         return dirichlet_energy(u, nu, *self.spacing)
 
-    def _fem_system(self, nu: np.ndarray) -> FEMSystem:
-        return poisson_system(nu)
+    def _scale(self, lift: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+        """The lift's energy per sample, or 1/2 integral nu where the lift has none (a constant lift's is
+        rounding: below 1e-12 of that)."""
+        energy = self._energy(lift.expand_as(nu), nu)
+        if bool((energy > 0).all()) and self.boundary.varies:  # the default's path: one energy, as before
+            return energy
+        ramp = self._energy(self._ramp(nu), nu)
+        return torch.where(energy > 1e-12 * ramp, energy, ramp)
+
+    def _ramp(self, like: torch.Tensor) -> torch.Tensor:
+        """1 - x on the grid, in ``like``'s shape: its energy is 1/2 integral nu."""
+        return (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=like.dtype, device=like.device)).expand_as(like)
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The Hessian of :meth:`loss_terms` in u: the stiffness stencil divided by the lift's energy."""
+        """The Hessian of :meth:`loss_terms` in u: the stiffness stencil divided by the loss's scale."""
         nu = self.diffusivity(params.to(u.dtype))
-        scale = self._energy(self._lift(u), nu).reshape(-1, *([1] * u.ndim))
+        _, lift, _ = self._boundary_fields(u)
+        scale = self._scale(lift, nu).reshape(-1, *([1] * u.ndim))
         return dirichlet_stencil(nu, *self.spacing) / scale
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = (1 - x) + M * N, with the mask M zero on the Dirichlet planes x = 0, 1."""
-        x = torch.linspace(0.0, 1.0, self.resolution[-1], dtype=raw.dtype, device=raw.device)
-        return (1.0 - x) + F.pad(raw[:, 0, ..., 1:-1], (1, 1))
-
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-sample energy divided by that of the lift u = 1 - x (1/2 integral of nu), shape (S,)."""
+        """Per-sample energy (minus the fluxes' work) divided by the scale, shape (S,)."""
         nu = self.diffusivity(params.to(u.dtype))
-        return {"energy": self._energy(u, nu) / self._energy(self._lift(u), nu)}
-
-    def _lift(self, u: torch.Tensor) -> torch.Tensor:
-        """The lift 1 - x on u's grid, dtype and device, in u's shape."""
-        return (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=u.dtype, device=u.device)).expand_as(u)
+        _, lift, flux = self._boundary_fields(u)
+        return {"energy": (self._energy(u, nu) - self._flux_work(u)) / self._scale(lift, nu)}
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
-        summed over the tiles."""
-        axis = len(self.resolution) - 1
-        x = axis_coordinates(tiling, axis, raw)
-        u = (1.0 - x) + zero_boundary(raw[:, 0], tiling, [axis])
-        nu = tiling.local(self.diffusivity(params.to(u.dtype)))
-        lift = (1.0 - x).expand_as(u)
-        return {"energy": element_sum(self._energy, tiling, u, nu) / element_sum(self._energy, tiling, lift, nu)}
+        and the fluxes' work on its own nodes, summed over the tiles."""
+        s = raw.shape[0]
+        free, lift, flux = (tiling.local(f.expand(s, *f.shape)) for f in self._boundary_fields(raw))
+        u = lift + raw[:, 0] * free
+        nu_full = self.diffusivity(params.to(u.dtype))
+        nu = tiling.local(nu_full)
+        energy = element_sum(self._energy, tiling, u, nu) - tiling.sum(self._flux_work(u, flux))
+        scale = element_sum(self._energy, tiling, lift, nu)
+        if not self.boundary.varies:  # the family's, not the tile's: every tile sums alike
+            ramp = element_sum(self._energy, tiling, tiling.local(self._ramp(nu_full)), nu)
+            scale = torch.where(scale > 1e-12 * ramp, scale, ramp)
+        return {"energy": energy / scale}
+
+    def _fem_system(self, nu: np.ndarray) -> FEMSystem:
+        return self._box_system(nu)

@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diffnet.boundary import SIDE_DOC, side_check
 from diffnet.options import integer_in, option
-from diffnet.problems.kl_family import KLOptions
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.problems.poisson import PoissonOptions, PoissonProblem
 
 __all__ = ["KL3DOptions", "Poisson3D"]
 
 
 @dataclass(frozen=True)
-class KL3DOptions(KLOptions):
-    """``[poisson3d]``: the 3-D Karhunen-Loève diffusivity family and the evaluation's reference."""
+class KL3DOptions(PoissonOptions):
+    """``[poisson3d]``: the 3-D Karhunen-Loève diffusivity family, the evaluation's reference and the
+    condition on each side."""
 
     # 2x finer in 3-D: 4x at 65^3 would be 257^3 = 17 M unknowns per instance.
     truth_refine: int = option(2, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
                                "times the intervals (2..8)", integer_in(2, 8))
+    z0: str = option("flux=0", SIDE_DOC.format("z = 0"), side_check)
+    z1: str = option("flux=0", SIDE_DOC.format("z = 1"), side_check)
 
 
 @dataclass(frozen=True)

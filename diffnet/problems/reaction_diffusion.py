@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from diffnet.boundary import SIDE_DOC, side_check
 from diffnet.energy import reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.options import nonnegative, one_of, option
 from diffnet.problems.kl_family import KLFamily, KLOptions
-from diffnet.solvers.fem import FEMSystem, reaction_diffusion_system
-from diffnet.tiling import element_sum, zero_boundary
+from diffnet.solvers.fem import FEMSystem
+from diffnet.tiling import element_sum
 
 __all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
 
@@ -38,11 +38,16 @@ class ReactionDiffusionOptions(KLOptions):
     kappa: float = option(1.0, "κ (reaction term κ²u)", nonnegative)
     source: float = option(1.0, "constant source f (non-zero)",
                            lambda v: None if v != 0 else "must be non-zero (f = 0 has the solution u = 0)")
+    x0: str = option("u=0", SIDE_DOC.format("x = 0"), side_check)
+    x1: str = option("u=0", SIDE_DOC.format("x = 1"), side_check)
+    y0: str = option("u=0", SIDE_DOC.format("y = 0"), side_check)
+    y1: str = option("u=0", SIDE_DOC.format("y = 1"), side_check)
 
 
 @dataclass(frozen=True)
 class ReactionDiffusionProblem(KLFamily):
-    """-div(nu grad u) + kappa^2 u = f with u = 0 on every side; nu from the KL family (or constant).
+    """-div(nu grad u) + kappa^2 u = f with a Dirichlet value or a flux on each side (default u = 0 on every
+    side); nu from the KL family (or constant).
 
     The loss is the Q1 energy integral [1/2 nu |grad u|^2 + 1/2 kappa^2 u^2 - f u],
     divided per sample by :func:`energy_scale`; it is negative at the solution.
@@ -53,6 +58,7 @@ class ReactionDiffusionProblem(KLFamily):
 
     name = "reaction_diffusion"
     Options = ReactionDiffusionOptions
+    default_sides = ("u=0",) * 4
 
     @staticmethod
     def _extra(options: ReactionDiffusionOptions) -> dict:
@@ -68,14 +74,10 @@ class ReactionDiffusionProblem(KLFamily):
     def describe(self) -> str:
         return f"{super().describe()} kappa={self.kappa} f={self.source}"
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = M * N with the mask M zero on all four sides."""
-        return F.pad(raw[:, 0, 1:-1, 1:-1], (1, 1, 1, 1))
-
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample normalised energy ``energy``, shape (S,)."""
         nu = self.diffusivity(params.to(u.dtype))
-        j = reaction_diffusion_energy(u, nu, self.kappa, self.source, *self.spacing)
+        j = reaction_diffusion_energy(u, nu, self.kappa, self.source, *self.spacing) - self._flux_work(u)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -87,11 +89,13 @@ class ReactionDiffusionProblem(KLFamily):
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energy of its own elements
         summed over the tiles (the scale from the whole grid's nu, which every tile computes)."""
-        u = zero_boundary(raw[:, 0], tiling, [0, 1])
+        s = raw.shape[0]
+        free, lift, flux = (tiling.local(f.expand(s, *f.shape)) for f in self._boundary_fields(raw))
+        u = lift + raw[:, 0] * free
         nu_full = self.diffusivity(params.to(u.dtype))
         energy = lambda v, c: reaction_diffusion_energy(v, c, self.kappa, self.source, *self.spacing)  # noqa: E731
-        j = element_sum(energy, tiling, u, tiling.local(nu_full))
+        j = element_sum(energy, tiling, u, tiling.local(nu_full)) - tiling.sum(self._flux_work(u, flux))
         return {"energy": j / energy_scale(nu_full.mean(dim=(1, 2)), self.kappa, self.source)}
 
     def _fem_system(self, nu: np.ndarray) -> FEMSystem:
-        return reaction_diffusion_system(nu, self.kappa, self.source)
+        return self._box_system(nu, self.kappa, self.source)

@@ -145,6 +145,7 @@ def dirichlet_system(
     values: np.ndarray,
     kappa: float = 0.0,
     f: np.ndarray | float = 0.0,
+    flux: np.ndarray | None = None,
 ) -> FEMSystem:
     """Assemble -div(nu grad u) + kappa^2 u = f on [0,1]^d with u = ``values`` on the ``fixed`` nodes.
 
@@ -168,6 +169,9 @@ def dirichlet_system(
         Reaction coefficient (the term is kappa^2 u).
     f : numpy.ndarray or float
         Source, constant or nodal.
+    flux : numpy.ndarray, optional
+        The Neumann load of fluxes on the boundary, ∫ q N_a dS per node, nu's shape
+        (:meth:`diffnet.boundary.BoxBoundary.flux_load`); the other free boundary nodes carry zero flux.
 
     Returns
     -------
@@ -183,6 +187,8 @@ def dirichlet_system(
     fixed = np.ascontiguousarray(np.broadcast_to(fixed, nu.shape), dtype=bool)
     g = np.where(fixed, values, 0.0)
     rhs = q1_load(f, nu.shape, spacing)
+    if flux is not None:
+        rhs += flux
     apply_dirichlet(stencil, rhs, fixed, g)
     return FEMSystem(stencil, rhs.ravel(), fixed.ravel(), g.ravel(), nu.shape, (nu, spacing, kappa))
 

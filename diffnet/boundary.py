@@ -1,0 +1,157 @@
+"""Boundary conditions per side of the unit square or cube: a Dirichlet value or a Neumann flux on each.
+
+A side is named by its axis and end: ``x0`` is the side x = 0, ``x1`` x = 1, likewise ``y0``, ``y1``
+and, in 3-D, ``z0``, ``z1``. Its condition is written ``"u=VALUE"`` (Dirichlet: the field's value) or
+``"flux=VALUE"`` (Neumann: the outward flux ν ∂u/∂n; ``"flux=0"`` insulates). The Q1 families take
+them as keys of their table, e.g. ``[poisson] x0 = "u=1"``.
+
+What a family needs of them: the Dirichlet nodes and values (imposed exactly, by the field's
+construction and in the assembled system; where two Dirichlet sides meet, the corner takes the value
+of the side whose axis comes first in x, y, z), a smooth lift of those values for the network's field,
+and the load of the fluxes, ∫_side q N_a dS per node, exact for the multilinear N_a (the trapezoid
+weights of the side's grid).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["SIDES", "SIDE_DOC", "Side", "parse_side", "side_check", "BoxBoundary"]
+
+SIDES = ("x0", "x1", "y0", "y1", "z0", "z1")
+SIDE_DOC = "the side {}: \"u=VALUE\" (Dirichlet) or \"flux=VALUE\" (outward flux ν ∂u/∂n)"
+_FORM = re.compile(r"^\s*(u|flux)\s*=\s*([-+0-9.eE]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's condition: ``kind`` "u" (Dirichlet value) or "flux" (outward flux), and its ``value``."""
+
+    kind: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.kind}={self.value:g}"
+
+
+def parse_side(text: str) -> Side:
+    """``"u=1"`` or ``"flux=-0.5"`` as a :class:`Side`; ValueError naming the form otherwise."""
+    match = _FORM.match(str(text))
+    if match is None:
+        raise ValueError(f"{text!r} is not a side condition; write \"u=VALUE\" or \"flux=VALUE\"")
+    try:
+        value = float(match.group(2))
+    except ValueError:
+        raise ValueError(f"{text!r}: {match.group(2)!r} is not a number") from None
+    if not np.isfinite(value):
+        raise ValueError(f"{text!r}: the value must be finite")
+    return Side(match.group(1), value)
+
+
+def side_check(text: str) -> str | None:
+    """An :func:`diffnet.options.option` check for a side key."""
+    try:
+        parse_side(text)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _axis(side: str, dims: int) -> tuple[int, int]:
+    """A side's array axis in a grid of ``dims`` axes (outermost first) and its end (0 or -1)."""
+    k = "xyz".index(side[0])
+    return dims - 1 - k, 0 if side[1] == "0" else -1
+
+
+@dataclass(frozen=True)
+class BoxBoundary:
+    """The conditions on every side of a ``dims``-dimensional box (``sides``: name -> :class:`Side`)."""
+
+    sides: Mapping[str, Side]
+
+    @classmethod
+    def of(cls, texts: Mapping[str, str], dims: int) -> "BoxBoundary":
+        """From side texts, e.g. ``{"x0": "u=1", ...}``: every side of the box once."""
+        need = set(SIDES[: 2 * dims])
+        if set(texts) != need:
+            raise ValueError(f"a {dims}-D box has the sides {sorted(need)}, got {sorted(texts)}")
+        return cls({k: parse_side(texts[k]) for k in SIDES[: 2 * dims]})
+
+    @property
+    def dims(self) -> int:
+        return len(self.sides) // 2
+
+    @property
+    def dirichlet(self) -> tuple[str, ...]:
+        """The sides with a Dirichlet value."""
+        return tuple(k for k, s in self.sides.items() if s.kind == "u")
+
+    @property
+    def varies(self) -> bool:
+        """Whether the Dirichlet values differ from side to side (else the lift is constant: no energy)."""
+        return len({self.sides[k].value for k in self.dirichlet}) > 1
+
+    def describe(self) -> str:
+        return " ".join(f"{k}:{s}" for k, s in self.sides.items())
+
+    def fixed(self, resolution: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The Dirichlet nodes (bool) and their values (zero elsewhere), shape ``resolution``."""
+        mask, values = np.zeros(resolution, dtype=bool), np.zeros(resolution)
+        for name in reversed(self.dirichlet):  # the first axis's sides written last: they win at corners
+            axis, end = _axis(name, len(resolution))
+            index = [slice(None)] * len(resolution)
+            index[axis] = end
+            mask[tuple(index)] = True
+            values[tuple(index)] = self.sides[name].value
+        return mask, values
+
+    def lift(self, resolution: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        """A smooth field with the Dirichlet values on the Dirichlet sides, in ``like``'s dtype and device:
+        along the first axis (x, y, z) with a Dirichlet side, the linear blend of its two values (the one
+        value where one side is Dirichlet), constant across; the other Dirichlet sides' nodes then take
+        their values. (For u = 1 at x = 0 and u = 0 at x = 1 that is 1 - x, to the bit.)"""
+        dims = len(resolution)
+        out = torch.zeros(tuple(resolution), dtype=like.dtype, device=like.device)
+        for k in "xyz"[:dims]:
+            low, high = self.sides[k + "0"], self.sides[k + "1"]
+            if low.kind == "u" or high.kind == "u":
+                axis = dims - 1 - "xyz".index(k)
+                s = torch.linspace(0.0, 1.0, resolution[axis], dtype=like.dtype, device=like.device)
+                v0 = low.value if low.kind == "u" else high.value
+                v1 = high.value if high.kind == "u" else low.value
+                shape = [1] * dims
+                shape[axis] = -1
+                out = ((1.0 - s) * v0 + s * v1).reshape(shape).expand(tuple(resolution))
+                break
+        mask, values = self.fixed(resolution)
+        return torch.where(torch.as_tensor(mask, device=like.device), torch.as_tensor(values, dtype=like.dtype,
+                                                                                       device=like.device), out)
+
+    def flux_load(self, resolution: Sequence[int]) -> np.ndarray:
+        """∫_side q N_a dS per node for the flux sides (the Neumann load), shape ``resolution``."""
+        dims = len(resolution)
+        out = np.zeros(resolution)
+        for name, side in self.sides.items():
+            if side.kind != "flux" or side.value == 0.0:
+                continue
+            axis, end = _axis(name, dims)
+            weight = np.ones(())
+            for other in range(dims):  # the side's own grid: trapezoid weights, exact for Q1
+                if other == axis:
+                    continue
+                w = np.full(resolution[other], 1.0 / (resolution[other] - 1))
+                w[[0, -1]] *= 0.5
+                weight = np.multiply.outer(weight, w)
+            index = [slice(None)] * dims
+            index[axis] = end
+            out[tuple(index)] += side.value * weight
+        return out
+
+    def free(self, resolution: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        """1 off the Dirichlet nodes, 0 on them, in ``like``'s dtype and device."""
+        return torch.as_tensor(~self.fixed(resolution)[0], dtype=like.dtype, device=like.device)

@@ -1,0 +1,167 @@
+"""What the families on an immersed domain share (2-D): the field on the domain's active nodes, the
+network's inputs (the signed distance and the coordinates), the same-grid immersed solve as reference
+and floor, the body-fitted solve as truth, V-cycles as polish, and the classical sweep (the immersed
+system by multigrid on other grids, and the body-fitted FEM on other meshes).
+
+A family mixes :class:`ImmersedFamily` into :class:`~diffnet.family.Family` and provides
+``discretised(params)`` (one instance's :class:`~diffnet.immersed.Immersed`), ``loss_terms`` and
+``_body_fitted(params, h)`` (the body-fitted solve at mesh size h, at this grid's inside nodes), and,
+where they are not the defaults, ``_nu`` (nodal ν), ``_system_arguments`` (κ, f, g of the energy),
+``_box`` (Dirichlet nodes and flux load of the box's sides) and ``_input_channels``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+
+from diffnet.classical import Q1_METHODS, Q1Classical, q1_configurations, q1_to_grid
+from diffnet.immersed import Immersed, immersed_matrices
+from diffnet.solvers.fem import FEMSystem
+from diffnet.solvers.matrix_stencil import apply_dirichlet
+
+__all__ = ["ImmersedFamily"]
+
+BODY_FITTED = "body-fitted"
+
+
+class ImmersedFamily(Q1Classical):
+    """The shared members of the immersed families (see the module docstring)."""
+
+    polish_step = "V-cycle"
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain"})
+
+    # -- what a family provides ----------------------------------------------------------
+    def discretised(self, params: np.ndarray) -> Immersed:
+        raise NotImplementedError
+
+    def _body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def _nu(self, params: np.ndarray) -> np.ndarray:
+        """Nodal ν of one instance (default 1)."""
+        return np.ones(self.resolution)
+
+    def _system_arguments(self, params: np.ndarray) -> dict:
+        """κ, f and g of one instance's energy (:func:`diffnet.immersed.immersed_energy`)."""
+        return {}
+
+    def _box(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dirichlet nodes, their values and the flux load of the box's sides (default: none)."""
+        return np.zeros(self.resolution, dtype=bool), np.zeros(self.resolution), np.zeros(self.resolution)
+
+    def _input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
+        """The network's input channels before the coordinates (default: the signed distance)."""
+        return [sdf]
+
+    # -- geometry, inputs, field ---------------------------------------------------------
+    def _data(self, params: torch.Tensor | np.ndarray) -> list[Immersed]:
+        rows = params.detach().double().cpu().numpy() if isinstance(params, torch.Tensor) else np.asarray(params)
+        return [self.discretised(p) for p in rows]
+
+    def domain(self, params: np.ndarray) -> np.ndarray:
+        """The signed distance at the nodes (S, N_y, N_x)."""
+        return np.stack([d.cells.sdf for d in self._data(params)])
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        ny, nx = self.resolution
+        return {"y": np.linspace(0.0, 1.0, ny), "x": np.linspace(0.0, 1.0, nx)}
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """Network input (S, C, N_y, N_x): the family's channels (the signed distance first), then y and x."""
+        sdf = torch.as_tensor(self.domain(params), dtype=params.dtype, device=params.device)
+        c = self.coordinates()
+        y = torch.as_tensor(c["y"], dtype=params.dtype, device=params.device)[:, None].expand(*self.resolution)
+        x = torch.as_tensor(c["x"], dtype=params.dtype, device=params.device)[None, :].expand(*self.resolution)
+        s = sdf.shape[0]
+        return torch.stack([*self._input_channels(params, sdf), y.expand(s, -1, -1), x.expand(s, -1, -1)], dim=1)
+
+    def _active(self, params: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(np.stack([d.active for d in self._data(params)]), dtype=like.dtype, device=like.device)
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The network's output on the active nodes (those of the elements the domain meets), zero elsewhere."""
+        return raw[:, 0] * self._active(params, raw)
+
+    # -- classical solves ----------------------------------------------------------------
+    def fem_system(self, params: np.ndarray) -> FEMSystem:
+        """The immersed Q1 system of one instance: the energy's matrix, the box's Dirichlet nodes and the
+        inactive nodes held (at 0), the fluxes' load added."""
+        data = self.discretised(params)
+        S, b = immersed_matrices(data, self._nu(params), **self._system_arguments(params))
+        fixed, values, flux = self._box(params)
+        fixed = np.ascontiguousarray(fixed | ~data.active)
+        values = np.where(data.active, values, 0.0)
+        b += flux
+        apply_dirichlet(S, b, fixed, values)
+        return FEMSystem(S, b.ravel(), fixed.ravel(), values.ravel(), tuple(self.resolution))
+
+    def _inside(self, params: np.ndarray, fields: np.ndarray) -> np.ndarray:
+        """``fields`` (S, *grid) with the nodes outside the domain set to zero."""
+        return np.where(self.domain(params) <= 0, fields, 0.0)
+
+    def reference(self, params: np.ndarray, progress=None, method: str = "direct") -> np.ndarray:
+        """The immersed Q1 solutions on this grid (S, N_y, N_x), zero outside the domain."""
+        params = np.asarray(params, dtype=np.float64)
+        out = np.empty((len(params), *self.resolution))
+        for k, p in enumerate(params):
+            out[k] = self.fem_system(p).solve(method)
+            if progress is not None:
+                progress(k + 1, len(params))
+        return self._inside(params, out)
+
+    def reference_name(self) -> str:
+        return "the immersed Q1 FEM on this grid"
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The immersed Q1 solution: the exact minimiser of the trained energy on this grid."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def floor_name(self) -> str:
+        return "the immersed Q1 FEM on this grid"
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The body-fitted P1 solution on a mesh ``truth_refine`` times finer than the grid, at the inside nodes."""
+        h = 1.0 / (max(self.resolution) - 1) / self.truth_refine
+        params = np.asarray(params, dtype=np.float64)
+        out = np.empty((len(params), *self.resolution))
+        for k, p in enumerate(params):
+            out[k] = self._body_fitted(p, h)
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def truth_name(self) -> str:
+        return f"body-fitted P1 FEM, mesh h/{self.truth_refine} (triangle + scikit-fem)"
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` V-cycles of each instance's immersed system from ``fields``, zero outside the domain."""
+        out = np.empty_like(np.asarray(fields, dtype=np.float64))
+        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+            out[k] = self.fem_system(p).multigrid().vcycles(fields[k], cycles)
+        return self._inside(params, out)
+
+    @property
+    def classical_methods(self) -> dict[str, str]:
+        return {**Q1_METHODS, BODY_FITTED: "body-fitted P1 FEM (triangle + scikit-fem, AMG-CG), mesh h = 1/(grid-1)"}
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        grids = q1_configurations(self)
+        return {**grids, BODY_FITTED: grids["fmg"]}
+
+    def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+        if method == BODY_FITTED:
+            return lambda p: self._body_fitted(np.asarray(p, dtype=np.float64), 1.0 / (grid - 1))
+        return super().classical_solver(method, grid)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """Body-fitted solves are read at this grid's nodes already; immersed ones (with their extension
+        past the boundary) are interpolated here, then cut to the domain."""
+        carried = native if method == BODY_FITTED else q1_to_grid(self, native)
+        return self._inside(np.asarray(params)[None], carried[None])[0]
+
+    def at_resolution(self, resolution: tuple[int, ...]):
+        return dataclasses.replace(self, resolution=tuple(resolution))

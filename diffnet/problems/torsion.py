@@ -1,0 +1,130 @@
+"""A family over shapes: the torsion problem -Δu = 1 in a star-shaped domain, u = 0 on its boundary,
+the shape the only parameter.
+
+The domain is r < r(θ) = r0 (1 + Σ_k a_k cos kθ + b_k sin kθ) about the unit square's centre; an
+instance is its 2K Fourier coefficients. The network reads the signed distance on the grid (and the
+coordinates); its field lives on the immersed Q1 space of the shape (:mod:`diffnet.immersed`: cut-cell
+quadrature, Nitsche's boundary terms), whose minimiser is the floor; the truth is a body-fitted P1
+solve on a triangulation of the true shape (:mod:`diffnet.solvers.bodyfitted`). The torsion of a
+disc, u = (R² - r²)/4, is its closed-form check (tests/test_geometry.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from diffnet.cutcell import cut_cells
+from diffnet.family import Family, ParameterSpec
+from diffnet.geometry import Star, grid_points
+from diffnet.immersed import Immersed, immersed, immersed_energy
+from diffnet.options import integer_in, option, positive
+from diffnet.problems.immersed_family import ImmersedFamily
+
+__all__ = ["TorsionOptions", "StarTorsion"]
+
+_CENTRE = (0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class TorsionOptions:
+    """``[torsion]``: the star-shaped domains and the evaluation's reference."""
+
+    modes: int = option(3, "K: Fourier modes of the boundary (an instance is a_1..a_K, b_1..b_K)", integer_in(1, 8))
+    r0: float = option(0.3, "the star's mean radius r0 (its centre is (0.5, 0.5))", positive)
+    amplitude: float = option(0.08, "each coefficient's range [-A, A]", positive)
+    truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
+                               "the grid (2..16)", integer_in(2, 16))
+
+
+@functools.lru_cache(maxsize=4096)
+def _discretised(resolution: tuple[int, int], r0: float, coefficients: tuple[float, ...]) -> Immersed:
+    """One shape's immersed discretisation on one grid (built once: training revisits every instance)."""
+    k = len(coefficients) // 2
+    shape = Star(_CENTRE, r0, coefficients[:k], coefficients[k:])
+    return immersed(cut_cells(shape, resolution), np.ones(resolution), dirichlet=True)
+
+
+@dataclass(frozen=True)
+class StarTorsion(ImmersedFamily, Family):
+    """-Δu = 1 in a star-shaped domain of the unit square, u = 0 on its boundary; the instance is the shape."""
+
+    resolution: tuple[int, int]
+    modes: int = 3
+    r0: float = 0.3
+    amplitude: float = 0.08
+    truth_refine: int = 4
+
+    name = "torsion"
+    Options = TorsionOptions
+    in_channels = 3  # the signed distance, y, x
+    dims = 2
+
+    @classmethod
+    def check_options(cls, options: TorsionOptions, *, n_train: int, sampling: str) -> None:
+        spread = 2 * options.modes * options.amplitude
+        if not (options.r0 * (1 - spread) > 0 and options.r0 * (1 + spread) < 0.5):
+            raise ValueError(f"amplitude: with r0 = {options.r0} and {options.modes} modes the radius r0 (1 ± 2KA) "
+                             f"spans [{options.r0 * (1 - spread):g}, {options.r0 * (1 + spread):g}]; it must stay in "
+                             "(0, 0.5), inside the unit square")
+
+    def describe(self) -> str:
+        return f"-lap u = 1 on stars r0={self.r0}, K={self.modes}, coefficients in [-{self.amplitude}, {self.amplitude}]"
+
+    @property
+    def parameters(self) -> ParameterSpec:
+        k = self.modes
+        names = tuple(f"a{i}" for i in range(1, k + 1)) + tuple(f"b{i}" for i in range(1, k + 1))
+        return ParameterSpec("shape", (2 * k,), -self.amplitude, self.amplitude, names=names,
+                             description="Fourier coefficients of the boundary radius")
+
+    def shape(self, params: np.ndarray) -> Star:
+        """The domain of one instance (2K coefficients)."""
+        p = np.asarray(params, dtype=np.float64)
+        return Star(_CENTRE, self.r0, tuple(p[: self.modes]), tuple(p[self.modes:]))
+
+    def discretised(self, params: np.ndarray) -> Immersed:
+        return _discretised(tuple(self.resolution), float(self.r0), tuple(float(v) for v in np.ravel(params)))
+
+    def check_instances(self, params: np.ndarray) -> None:
+        """Each shape inside the unit square with a cell to spare, and no thinner than the grid resolves
+        (its smallest radius at least two cells)."""
+        super().check_instances(params)
+        h = 1.0 / (min(self.resolution) - 1)
+        for i, p in enumerate(np.asarray(params, dtype=np.float64)):
+            star = self.shape(p)
+            radii = star.radius(np.linspace(0.0, 2.0 * np.pi, 2048, endpoint=False))[0]
+            if radii.min() < 2 * h:
+                raise ValueError(f"instance {i}: the shape's smallest radius {radii.min():.3g} is under two cells "
+                                 f"({2 * h:.3g}) of the {'x'.join(map(str, self.resolution))} grid: thinner than it resolves")
+            if radii.max() > 0.5 - h:
+                raise ValueError(f"instance {i}: the shape reaches {radii.max():.3g} from the centre, within a cell of "
+                                 "the unit square's side; it must lie inside the grid")
+
+    # -- the loss -----------------------------------------------------------------------
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The immersed energy ∫ ½|∇u|² - u (+ Nitsche's terms), divided per instance by the magnitude of a
+        disc's of equal area, A²/(16π) (the energy at the solution is about -1)."""
+        data = self._data(params)
+        nu = torch.ones_like(u)
+        scale = torch.as_tensor([d.cells.area() ** 2 / (16 * np.pi) for d in data], dtype=u.dtype, device=u.device)
+        return {"energy": immersed_energy(u, nu, data, f=1.0) / scale}
+
+    # -- the references -----------------------------------------------------------------
+    def _system_arguments(self, params: np.ndarray) -> dict:
+        return {"f": 1.0}
+
+    def _body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+        from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
+
+        star = self.shape(params)
+        n = max(64, int(np.ceil(2 * np.pi * star.r0 * 2 / h)))  # boundary vertices about h apart
+        solution = body_fitted_solve([Loop(star.boundary(n), np.zeros(n, dtype=int))], {0: ("u", 0.0)}, h, f=1.0)
+        sdf = star.on_grid(self.resolution)
+        out = np.zeros(self.resolution)
+        inside = sdf <= 0
+        out[inside] = solution.at(grid_points(self.resolution)[inside])
+        return out
