@@ -146,6 +146,8 @@ def cut_cells(shape: Shape, resolution: Sequence[int]) -> CutCells:
     hx, hy = 1.0 / (nx - 1), 1.0 / (ny - 1)
     sdf = shape.on_grid((ny, nx))
     inside = sdf <= 0.0
+    if not inside.any():
+        raise ValueError(f"the domain holds none of the {ny}x{nx} grid's nodes: it is empty or misses the grid")
     corners = np.stack([inside[dy : ny - 1 + dy, dx : nx - 1 + dx] for dy, dx in _CORNERS], axis=-1)
     full, cut = corners.all(axis=-1), corners.any(axis=-1) & ~corners.all(axis=-1)
     ci, cj = np.nonzero(cut)

@@ -23,6 +23,7 @@ _BUILTIN = {
     "poisson": "diffnet.problems.poisson:PoissonProblem",
     "poisson3d": "diffnet.problems.poisson3d:Poisson3D",
     "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
+    "plate": "diffnet.problems.plate:PlateWithHole",
     "torsion": "diffnet.problems.torsion:StarTorsion",
 }
 

@@ -97,7 +97,8 @@ class ImmersedFamily(Q1Classical):
         values = np.where(data.active, values, 0.0)
         b += flux
         apply_dirichlet(S, b, fixed, values)
-        return FEMSystem(S, b.ravel(), fixed.ravel(), values.ravel(), tuple(self.resolution))
+        return FEMSystem(S, b.ravel(), fixed.ravel(), values.ravel(), tuple(self.resolution),
+                         inactive=~data.active.ravel())
 
     def _inside(self, params: np.ndarray, fields: np.ndarray) -> np.ndarray:
         """``fields`` (S, *grid) with the nodes outside the domain set to zero."""

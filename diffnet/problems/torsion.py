@@ -90,11 +90,17 @@ class StarTorsion(ImmersedFamily, Family):
         return _discretised(tuple(self.resolution), float(self.r0), tuple(float(v) for v in np.ravel(params)))
 
     def check_instances(self, params: np.ndarray) -> None:
-        """Each shape inside the unit square with a cell to spare, and no thinner than the grid resolves
-        (its smallest radius at least two cells)."""
+        """Each shape within the family's range, inside the unit square with a cell to spare, and no thinner
+        than the grid resolves (its smallest radius at least two cells)."""
         super().check_instances(params)
         h = 1.0 / (min(self.resolution) - 1)
-        for i, p in enumerate(np.asarray(params, dtype=np.float64)):
+        rows = np.asarray(params, dtype=np.float64).reshape(len(params), -1)
+        bad = np.argwhere(np.abs(rows) > self.amplitude)
+        if len(bad):  # a shape outside the family is not extrapolated: its geometry may not even be a star
+            i, j = bad[0]
+            raise ValueError(f"instance {i}: {self.parameters.names[j]} = {rows[i, j]:g} is outside the shapes' range "
+                             f"[-{self.amplitude:g}, {self.amplitude:g}]")
+        for i, p in enumerate(rows):
             star = self.shape(p)
             radii = star.radius(np.linspace(0.0, 2.0 * np.pi, 2048, endpoint=False))[0]
             if radii.min() < 2 * h:

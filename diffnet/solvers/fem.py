@@ -77,6 +77,9 @@ class FEMSystem:
     # What the matrix was assembled from, (nu, spacing, kappa): the multigrid forms its first
     # coarse operator from it element by element (coarse_q1_stencil) instead of from the stencil.
     q1: tuple | None = None
+    # Nodes outside a domain cut out of the grid (among the fixed ones, held at 0), for the multigrid's
+    # coarsening; None on the whole box.
+    inactive: np.ndarray | None = None
 
     @cached_property
     def A(self) -> sp.csr_matrix:

@@ -105,6 +105,7 @@ class _Level:
     fixed: np.ndarray  # (N_z, N_y, N_x) bool
     values: np.ndarray  # (N_z, N_y, N_x) Dirichlet data on the fixed nodes, zero elsewhere
     axes: tuple | None = None  # ((left, weight) per axis) from the next coarser level
+    inactive: np.ndarray | None = None  # nodes outside a domain cut out of the grid (fixed at 0), if any
 
     def __post_init__(self) -> None:
         # Work arrays of the V-cycle, allocated once: a fresh 8 MB array per cycle and level
@@ -133,7 +134,9 @@ class _Level:
 def _level(system: "FEMSystem") -> _Level:
     """A system's operator and Dirichlet data as a level (views in the 3-D layout)."""
     shape = system.shape
-    return _Level(stencil3(system.stencil), grid3(system.fixed.reshape(shape)), grid3(system.values.reshape(shape)))
+    inactive = None if system.inactive is None else grid3(system.inactive.reshape(shape))
+    return _Level(stencil3(system.stencil), grid3(system.fixed.reshape(shape)), grid3(system.values.reshape(shape)),
+                  inactive=inactive)
 
 
 def _factorise(level: _Level, dims: int):
@@ -181,6 +184,17 @@ class GMGSolver:
             coarse3 = (1,) * (3 - dims) + tuple(coarse)
             nearest = np.ix_(*(_nearest(f, c) for f, c in zip(level.fixed.shape, coarse3)))
             fixed = np.ascontiguousarray(level.fixed[nearest])
+            inactive = None
+            if level.inactive is not None:
+                # Nodes outside a domain cut out of the grid: a coarse node stays free while its support
+                # reaches an active fine node (by the nearest rule a coarse node just outside the boundary
+                # would be held, and the coarse space could not follow the solution there: a V-cycle
+                # contracted by 0.74 instead of 0.2 on the torsion family's Nitsche system at 64^2).
+                reach = np.empty(coarse3)
+                none = np.zeros(level.fixed.shape, dtype=bool)
+                ms.restrict((~level.inactive).astype(np.float64), *level.flat_axes, none, np.zeros(coarse3, bool), reach)
+                inactive = reach <= 0
+                fixed = np.ascontiguousarray((fixed & ~level.inactive[nearest]) | inactive)
             if len(levels) == 1 and system.q1 is not None and _q1_coarsening(level, fixed):
                 S = stencil3(coarse_q1_stencil(*system.q1, fixed.reshape(coarse)))
             else:
@@ -189,7 +203,7 @@ class GMGSolver:
                 S = level.passes.galerkin(level.S, level.fixed, fixed, *level.flat_axes, width)
             # Values are zero off the fixed nodes on every level, so reading them at the
             # nearest fine nodes keeps them zero off the coarse fixed nodes.
-            level = _Level(S, fixed, level.values[nearest])
+            level = _Level(S, fixed, np.where(fixed, level.values[nearest], 0.0), inactive=inactive)
             levels.append(level)
         return cls(system, levels, _factorise(levels[-1], dims))
 

@@ -1,0 +1,177 @@
+"""The families on domains beyond the rectangle, end to end: the torsion family over star-shaped shapes and
+the KL Poisson plate with a hole. Their floors converge at the immersed method's order against the
+body-fitted reference; the body-fitted reference converges to a closed form; the energies' minimisers
+solve their systems; they train (P = 1 and 2 alike, a domain split alike), evaluate inside the domain,
+write masked field files, infer, polish, compare and refuse bad shapes in one line."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, run_cli
+from deepfusion.parallel.runtime import find_mpiexec
+from diffnet.geometry import Disc, grid_points
+from diffnet.problems.plate import PlateWithHole
+from diffnet.problems.torsion import StarTorsion
+from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
+
+MPIEXEC = find_mpiexec()
+TORSION = str(ROOT / "configs" / "torsion.toml")
+PLATE = str(ROOT / "configs" / "plate.toml")
+# A run of a few seconds: 24^2 (two cells are then under the smallest radius the shapes reach), one level.
+TINY = ["--set", "problem.resolution=[24,24]", "--set", "multigrid.levels=[]", "--set", "model.channels=[4,8]",
+        "--set", "data.n_train=8", "--set", "data.n_test=2", "--set", "train.batch_size=4", "--set", "train.epochs=2",
+        "--set", "train.log_every=1", "--set", "parallel.threads_per_rank=1", "--set", "train.dtype=float64"]
+
+
+def test_body_fitted_reference_converges_to_the_torsion_of_a_disc():
+    R, c = 0.31, np.array([0.5, 0.47])
+    errors = []
+    points = grid_points((33, 33))
+    inside = Disc(tuple(c), R).sdf(points) <= 0
+    exact = (R**2 - ((points[inside] - c) ** 2).sum(-1)) / 4
+    for h in (1 / 16, 1 / 32, 1 / 64):
+        n = int(np.ceil(2 * np.pi * R / (h / 2)))
+        theta = np.linspace(0, 2 * np.pi, n, endpoint=False)
+        loop = Loop(c + R * np.stack([np.cos(theta), np.sin(theta)], 1), np.zeros(n, dtype=int))
+        u = body_fitted_solve([loop], {0: ("u", 0.0)}, h, f=1.0).at(points[inside])
+        errors.append(np.linalg.norm(u - exact) / np.linalg.norm(exact))
+    orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert orders.min() > 1.7 and errors[-1] < 1e-3, (errors, orders)
+
+
+@pytest.mark.parametrize("family", [StarTorsion((17, 17)), PlateWithHole((17, 17))], ids=["torsion", "plate"])
+def test_floor_converges_at_second_order_against_the_body_fitted_reference(family):
+    params = family.sample(2, "random", 3)
+    floors = []
+    for n in (17, 33, 65):
+        fine = family.at_resolution((n, n))
+        fine.check_instances(params)
+        ref, truth = fine.reference(params), fine.truth(params)
+        assert np.all(ref[fine.domain(params) > 0] == 0) and np.all(truth[fine.domain(params) > 0] == 0)
+        floors.append(np.mean([np.linalg.norm(r - t) / np.linalg.norm(t) for r, t in zip(ref, truth)]))
+    orders = np.log2(np.array(floors[:-1]) / np.array(floors[1:]))
+    assert orders.mean() > 1.8, (floors, orders)
+
+
+@pytest.mark.parametrize("family", [StarTorsion((24, 24)), PlateWithHole((24, 24), hole="u=0.5")],
+                         ids=["torsion", "plate-dirichlet-hole"])
+def test_the_energys_minimiser_solves_the_assembled_system(family):
+    params = family.sample(2, "random", 0)
+    for p in params:
+        system = family.fem_system(p)
+        u = torch.tensor(system.solve("direct")[None], requires_grad=True)
+        grad = torch.autograd.grad(family.loss_terms(u, torch.as_tensor(p[None]))["energy"].sum(), u)[0][0]
+        free = ~system.fixed.reshape(family.resolution)
+        assert np.abs(grad.detach().numpy()[free]).max() < 1e-10 * max(1.0, float(u.detach().abs().max()))
+    # The field keeps the box's Dirichlet values and vanishes off the active nodes.
+    raw = torch.randn(2, 1, *family.resolution, dtype=torch.float64)
+    field = family.field(raw, torch.as_tensor(params))
+    active = np.stack([family.discretised(p).active for p in params])
+    assert torch.all(field[torch.as_tensor(~active)] == 0)
+
+
+def test_shapes_the_grid_cannot_hold_are_refused_by_index():
+    torsion = StarTorsion((24, 24))
+    with pytest.raises(ValueError, match=r"instance 1: a1 = 0.2 is outside the shapes' range \[-0.08, 0.08\]"):
+        torsion.check_instances(np.array([[0.0] * 6, [0.2] + [0.0] * 5]))
+    thin = StarTorsion((24, 24), r0=0.05, amplitude=0.5)
+    with pytest.raises(ValueError, match="instance 0: the shape's smallest radius .* thinner than it resolves"):
+        thin.check_instances(np.zeros((1, 6)))
+    plate = PlateWithHole((24, 24))
+    row = np.concatenate([np.zeros(6), [0.5, 0.5, 0.3]])
+    with pytest.raises(ValueError, match=r"instance 0: hole_r = 0.3 is outside the holes' range \[0.1, 0.2\]"):
+        plate.check_instances(row[None])
+    small = PlateWithHole((24, 24), hole_r=(0.01, 0.2))
+    row[-1] = 0.02
+    with pytest.raises(ValueError, match="under a cell .* thinner than it resolves"):
+        small.check_instances(row[None])
+    from diffnet.cutcell import cut_cells
+
+    with pytest.raises(ValueError, match="holds none of the 9x9 grid's nodes"):
+        cut_cells(Disc((3.0, 3.0), 0.5), (9, 9))
+
+
+@pytest.fixture(scope="module")
+def torsion_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("torsion") / "run"
+    proc = run_cli("train", TORSION, "--out", str(run), *TINY)
+    assert proc.returncode == 0, proc.stderr
+    return run
+
+
+def test_torsion_trains_evaluates_inside_and_writes_the_mask(torsion_run, tmp_path):
+    report = json.loads((torsion_run / "eval.json").read_text())
+    assert report["truth"].startswith("body-fitted P1 FEM") and 0 < report["mean_floor"] < report["mean_rel_l2"]
+    with h5py.File(torsion_run / "test_prediction.h5") as f:
+        u, sdf, inside = f["u"][()], f["sdf"][()], f["inside"][()]
+        assert u.shape == (2, 24, 24) and np.array_equal(inside, (sdf <= 0).astype(np.uint8))
+        assert np.all(u[sdf > 0] == 0) and np.abs(u[sdf <= 0]).max() > 0
+    xdmf = (torsion_run / "test_prediction.xdmf").read_text()
+    assert 'Attribute Name="inside"' in xdmf and 'Attribute Name="sdf"' in xdmf
+    assert (torsion_run / "plots" / "fields.png").stat().st_size > 10_000
+    # Inference by the parameter's name, polished to the same-grid immersed solution (the floor's field).
+    shapes = np.array([[0.05, -0.02, 0.01, 0.0, 0.03, -0.04]])
+    np.save(tmp_path / "shapes.npy", shapes)
+    out = tmp_path / "u.h5"
+    proc = run_cli("infer", str(torsion_run), "--param", f"shape={tmp_path / 'shapes.npy'}", "--polish", "150",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        polished = f["u"][0]
+    floor = StarTorsion((24, 24)).reference(shapes)[0]
+    np.testing.assert_allclose(polished, floor, atol=1e-8)
+    # A shape outside the family, or thinner than the grid: one line, status 2, nothing written.
+    np.save(tmp_path / "bad.npy", np.array([[0.5, 0, 0, 0, 0, 0]]))
+    proc = run_cli("infer", str(torsion_run), "--param", f"shape={tmp_path / 'bad.npy'}", "--out", str(tmp_path / "b.h5"))
+    assert proc.returncode == 2 and "outside the shapes' range" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b.h5").exists()
+    proc = run_cli("train", TORSION, "--out", str(tmp_path / "x"), "--set", "torsion.amplitude=0.3")
+    assert proc.returncode == 2 and "inside the unit square" in proc.stderr and not (tmp_path / "x").exists()
+
+
+def test_torsion_compares_with_the_immersed_multigrid_and_the_body_fitted_fem(torsion_run, tmp_path):
+    report = tmp_path / "compare.json"
+    proc = run_cli("compare", str(torsion_run), "--samples", "2", "--threads", "1", "--polish", "--out", str(report))
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(report.read_text())["rows"][0]
+    assert row["classical_method"] in {"fmg1", "fmg", "body-fitted"} and row["classical_error"] <= row["diffnet_error"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+def test_two_ranks_and_a_domain_split_train_the_one_rank_model(torsion_run, tmp_path):
+    from deepfusion.files.checkpoint import load_checkpoint
+
+    one = load_checkpoint(torsion_run / "checkpoints" / "step-00000004.h5").model
+    for name, extra in (("p2", []), ("split", ["--set", "parallel.domain=[1,2]"])):
+        proc = run_cli("train", TORSION, "--out", str(tmp_path / name), *TINY, *extra, ranks=2, timeout=280)
+        assert proc.returncode == 0, proc.stderr
+        other = load_checkpoint(tmp_path / name / "checkpoints" / "step-00000004.h5").model
+        for key in one:
+            assert np.abs(one[key] - other[key]).max() <= 1e-9 * max(np.abs(one[key]).max(), 1.0), (name, key)
+
+
+def test_plate_trains_infers_and_polishes_to_its_floor(tmp_path):
+    run = tmp_path / "plate"
+    proc = run_cli("train", PLATE, "--out", str(run), *TINY, "--set", "plate.x1=\"flux=-1\"")
+    assert proc.returncode == 0, proc.stderr
+    assert "x1:flux=-1" in proc.stdout  # the banner names non-default sides
+    report = json.loads((run / "eval.json").read_text())
+    assert report["truth"].startswith("body-fitted") and report["mean_floor"] > 0
+    row = np.concatenate([np.full(6, 0.5), [0.45, 0.55, 0.15]])
+    np.save(tmp_path / "p.npy", row[None])
+    out = tmp_path / "u.h5"
+    proc = run_cli("infer", str(run), "--param", f"p={tmp_path / 'p.npy'}", "--polish", "150", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        polished, inside = f["u"][0], f["inside"][0].astype(bool)
+    family = PlateWithHole((24, 24), sides=("u=1", "flux=-1", "flux=0", "flux=0"))
+    np.testing.assert_allclose(polished, family.reference(row[None])[0], atol=1e-8)
+    assert np.all(polished[~inside] == 0) and np.all(polished[:, 0] == 1.0)
