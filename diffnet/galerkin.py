@@ -49,6 +49,13 @@ class GalerkinLevel:
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         return self.coarse.inputs(params)
 
+    def has(self, capability: str) -> bool:
+        """Only the fine family's ``domain`` carries over: the level's fields are the fine grid's."""
+        return capability == "domain" and self.fine.has("domain")
+
+    def domain(self, params):
+        return self.fine.domain(params)
+
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The fine field of a coarse output: P raw on the fine grid, the fine boundary conditions applied."""
         return self.fine.field(prolong(raw, self.fine.resolution), params)
