@@ -19,7 +19,7 @@ an outside node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -195,10 +195,12 @@ class Star(Shape):
 
 
 @dataclass(frozen=True)
-class Union(Shape):
-    """The points in any of ``parts``."""
+class _Combination(Shape):
+    """Shapes combined point by point: the signed distance is ``combine`` over the parts' (exact
+    outside for a union, inside for an intersection; a bound elsewhere, the sign always right)."""
 
     parts: tuple[Shape, ...]
+    combine: ClassVar[Callable[..., np.ndarray]]
 
     def __post_init__(self) -> None:
         _dims(*self.parts)
@@ -208,24 +210,21 @@ class Union(Shape):
         return _dims(*self.parts)
 
     def sdf(self, points: np.ndarray) -> np.ndarray:
-        return np.min([p.sdf(points) for p in self.parts], axis=0)
+        return type(self).combine([p.sdf(points) for p in self.parts], axis=0)
 
 
 @dataclass(frozen=True)
-class Intersection(Shape):
+class Union(_Combination):
+    """The points in any of ``parts``."""
+
+    combine = np.min
+
+
+@dataclass(frozen=True)
+class Intersection(_Combination):
     """The points in every one of ``parts``."""
 
-    parts: tuple[Shape, ...]
-
-    def __post_init__(self) -> None:
-        _dims(*self.parts)
-
-    @property
-    def dims(self) -> int:
-        return _dims(*self.parts)
-
-    def sdf(self, points: np.ndarray) -> np.ndarray:
-        return np.max([p.sdf(points) for p in self.parts], axis=0)
+    combine = np.max
 
 
 @dataclass(frozen=True)

@@ -165,3 +165,14 @@ def test_residual_precision_reports_both_estimates(tmp_path):
     for row in rows[:2]:  # a coarse error: both residuals see it, and the estimate is of its size
         assert row["estimate_float64"] == pytest.approx(row["estimate_float32"], rel=1e-3)
         assert 0.3 < row["estimate_float64"] / row["true_rel_error"] < 3
+
+
+def test_floor_order_measures_both_families_at_order_two(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "floor_order.py"), "--grids", "17", "33", "--instances", "2"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    for name in ("torsion", "plate"):
+        coarse, fine = report["families"][name]
+        assert 0 < fine["floor"] < coarse["floor"] < 0.1
+        assert 1.7 < fine["order"] < 2.4  # the method's order 2 (measured 1.91 and 2.01)
