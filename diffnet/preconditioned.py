@@ -39,8 +39,14 @@ def _float64(params: torch.Tensor) -> torch.Tensor:
     return params.double() if params.is_floating_point() else params
 
 
-def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle, torch.Tensor]:
-    """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them."""
+def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
+    """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them.
+
+    A family with an ``assembled_correction(u, params, cycles)`` gives B g itself (its assembled system's
+    multigrid, where the torch V-cycle of its Hessian does not converge); B is then None."""
+    own = getattr(family, "assembled_correction", None)
+    if own is not None:
+        return None, own(u64, p64, cycles)
     precondition = VCycle.build(family, u64, p64, cycles=cycles)
     return precondition, precondition(loss_gradient(family, u64, p64) * precondition.levels[0].free)
 
@@ -92,6 +98,9 @@ class PreconditionedLoss:
         if self.form == "target":
             value = 0.5 * (u.double() - (u64 - d)).square().sum(dims)
         else:  # value 1/2 |d|², gradient H B d (B symmetric): a linear term in u carries it
+            if precondition is None:
+                raise ValueError("precondition_form 'loss' needs the torch V-cycle of the family's Hessian; "
+                                 "this family gives B g from its assembled system: use 'target'")
             push = apply_stencil(precondition.levels[0].stencil, precondition(d))
             value = 0.5 * d.square().sum(dims) + ((u.double() - u64) * push).sum(dims)
         return {"preconditioned": value / scale}

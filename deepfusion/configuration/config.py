@@ -137,6 +137,9 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if t.loss == "preconditioned" and not configured.has("precondition"):
         raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
                           f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
+    if t.loss == "preconditioned" and t.precondition_form == "loss" and hasattr(configured, "assembled_correction"):
+        raise ConfigError(f"train.precondition_form: the {family.name} family gives B g from its assembled system, "
+                          "not as a torch V-cycle the 'loss' form differentiates; use 'target'")
     if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
                           "use parallel.domain = [] or train.loss = 'family'")

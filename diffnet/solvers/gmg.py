@@ -330,8 +330,10 @@ class GMGSolver:
         x = self._cycles(0, x, self.system.rhs.reshape(self._shape3), cycles)
         return self._full(x)
 
-    def solve(self, tol: float, maxiter: int = 200, stats: dict | None = None) -> np.ndarray:
-        """Multigrid-preconditioned CG (scipy's) from zero to the relative residual ``tol`` (the classical use)."""
+    def solve(self, tol: float, maxiter: int = 200, stats: dict | None = None,
+              initial: np.ndarray | None = None) -> np.ndarray:
+        """Multigrid-preconditioned CG (scipy's) from zero (or ``initial``, the grid's shape) to the relative
+        residual ``tol`` or ``maxiter`` iterations (the classical use)."""
         from scipy.sparse.linalg import LinearOperator, cg
 
         shape, n = self._shape3, self.system.rhs.size
@@ -350,8 +352,9 @@ class GMGSolver:
         def count(_):
             iterations[0] += 1
 
-        x, _ = cg(LinearOperator((n, n), matvec), self.system.rhs, rtol=tol, atol=0.0, maxiter=maxiter,
-                     M=LinearOperator((n, n), precondition), callback=count)
+        x0 = None if initial is None else self._full(np.ravel(initial)).ravel()
+        x, _ = cg(LinearOperator((n, n), matvec), self.system.rhs, x0=x0, rtol=tol, atol=0.0, maxiter=maxiter,
+                  M=LinearOperator((n, n), precondition), callback=count)
         if stats is not None:
             stats["iterations"] = iterations[0]
         return self._full(x)
