@@ -89,7 +89,9 @@ class InputFields(Protocol):
 
 class Precondition(Protocol):
     """``precondition``: the loss's Hessian as a stencil; the engine trains on the multigrid-preconditioned
-    residual (``train.loss = "preconditioned"``) and adds a second stage with it."""
+    residual (``train.loss = "preconditioned"``) and adds a second stage with it. A family whose Hessian the
+    torch V-cycle cannot precondition may instead give B g itself as ``assembled_correction(u, params, cycles)``
+    (:func:`diffnet.preconditioned.correction` asks for it first; the ``target`` form only)."""
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil

@@ -32,7 +32,8 @@ capability      members
 ``precondition`` ``hessian(u, params)``: the Hessian of the summed loss in the field at u as a
                 3^d-point stencil (default: read off the loss by 3^d probes, valid where the
                 loss couples each node to its 3^d neighbours only); with it the engine trains
-                on the multigrid-preconditioned residual (``train.loss = "preconditioned"``)
+                on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
+                or ``assembled_correction(u, params, cycles)``, B g itself (the immersed families)
 ==============  ===============================================================================
 """
 
