@@ -71,7 +71,7 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     name = "plate"
     Options = PlateOptions
     in_channels = 4  # log nu, the signed distance, y, x
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "input_fields"})
+    capabilities = ImmersedFamily.capabilities | {"input_fields"}
     tile_loss_terms = Family.tile_loss_terms  # the whole grid's loss from the gathered tiles
 
     @staticmethod
