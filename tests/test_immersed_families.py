@@ -195,3 +195,13 @@ def test_the_assembled_correction_estimates_a_smooth_error_inside(name, bound):
         assert np.linalg.norm((d - error)[k][inside[k]]) < bound * np.linalg.norm(error[k][inside[k]])
     more = family.assembled_correction(torch.as_tensor(exact + error), torch.as_tensor(params), 3).numpy()
     assert np.linalg.norm(more - error) < np.linalg.norm(d - error)  # more iterations, closer
+
+
+def test_the_loss_form_of_the_preconditioned_loss_is_refused_on_cut_domains():
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.schema import ConfigError
+
+    cfg = load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.second_stage_epochs=2"])
+    assert cfg.train.precondition_form == "target"  # the form that runs on them
+    with pytest.raises(ConfigError, match="precondition_form: the torsion family gives B g from its assembled"):
+        load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.precondition_form=loss"])
