@@ -53,7 +53,7 @@ class GalerkinLevel:
         """Only the fine family's ``domain`` carries over: the level's fields are the fine grid's."""
         return capability == "domain" and self.fine.has("domain")
 
-    def domain(self, params):
+    def domain(self, params: Any) -> Any:
         return self.fine.domain(params)
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:

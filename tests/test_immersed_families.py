@@ -197,11 +197,17 @@ def test_the_assembled_correction_estimates_a_smooth_error_inside(name, bound):
     assert np.linalg.norm(more - error) < np.linalg.norm(d - error)  # more iterations, closer
 
 
-def test_the_loss_form_of_the_preconditioned_loss_is_refused_on_cut_domains():
+def test_the_preconditioned_loss_and_a_second_stage_train_on_cut_domains(tmp_path):
+    """docs/results.md's settings (train.loss = "preconditioned", a second stage) on a tiny torsion run; the
+    'loss' form, which needs the torch V-cycle, is refused in one line."""
     from deepfusion.configuration.config import load_config
     from deepfusion.configuration.schema import ConfigError
 
-    cfg = load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.second_stage_epochs=2"])
-    assert cfg.train.precondition_form == "target"  # the form that runs on them
+    proc = run_cli("train", TORSION, "--out", str(tmp_path / "run"), *TINY, "--set", "train.loss=preconditioned",
+                   "--set", "train.second_stage_epochs=2", "--set", "output.plots=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the first stage alone: error" in proc.stdout and "the second stage takes it to" in proc.stdout
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert np.isfinite(report["mean_rel_l2"]) and report["mean_floor"] > 0
     with pytest.raises(ConfigError, match="precondition_form: the torsion family gives B g from its assembled"):
         load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.precondition_form=loss"])
