@@ -105,11 +105,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
-            ranks: int | None = None, path: Sequence[Path] = ()) -> subprocess.CompletedProcess:
-    """``python -m deepfusion ARGS`` in a fresh interpreter (under ``mpiexec -n ranks`` when
-    ``ranks`` is given; the caller skips without one), with ``path`` importable too (a user's
-    family module); output captured as text."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, ranks: int | None = None,
+            path: Sequence[Path] = (), process: bool = False) -> subprocess.CompletedProcess:
+    """The command line ``deepfusion ARGS``, its status and output captured as text.
+
+    By default it runs in this interpreter (:func:`in_process`): the CLI's own ``main``, as the
+    console script calls it, without paying a fresh interpreter, torch's import and numba's cache
+    load again for every call. With ``ranks`` (under ``mpiexec -n ranks``; the caller skips without
+    one) or ``process=True`` it runs as ``python -m deepfusion ARGS`` in a fresh interpreter, for the
+    tests where the process is the point (signals, exit statuses of a job, a launcher, memory caps).
+    ``path`` is importable too (a user's family module).
+    """
+    if ranks is None and not process:
+        return in_process(*args, cwd=cwd, path=path)
     from deepfusion.parallel.runtime import find_mpiexec
 
     env = child_env()
@@ -123,6 +131,78 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
         text=True,
         timeout=timeout,
     )
+
+
+def _forget_modules(path: Sequence[Path]) -> None:
+    """Drop the modules and packages that live at the top of the folders ``path`` from the import
+    system and the family registry's cache, so the next import reads the files there now."""
+    from deepfusion.configuration.registry import family_class
+
+    names = {f.stem if f.suffix == ".py" else f.name for folder in path for f in Path(folder).iterdir()
+             if f.suffix == ".py" or (f / "__init__.py").is_file()}
+    for name in list(sys.modules):
+        if name.partition(".")[0] in names:
+            del sys.modules[name]
+    if names:
+        family_class.cache_clear()
+
+
+def in_process(*args: str, cwd: Path | None = None, path: Sequence[Path] = ()) -> subprocess.CompletedProcess:
+    """``deepfusion.cli.main(ARGS)`` in this interpreter, as a finished process would report it.
+
+    Its standard output and error are captured; an exception it lets through becomes status 1
+    with the traceback on the captured standard error, as the interpreter would end. What a
+    command sets for its own process is put back afterwards: the working directory, the
+    environment (``OMP_NUM_THREADS``), torch's thread count, default dtype and random state,
+    numpy's random state, the signal handlers, warning filters, and the modules imported from
+    ``path`` (another test may write another module of the same name).
+    """
+    import contextlib
+    import io
+    import signal
+    import traceback
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from deepfusion.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here, environ = os.getcwd(), dict(os.environ)
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    torch_rng, numpy_rng = torch.get_rng_state(), np.random.get_state()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    extra = [str(p) for p in path]
+    _forget_modules(path)  # an earlier test's module of the same name must not stand in for this one's
+    sys.path[:0] = extra
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main([str(a) for a in args])
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - what the interpreter would print before exiting with 1
+                traceback.print_exc()
+                status = 1
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
+        torch.set_rng_state(torch_rng)
+        np.random.set_state(numpy_rng)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        for p in extra:
+            sys.path.remove(p)
+        _forget_modules(path)
+    return subprocess.CompletedProcess(["deepfusion", *map(str, args)], int(status), out.getvalue(), err.getvalue())
 
 
 def train_once(tmp_path_factory, config: str, name: str, *args: str) -> tuple[Path, str]:
@@ -166,3 +246,27 @@ def second_isa() -> str:
     if current in ("", "ALL", "DEFAULT") and "avx512f" in flags:
         return "AVX2"
     return "SSE41"
+
+
+# --- the cost rule (DEVELOPING.md) -----------------------------------------------------------------
+SLOW_S = 10.0  # a test above this (setup, call and teardown together) runs in the whole suite only: mark it slow
+_seconds: dict[str, float] = {}
+_slow: set[str] = set()
+
+
+def pytest_collection_modifyitems(config, items):
+    _slow.update(item.nodeid for item in items if item.get_closest_marker("slow"))
+
+
+def pytest_runtest_logreport(report):
+    _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the tests that took more than SLOW_S and are not marked slow (a report, never a failure:
+    a test's outcome must not depend on the machine's speed)."""
+    unmarked = sorted(((t, n) for n, t in _seconds.items() if t > SLOW_S and n not in _slow), reverse=True)
+    if unmarked:
+        terminalreporter.write_sep("-", f"over {SLOW_S:g} s and not marked slow: mark them or make them smaller")
+        for seconds, nodeid in unmarked:
+            terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")

@@ -26,44 +26,58 @@ def test_serial_world_without_launcher(monkeypatch):
 def test_watchdog_ends_the_process_when_a_collective_overstays():
     import subprocess
     import sys
-    import time
 
-    # An abort that does nothing (as if MPI_Abort could not get through): the hard exit still ends it.
+    # An abort that does nothing (as if MPI_Abort could not get through): the hard exit still ends it
+    # (status 4; left alone the child would sleep out its 60 s and end with 0).
     code = ("import time\nfrom deepfusion.parallel.watchdog import Watchdog\n"
-            "dog = Watchdog(0.3, 1, abort=lambda status: None)\ndog.where = 'step 7'\n"
+            "dog = Watchdog(1.0, 1, abort=lambda status: None)\ndog.where = 'step 7'\n"
             "dog.arm('an Allreduce'); dog.disarm()\n"  # a collective that returned in time
-            "time.sleep(0.6)\ndog.arm('the gradient sum')\ntime.sleep(30)\n")
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 4 and time.monotonic() - t0 < 10
+            "time.sleep(1.5)\ndog.arm('the gradient sum')\ntime.sleep(60)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 4
     assert proc.stderr.count("\n") == 1 and "rank 1" in proc.stderr
-    assert "the gradient sum at step 7 did not complete within parallel.collective_timeout_s = 0.3 s" in proc.stderr
+    assert "the gradient sum at step 7 did not complete within parallel.collective_timeout_s = 1 s" in proc.stderr
 
 
 def test_an_aborting_rank_waits_until_its_last_lines_are_read():
     # MPI_Abort makes the launcher's proxy kill the ranks and close their pipes: a message still
     # unread in a pipe then never reaches the user (a job that ended with status 4 and an empty
     # stderr). drain_stdio holds the rank until the reader has taken every byte, for at most its
-    # timeout; here the reader waits 1 s before reading, and the child reports how long it waited.
+    # timeout. The test orders the events instead of timing them: the child says on a side pipe
+    # when it starts to drain and when the drain has returned; the parent reads the child's stderr
+    # only after a pause, and the drain may return only after that read.
+    import os
+    import select
     import subprocess
     import sys
-    import time
 
     from conftest import child_env
 
-    child = ("import sys, time\nfrom deepfusion.parallel.comm import drain_stdio\n"
-             "sys.stderr.write('deepfusion: the last words\\n' * 200)\n"
-             "t = time.monotonic(); drain_stdio(5.0); waited = time.monotonic() - t\n"
-             "sys.stdout.write(f'waited {waited:.2f}\\n'); sys.stdout.flush()\n")
-    proc = subprocess.Popen([sys.executable, "-c", child], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(1.0)
-    err = proc.stderr.read().decode()
-    out = proc.stdout.read().decode()
-    assert proc.wait(timeout=30) == 0
-    assert err.count("the last words") == 200
-    assert 0.7 < float(out.split()[1]) < 5.0, out
+    lines = "deepfusion: the last words\n" * 200
+    child = ("import os, sys, time\nfrom deepfusion.parallel.comm import drain_stdio\n"
+             "side = int(sys.argv[1]); timeout = float(sys.argv[2])\n"
+             f"sys.stderr.write({lines!r})\n"
+             "os.write(side, b'draining\\n')\n"
+             "t = time.monotonic(); drain_stdio(timeout); waited = time.monotonic() - t\n"
+             "os.write(side, f'returned {waited!r}\\n'.encode())\n")
+
+    def start(timeout: float):
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-c", child, str(write), str(timeout)], env=child_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write,))
+        os.close(write)
+        side = os.fdopen(read, "rb")
+        assert side.readline() == b"draining\n"
+        return proc, side
+
+    # A reader that reads late: the drain returns only after every byte was taken.
+    proc, side = start(600.0)
+    assert select.select([side], [], [], 0.5)[0] == []  # still draining: nothing has read its stderr yet
+    assert proc.stderr.read(len(lines)).decode() == lines
+    assert side.readline().startswith(b"returned ")
+    assert proc.wait(timeout=60) == 0
     # A reader that never reads (until the child has ended): the rank goes on after the timeout.
-    stuck = subprocess.Popen([sys.executable, "-c", child.replace("5.0", "0.5")], env=child_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert stuck.wait(timeout=30) == 0
-    assert 0.4 < float(stuck.stdout.read().split()[1]) < 2.0
+    proc, side = start(0.5)
+    waited = float(side.readline().split()[1])
+    assert waited >= 0.5 and proc.wait(timeout=60) == 0
+    assert proc.stderr.read().decode() == lines
