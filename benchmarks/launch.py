@@ -1,8 +1,10 @@
-"""Launching from a benchmark script: ``deepfusion train`` on one rank or under the venv's ``mpiexec``,
-with every thread pool sized before it starts."""
+"""Launching from a benchmark script: ``deepfusion train`` on one rank (a process forked from a server
+that has imported the libraries once) or under the venv's ``mpiexec``; with a thread count, in a fresh
+interpreter with every thread pool sized before it starts."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -31,18 +33,63 @@ def thread_env(threads: int | None = None, **extra: str) -> dict:
     return env
 
 
+# What every single-rank run imports before its first step: 2-3 s of interpreter, torch (and its
+# compiler stack, which torch.optim pulls in at the first optimizer) and numba/scipy/h5py per run,
+# 45 s of the optimizer benchmark's 20 runs on 2 cores (2026-11-26). A fork server imports them once;
+# each run is then a fresh process forked from it, as clean as a new interpreter (the server runs
+# no computation, so no thread pool or kernel cache is inherited).
+_PRELOAD = ["numpy", "scipy.sparse", "h5py", "numba", "torch", "torch._dynamo", "deepfusion.cli",
+            "deepfusion.commands.train", "deepfusion.configuration.wiring", "deepfusion.analysis.evaluate"]
+
+
+def _forked(args: list[str], cwd: str, env: dict, quiet: bool) -> None:
+    """``deepfusion ARGS`` in a process forked from the server: its environment, folder and output set first."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sink = os.open(os.devnull, os.O_WRONLY) if quiet else 2
+    os.dup2(sink, 1)  # the benchmark's stdout carries its JSON alone
+    if quiet:
+        os.dup2(sink, 2)
+    from deepfusion.cli import main
+
+    status = main(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(status)
+
+
 def train_run(config: str | Path, out: Path, ranks: int, overrides: list[str], *, threads: int | None = None,
               quiet: bool = False, timeout: float | None = None) -> None:
     """Train ``config`` into ``out`` with ``--set`` ``overrides`` on ``ranks`` ranks.
 
     Its output goes to stderr (or nowhere with ``quiet``), so the benchmark's stdout stays one
-    JSON object; ``threads`` sizes each rank's thread pools through the environment.
+    JSON object; ``threads`` sizes each rank's thread pools through the environment. One rank runs
+    in a process forked from a server that has imported the libraries (see ``_PRELOAD``), unless
+    ``threads`` is given (BLAS and OpenMP read their sizes when they load, so those runs start a fresh
+    interpreter, as more ranks do under ``mpiexec``). Raises ``subprocess.CalledProcessError`` when
+    the run fails.
     """
-    cmd = [sys.executable, "-m", "deepfusion", "train", str(config), "--out", str(out)]
+    args = ["train", str(config), "--out", str(out)]
+    for item in overrides:
+        args += ["--set", item]
+    cmd = [sys.executable, "-m", "deepfusion", *args]
     if ranks > 1:
         cmd = [mpiexec(), "-n", str(ranks), *cmd]
-    for item in overrides:
-        cmd += ["--set", item]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if quiet else sys.stderr, cwd=ROOT,
-                   env=thread_env(threads), timeout=timeout)
+    if ranks > 1 or threads is not None:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if quiet else sys.stderr, cwd=ROOT,
+                       env=thread_env(threads), timeout=timeout)
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)
+    sys.stderr.flush()
+    child = context.Process(target=_forked, args=(args, str(ROOT), thread_env(threads), quiet))
+    child.start()
+    child.join(timeout)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        raise subprocess.TimeoutExpired(cmd, timeout)
+    if child.exitcode != 0:
+        raise subprocess.CalledProcessError(child.exitcode, cmd)

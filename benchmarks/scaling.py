@@ -158,7 +158,7 @@ def main() -> None:
             m["strong_speedup"] = round(rows[0]["strong"]["epoch_s"] / m["strong"]["epoch_s"], 2)
             m["strong_efficiency"] = round(m["strong_speedup"] / m["ranks"], 3)
             m["weak_efficiency"] = round(rows[0]["weak"]["epoch_s"] / m["weak"]["epoch_s"], 3)
-    fit = fit_allreduce()
+    fit = fit_allreduce(args.reps)
     alpha = args.alpha if args.alpha is not None else fit["alpha_s"]
     beta = 1e-9 / args.bandwidth if args.bandwidth else fit["beta_s_per_byte"]
     projection = {}

@@ -84,20 +84,26 @@ def float32_atol(run_dir: Path, scale: float = 1.0) -> float:
     return _MARGIN32 * 2 * sum(math.sqrt(n) for n in terms) * UNIT32 * scale
 
 
+_SHARED_CACHE = "DEEPFUSION_TESTS_REFERENCE_CACHE"  # a test session's cache, handed to the test sessions it starts
+
+
 @pytest.fixture(scope="session", autouse=True)
 def reference_cache(tmp_path_factory):
     """One reference cache for the session (deepfusion.analysis.reference_cache): the many small runs
     that evaluate the same family, grid and held-out instances solve their references once. In a
-    temporary directory, so no entry outlives the session's code; the children inherit it."""
+    temporary directory, so no entry outlives the session's code; the children inherit it, and a
+    test session started by a test (the float32 guard) uses its parent's."""
     from deepfusion.analysis.reference_cache import ENV
 
-    before = os.environ.get(ENV)
-    os.environ[ENV] = str(tmp_path_factory.mktemp("reference-cache"))
+    before = {name: os.environ.get(name) for name in (ENV, _SHARED_CACHE)}
+    os.environ[ENV] = os.environ[_SHARED_CACHE] = (before[_SHARED_CACHE]
+                                                    or str(tmp_path_factory.mktemp("reference-cache")))
     yield os.environ[ENV]
-    if before is None:
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -131,6 +137,31 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, ranks: in
         text=True,
         timeout=timeout,
     )
+
+
+def run_cli_jobs(ranks: int, *commands: Sequence[str], timeout: float = 300,
+                 path: Sequence[Path] = ()) -> list[subprocess.CompletedProcess]:
+    """The commands ``deepfusion ARGS`` one after another in ONE job of ``ranks`` MPI ranks
+    (tests/mpi_scripts/cli_runs.py), each as ``mpiexec -n ranks deepfusion ARGS`` would report it:
+    the largest status of any rank, the ranks' output. The job's start (interpreters, torch, MPI) is
+    paid once instead of once per command; the caller skips without mpiexec."""
+    import json
+    import tempfile
+
+    from deepfusion.parallel.runtime import find_mpiexec
+
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), env["PYTHONPATH"]])
+    with tempfile.TemporaryDirectory() as work:
+        listing, report = Path(work) / "commands.json", Path(work) / "report.json"
+        listing.write_text(json.dumps([[str(a) for a in c] for c in commands]))
+        proc = subprocess.run([find_mpiexec(), "-n", str(ranks), sys.executable, str(ROOT / "tests" / "mpi_scripts" /
+                               "cli_runs.py"), str(listing), str(report)], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert proc.returncode == 0 and report.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+        return [subprocess.CompletedProcess(["mpiexec", "-n", str(ranks), "deepfusion", *map(str, c)], r["status"],
+                                            r["stdout"], r["stderr"])
+                for c, r in zip(commands, json.loads(report.read_text()))]
 
 
 def _forget_modules(path: Sequence[Path]) -> None:

@@ -120,3 +120,17 @@ def test_bad_input_one_line_status_2_nothing_written(inputs, tmp_path, args, fra
     assert list(tmp_path.iterdir()) == []  # nothing half-written where the user ran it
     assert {k: _snapshot(inputs[k]) for k in before} == before  # nor in the runs and files it read
 
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("index", [0, next(i for i, c in enumerate(CASES) if c[1] == "NaN or Inf")])
+def test_a_fresh_process_reports_bad_input_the_same_way(inputs, tmp_path, index):
+    # The cases above call the command line's main in this interpreter; here two of them run as
+    # `python -m deepfusion` would for a user: the same line, status 2 as the process's exit status.
+    args, fragment = CASES[index]
+    paths = {k: str(v) for k, v in inputs.items()}
+    proc = run_cli(*[a.format(**paths) for a in args], cwd=tmp_path, process=True)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deepfusion: error: ") and fragment in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -29,17 +29,18 @@ def test_flops_benchmark_times_a_training_step(tmp_path):
     assert report["gemm_gflops"] > 0
     assert {r["layout"] for r in report["rows"]} == {"contiguous", "channels_last"}
     for row in report["rows"]:
-        assert row["grid"] == 32 and row["step_s"] > 0 and row["step_gflop"] > 0
-        assert 0 < row["ratio_vs_gemm"] < 2
+        # Counts and signs only: the rates are timings, reported as figures, never a pass or a fail.
+        assert row["grid"] == 32 and row["step_s"] > 0 and row["step_gflop"] > 0 and row["ratio_vs_gemm"] > 0
 
 
+@pytest.mark.slow
 def test_scaling_benchmark_trains_on_one_two_and_four_ranks(tmp_path):
     from deepfusion.parallel.runtime import find_mpiexec
 
     if find_mpiexec() is None:
         pytest.skip("needs mpiexec (pip install mpich)")
     out = subprocess.run([sys.executable, str(BENCH / "scaling.py"), "--resolutions", "32", "--epochs", "2",
-                          "--samples", "8", "--batch", "4"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                          "--samples", "8", "--batch", "4", "--reps", "3"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert [(m["resolution"], m["ranks"]) for m in report["measured"]] == [(32, 1), (32, 2), (32, 4)]
@@ -60,10 +61,12 @@ def test_curves_are_read_at_an_error_and_at_a_time():
     assert abs(value_at(points, 5.0) - 0.1) < 1e-15 and abs(value_at(points, 99.0) - 0.02) < 1e-15
 
 
+@pytest.mark.slow
 def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
-    """Every arm on a 16^2 Burgers problem with a tiny network, one rank, one seed, 1 s budgets."""
+    """Every arm on a 16^2 Burgers problem with a tiny network, one rank, one seed, 0.3 s budgets (20 runs:
+    the tuning grid and the calibration are the claim; each run's cost is its interpreter's start)."""
     out = subprocess.run([sys.executable, str(BENCH / "optimizers.py"), "--problem", "burgers", "--seeds", "0",
-                          "--budget", "1", "--ranks", "1", "--set", "problem.resolution=[16,16]",
+                          "--budget", "0.3", "--ranks", "1", "--set", "problem.resolution=[16,16]",
                           "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
                           "--set", "burgers.test_c=[3.3,5.5]",
                           "--plot", str(tmp_path / "opt.png")],
@@ -86,9 +89,10 @@ def test_optimizer_benchmark_tunes_every_arm_and_reports_both_figures(tmp_path):
     assert (tmp_path / "opt.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, arms", [("poisson", ["multilevel_galerkin"]), ("loss", ["energy", "preconditioned_target"])])
 def test_accuracy_ablation_trains_its_arms_to_one_budget(tmp_path, case, arms):
-    out = subprocess.run([sys.executable, str(BENCH / "accuracy_ablation.py"), "--resolution", "64", "--budget-s", "4",
+    out = subprocess.run([sys.executable, str(BENCH / "accuracy_ablation.py"), "--resolution", "64", "--budget-s", "2",
                           "--n-train", "16", "--batch", "8", "--probe-steps", "3", "--n-test", "1", "--ranks", "1",
                           "--case", case, "--arms", *arms],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -143,8 +147,9 @@ def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
     assert all(r["seconds_per_unknown"] > 0 for r in report["scaling"])
 
 
+@pytest.mark.slow
 def test_second_stage_runs_both_arms_at_one_budget(tmp_path):
-    out = subprocess.run([sys.executable, str(BENCH / "second_stage.py"), "--resolution", "64", "--budget-s", "6",
+    out = subprocess.run([sys.executable, str(BENCH / "second_stage.py"), "--resolution", "32", "--budget-s", "2",
                           "--n-train", "16", "--batch", "8", "--probe-steps", "2", "--n-test", "1", "--ranks", "1"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -115,15 +115,15 @@ def test_reference_command(tmp_path, cli):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("config, extra", [
-    ("poisson_256.toml", ["--set", "data.n_test=1"]),
+    pytest.param("poisson_256.toml", ["--set", "data.n_test=1"], marks=pytest.mark.slow),
     ("burgers_256.toml", ["--set", "burgers.test_c=[4.1]"]),
     ("burgers_inviscid_256.toml", ["--set", "burgers.test_c=[4.1]"]),
-    ("burgers_512_c16.toml", ["--set", "burgers.test_c=[12.9]"]),
+    pytest.param("burgers_512_c16.toml", ["--set", "burgers.test_c=[12.9]"], marks=pytest.mark.slow),
     # The 4x finer reference at 1024^2 is a 1.7e7-unknown solve; 2x keeps the test short.
-    ("poisson_1024.toml", ["--set", "data.n_test=1", "--set", "poisson.truth_refine=2"]),
-    ("burgers_1024.toml", ["--set", "burgers.test_c=[4.1]"]),
+    pytest.param("poisson_1024.toml", ["--set", "data.n_test=1", "--set", "poisson.truth_refine=2"], marks=pytest.mark.slow),
+    pytest.param("burgers_1024.toml", ["--set", "burgers.test_c=[4.1]"], marks=pytest.mark.slow),
     # 3-D: one step per level up to 128^3, then the 255^3 reference of one held-out instance.
-    ("poisson3d_128.toml", ["--set", "data.n_test=1"]),
+    pytest.param("poisson3d_128.toml", ["--set", "data.n_test=1"], marks=pytest.mark.slow),
 ])
 def test_high_resolution_configs_train_here(tmp_path, config, extra):
     # One checkpointed training step on every level of the shipped multigrid schedule, up to

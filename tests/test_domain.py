@@ -67,7 +67,7 @@ def test_tiled_loss_on_one_tile_is_the_loss():
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("n, cases", [(2, 14), pytest.param(4, 29, marks=pytest.mark.float32)])
+@pytest.mark.parametrize("n, cases", [(2, 14), pytest.param(4, 29, marks=[pytest.mark.float32, pytest.mark.slow])])
 def test_split_sample_equals_the_whole_grid(n, cases):
     # Every family (the Q1 energies tile by tile, Burgers through the gathered default), the
     # nodal and multilevel U-Net, 2-D [1,2] [2,1] [2,2] [1,4] and 3-D slabs and pencils:
@@ -113,58 +113,69 @@ def unsplit(tmp_path_factory):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(400)
 def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
+    # Three MPI jobs of several commands each (conftest.run_cli_jobs): 2 ranks train [1,2]; then 4 ranks
+    # train [2,2], infer split [2,2] and resume [1,2]'s run as two groups of [2]; then 2 ranks resume it
+    # at the same split and refuse an infer --domain that needs 3 ranks.
     import shutil
 
-    from conftest import run_cli
+    from conftest import run_cli, run_cli_jobs
 
     config = str(ROOT / "configs" / "poisson.toml")
-    runs = {}
-    for name, ranks, domain in [("1x2", 2, "[1,2]"), ("2x2", 4, "[2,2]")]:
-        run_dir = tmp_path / name.replace(" ", "_")
-        proc = run_cli("train", config, "--out", str(run_dir), *SPLIT_RUN, "--set", f"parallel.domain={domain}",
-                       ranks=ranks, timeout=150)
+
+    def train(run_dir, domain):
+        return ["train", config, "--out", str(run_dir), *SPLIT_RUN, "--set", f"parallel.domain={domain}"]
+
+    runs = {"1x2": tmp_path / "1x2", "2x2": tmp_path / "2x2"}
+    (first,) = run_cli_jobs(2, train(runs["1x2"], "[1,2]"), timeout=150)
+    coeffs = tmp_path / "a.npy"
+    np.save(coeffs, np.random.default_rng(3).uniform(-3, 3, (3, 6)))
+    whole, split = tmp_path / "whole.h5", tmp_path / "split.h5"
+    # Resume from step 6 (the second level): bitwise at the same split, to rounding at another.
+    # (Resuming 2x2 as two data-parallel groups of [2] covers data x domain.)
+    resumed = {}
+    for name in ("same", "groups", "unsplit"):
+        resumed[name] = tmp_path / f"resumed_{name}"
+        shutil.copytree(runs["1x2"], resumed[name])
+        (resumed[name] / "checkpoints" / "step-00000008.h5").unlink()
+    second, infer_split, groups = run_cli_jobs(
+        4, train(runs["2x2"], "[2,2]"),
+        ["infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(split), "--domain", "2,2"],
+        train(resumed["groups"], "[2]"), timeout=200)
+    same, refused = run_cli_jobs(
+        2, train(resumed["same"], "[1,2]"),
+        ["infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3"], timeout=150)
+    for proc in (first, second):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "each sample split" in proc.stdout
-        _close(_model(unsplit), _model(run_dir), 1e-7)  # the same model as one rank's
-        runs[name] = run_dir
+    for name in runs:
+        _close(_model(unsplit), _model(runs[name]), 1e-7)  # the same model as one rank's
     # The held-out fields, predicted tile by tile and gathered, are the unsplit run's.
     with h5py.File(unsplit / "test_prediction.h5") as f, h5py.File(runs["2x2"] / "test_prediction.h5") as g:
         np.testing.assert_allclose(g["u"][()], f["u"][()], rtol=0, atol=1e-10)
     # infer --domain: new instances split over 4 ranks, one file equal to the unsplit one.
-    coeffs = tmp_path / "a.npy"
-    np.save(coeffs, np.random.default_rng(3).uniform(-3, 3, (3, 6)))
-    whole, split = tmp_path / "whole.h5", tmp_path / "split.h5"
     assert run_cli("infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(whole)).returncode == 0
-    proc = run_cli("infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(split), "--domain", "2,2", ranks=4)
-    assert proc.returncode == 0 and proc.stdout.count("wrote") == 1, proc.stdout + proc.stderr
+    assert infer_split.returncode == 0 and infer_split.stdout.count("wrote") == 1, infer_split.stdout + infer_split.stderr
     with h5py.File(whole) as f, h5py.File(split) as g:
         np.testing.assert_allclose(g["u"][()], f["u"][()], rtol=0, atol=1e-10)
-    proc = run_cli("infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3",
-                   ranks=2)
-    assert proc.returncode == 2 and "--domain: [3, 1] needs 3 ranks, the job has 2" in proc.stderr
-    # Resume from step 6 (the second level): bitwise at the same split, to rounding at another.
-    # (Resuming 2x2 as two data-parallel groups of [2] covers data x domain.)
-    for name, ranks, domain, exact in [("same", 2, "[1,2]", True), ("groups", 4, "[2]", False),
-                                       ("unsplit", None, "[]", False)]:
-        copy = tmp_path / f"resumed_{name}"
-        shutil.copytree(runs["1x2"], copy)
-        (copy / "checkpoints" / "step-00000008.h5").unlink()
-        proc = run_cli("train", config, "--out", str(copy), *SPLIT_RUN, "--set", f"parallel.domain={domain}",
-                       ranks=ranks, timeout=150)
+    assert refused.returncode == 2 and "--domain: [3, 1] needs 3 ranks, the job has 2" in refused.stderr
+    unsplit_resume = run_cli(*train(resumed["unsplit"], "[]"))
+    for name, proc, exact in [("same", same, True), ("groups", groups, False), ("unsplit", unsplit_resume, False)]:
         assert proc.returncode == 0 and "(step 6)" in proc.stdout, proc.stdout + proc.stderr
         if exact:
             for key, value in _model(runs["1x2"]).items():
-                np.testing.assert_array_equal(value, _model(copy)[key], err_msg=key)
+                np.testing.assert_array_equal(value, _model(resumed[name])[key], err_msg=key)
         else:
-            _close(_model(runs["1x2"]), _model(copy), 1e-7)
+            _close(_model(runs["1x2"]), _model(resumed[name]), 1e-7)
 
 
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
     # Rank 1 stops answering (SIGSTOP: a hung node) while rank 0 needs its halos or sums: the
     # collective watchdog ends the job with one line naming the step, status 4.
@@ -194,9 +205,7 @@ def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
                 if rank:
                     ranks[int(rank[0].split(b"=")[1])] = int(pid)
         os.kill(ranks[1], signal.SIGSTOP)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=90)
-        took = time.monotonic() - t0
+        _, err = proc.communicate(timeout=90)  # no hang: the watchdog ends the job
     finally:
         proc.kill()
         for pid in locals().get("ranks", {}).values():
@@ -204,7 +213,7 @@ def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert proc.returncode == 4 and took < 40, err
+    assert proc.returncode == 4, err
     line = [x for x in err.splitlines() if "did not complete within parallel.collective_timeout_s = 5" in x]
     assert len(line) == 1 and " at step " in line[0], err
 
@@ -228,14 +237,19 @@ def test_domain_split_is_checked_with_the_config(overrides, message):
 # A Burgers step at 1024^2 with a [32, 64] U-Net: the process's address space peaks at 3.4 GiB on one
 # rank, 2.5 GiB on each of two (VmPeak, measured 2026-11-24; the evaluation stays below). RLIMIT_AS bounds
 # address space, not resident memory (libraries and MPI's shared memory count): the cap lies between.
+# The family is configs/burgers_1024.toml's (inviscid; one rank still out of memory, two fitting, checked
+# 2026-11-26), so the held-out instance's 1024^2 reference and floor are the ones the shipped config's
+# test has put in the session's reference cache.
+OOM_CONFIG = "burgers_1024.toml"
 OOM_RUN = ["--set", "problem.resolution=[1024,1024]", "--set", "multigrid.levels=[]", "--set", "model.channels=[32,64]",
-           "--set", "data.n_train=1", "--set", "train.batch_size=1", "--set", "train.epochs=1",
+           "--set", "model.checkpoint_activations=false", "--set", "data.n_train=1", "--set", "train.batch_size=1", "--set", "train.epochs=1",
            "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false", "--set", "train.log_every=1",
            "--set", "burgers.test_c=[4.1]"]
 OOM_CAP_GIB = 2.9
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
 def test_a_sample_too_big_for_one_rank_trains_when_split(tmp_path):
@@ -245,7 +259,7 @@ def test_a_sample_too_big_for_one_rank_trains_when_split(tmp_path):
         cap = int(OOM_CAP_GIB * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    config = str(ROOT / "configs" / "burgers.toml")
+    config = str(ROOT / "configs" / OOM_CONFIG)
     base = [sys.executable, "-m", "deepfusion", "train", config, *OOM_RUN]
     whole = subprocess.run([*base, "--out", str(tmp_path / "whole")], env=child_env(), preexec_fn=capped,
                            capture_output=True, text=True, timeout=120)

@@ -313,6 +313,7 @@ def test_the_public_q1_system_minimises_the_public_energy_with_variable_coeffici
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_the_two_entry_family_from_the_docs_trains_infers_and_compares_by_its_names(tmp_path):

@@ -63,20 +63,27 @@ def _final_model(run_dir: Path) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The reference trajectories: the LONG run, uninterrupted, at P = 1 and P = 2."""
-    runs = {}
-    for ranks in (1, 2):
-        run_dir = tmp_path_factory.mktemp("ref") / f"p{ranks}"
-        proc = _launch(run_dir, ranks)
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        runs[ranks] = run_dir
-    return runs
+    """The reference trajectory: the LONG run, uninterrupted, at P = 1 (in this process)."""
+    run_dir = tmp_path_factory.mktemp("ref") / "p1"
+    proc = run_cli("train", CONFIG, "--out", str(run_dir), *LONG)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_p2(tmp_path_factory):
+    """The LONG run, uninterrupted, at P = 2 (a real mpiexec job)."""
+    run_dir = tmp_path_factory.mktemp("ref") / "p2"
+    proc = _launch(run_dir, 2)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return run_dir
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # real signals to real processes mid-run, then a second run to resume (the stop's logic, in-process, below)
 @pytest.mark.parametrize("ranks, sig, who", [(2, signal.SIGTERM, "rank 1 only"), (1, signal.SIGINT, "the process")])
-def test_signal_checkpoints_and_resume_is_bitwise(uninterrupted, tmp_path, ranks, sig, who):
+def test_signal_checkpoints_and_resume_is_bitwise(request, tmp_path, ranks, sig, who):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir, ranks)
     try:
@@ -98,7 +105,8 @@ def test_signal_checkpoints_and_resume_is_bitwise(uninterrupted, tmp_path, ranks
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert "resuming automatically" in out and f"(step {stopped_at})" in out
-    ref, got = _final_model(uninterrupted[ranks]), _final_model(run_dir)
+    reference = request.getfixturevalue("uninterrupted" if ranks == 1 else "uninterrupted_p2")
+    ref, got = _final_model(reference), _final_model(run_dir)
     for name in ref:
         np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
     assert len(checkpoint_files(run_dir / "checkpoints")) <= 3  # train.keep_checkpoints
@@ -107,7 +115,7 @@ def test_signal_checkpoints_and_resume_is_bitwise(uninterrupted, tmp_path, ranks
 @pytest.mark.timeout(300)
 def test_resume_at_p2_from_p1_checkpoint_follows_the_same_curve(uninterrupted, tmp_path):
     run_dir = tmp_path / "p1to2"
-    shutil.copytree(uninterrupted[1], run_dir)
+    shutil.copytree(uninterrupted, run_dir)
     ckpts = checkpoint_files(run_dir / "checkpoints")
     for p in ckpts[:2]:  # as if the job died after the third-last checkpoint
         p.unlink()
@@ -120,7 +128,7 @@ def test_resume_at_p2_from_p1_checkpoint_follows_the_same_curve(uninterrupted, t
     def curve(d: Path) -> dict[int, float]:
         return {r["step"]: r["loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())}
 
-    ref, got = curve(uninterrupted[1]), curve(run_dir)
+    ref, got = curve(uninterrupted), curve(run_dir)
     assert sorted(got) == sorted(ref)
     after = [s for s in ref if s > resumed_at]
     assert after
@@ -132,7 +140,7 @@ def test_resume_at_p2_from_p1_checkpoint_follows_the_same_curve(uninterrupted, t
 @pytest.mark.timeout(120)
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path):
     run_dir = tmp_path / "damaged"
-    shutil.copytree(uninterrupted[1], run_dir)
+    shutil.copytree(uninterrupted, run_dir)
     newest, previous = checkpoint_files(run_dir / "checkpoints")[:2]
     with h5py.File(newest) as f:  # flip a bit inside the largest parameter array
         d = max((f["model"][k] for k in f["model"]), key=lambda d: d.size)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.geometry import Disc, grid_points
 from diffnet.problems.plate import PlateWithHole
@@ -146,12 +146,15 @@ def test_torsion_compares_with_the_immersed_multigrid_and_the_body_fitted_fem(to
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.slow
 def test_two_ranks_and_a_domain_split_train_the_one_rank_model(torsion_run, tmp_path):
     from deepfusion.files.checkpoint import load_checkpoint
 
     one = load_checkpoint(torsion_run / "checkpoints" / "step-00000004.h5").model
-    for name, extra in (("p2", []), ("split", ["--set", "parallel.domain=[1,2]"])):
-        proc = run_cli("train", TORSION, "--out", str(tmp_path / name), *TINY, *extra, ranks=2, timeout=280)
+    cases = (("p2", []), ("split", ["--set", "parallel.domain=[1,2]"]))
+    procs = run_cli_jobs(2, *(["train", TORSION, "--out", str(tmp_path / name), *TINY, *extra] for name, extra in cases),
+                         timeout=280)  # one MPI job of both runs
+    for (name, _), proc in zip(cases, procs):
         assert proc.returncode == 0, proc.stderr
         other = load_checkpoint(tmp_path / name / "checkpoints" / "step-00000004.h5").model
         for key in one:

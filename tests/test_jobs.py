@@ -203,6 +203,7 @@ def _records(run_dir: Path) -> list[dict]:
 
 @needs_mpi
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_local_job_runs_a_tiny_training_on_two_ranks(tmp_path):
     config = _config(tmp_path / "job")
     proc = _render(tmp_path, "local", "--ranks-per-node", "2", "--threads", "1", config=config)
@@ -231,6 +232,7 @@ def _fake_slurm(bin_dir: Path, log: Path) -> None:
 
 
 @needs_mpi
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_slurm_job_checkpoints_on_sigterm_requeues_and_resumes(tmp_path):
     """The time-limit path of a Slurm job: SIGTERM to the batch script, checkpoint, requeue, resume."""

@@ -40,8 +40,12 @@ def _final(run_dir):
 MULTILEVEL_GALERKIN = ["--set", "model.output=multilevel", "--set", "multigrid.coarse_loss=galerkin"]
 
 
-@pytest.mark.parametrize("transfer, cycle, steps, extra", [("deepen", "half_v", 24, []), ("carry", "v", 36, []),
-                                                           ("deepen", "half_v", 24, MULTILEVEL_GALERKIN)])
+# The plots are drawn in the first case only (3 s a run with matplotlib; the same code in every case).
+NO_PLOTS = ["--set", "output.plots=false"]
+
+
+@pytest.mark.parametrize("transfer, cycle, steps, extra", [("deepen", "half_v", 24, []), ("carry", "v", 36, NO_PLOTS),
+                                                           ("deepen", "half_v", 24, [*MULTILEVEL_GALERKIN, *NO_PLOTS])])
 def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, cycle, steps, extra):
     run = tmp_path / "run"
     args = [*SCHEDULE, "--set", f"multigrid.transfer={transfer}", "--set", f"multigrid.cycle={cycle}", *extra]
@@ -61,7 +65,7 @@ def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, 
     assert 0 <= report["mean_low_mode_share"] <= 1 and -1 <= report["mean_imprint_cosine"] <= 1
     assert len(report["imprint_cosine"]) == 2 and report["mean_coarse_imprint_rel_l2"] > 0
     assert "error structure:" in proc.stdout and "coarse level's imprint" in proc.stdout
-    assert (run / "plots" / "loss.png").is_file()
+    assert (run / "plots" / "loss.png").is_file() == (extra == [])
     reference = _final(run)
     assert reference.step == steps
     # Resume from a checkpoint inside the first level (the level change happens after the
@@ -86,18 +90,21 @@ def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, 
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.slow
 def test_same_model_through_a_level_change_on_one_and_two_ranks(tmp_path):
-    import os
-    import subprocess
-    import sys
+    from conftest import run_cli_jobs
 
     args = ["train", POISSON, *SCHEDULE, *MULTILEVEL_GALERKIN, "--set", "train.dtype=float64", "--set", "output.plots=false",
             "--set", "multigrid.epochs=[2,2]", "--set", "train.batch_size=8", "--set", "multigrid.batch_size=[8,4]"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     one = run_cli(*args, "--out", str(tmp_path / "p1"))
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "deepfusion", *args,
-                          "--out", str(tmp_path / "p2")], env=env, capture_output=True, text=True, timeout=200)
+    # The P = 1 run, cut back to its checkpoint inside the second level, to be resumed on 2 ranks.
+    moved = tmp_path / "p1to2"
+    shutil.copytree(tmp_path / "p1", moved)
+    for path in checkpoint_files(moved / "checkpoints"):
+        if load_checkpoint(path).step > 6:
+            path.unlink()
+    two, resumed = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")], [*args, "--out", str(moved)], timeout=200)
     assert two.returncode == 0, two.stdout + two.stderr
     a, b = _final(tmp_path / "p1"), _final(tmp_path / "p2")
     assert a.step == b.step == 2 * 2 + 2 * 4 and b.ranks == 2
@@ -111,13 +118,6 @@ def test_same_model_through_a_level_change_on_one_and_two_ranks(tmp_path):
     eb = json.loads((tmp_path / "p2" / "eval.json").read_text())
     np.testing.assert_allclose(ea["rel_l2"], eb["rel_l2"], rtol=1e-8)
     # The P = 1 run resumed on 2 ranks from its checkpoint inside the second level.
-    moved = tmp_path / "p1to2"
-    shutil.copytree(tmp_path / "p1", moved)
-    for path in checkpoint_files(moved / "checkpoints"):
-        if load_checkpoint(path).step > 6:
-            path.unlink()
-    resumed = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "deepfusion", *args, "--out", str(moved)],
-                             env=env, capture_output=True, text=True, timeout=200)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "written by 1 ranks, continuing on 2" in resumed.stdout
     c = _final(moved)
@@ -136,6 +136,7 @@ def test_nan_guard_holds_on_a_later_level(tmp_path):
     assert last.step == 12 and all(np.isfinite(v).all() for v in last.model.values())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_on_a_later_level_checkpoints_and_resumes_bitwise(tmp_path):
     import os

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TINY_POISSON, run_cli
+from conftest import ROOT, TINY_POISSON, run_cli, run_cli_jobs
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.parallel.runtime import find_mpiexec
@@ -132,18 +132,23 @@ def test_objective_reuses_its_last_evaluation_only_at_the_same_point():
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_float64_phase_does_not_depend_on_p(tmp_path):
     """10 float64 L-BFGS iterations of a float32 run from the same start: P = 2 equals P = 1 to 1e-9."""
+    def args(mode, n):
+        return ["train", POISSON, "--out", str(tmp_path / f"{mode}-{n}"), *SMALL, "--set", "train.optimizer=lbfgs",
+                "--set", f"train.lbfgs_mode={mode}", "--set", "train.lbfgs_iterations=10",
+                "--set", "train.lbfgs_overlap=2", "--set", "train.lbfgs_dtype=float64"]
+
+    # P = 1 in this process, P = 2 one MPI job of both modes.
+    procs = {(mode, 1): run_cli(*args(mode, 1)) for mode in ("full", "multibatch")}
+    procs.update(zip([("full", 2), ("multibatch", 2)], run_cli_jobs(2, args("full", 2), args("multibatch", 2))))
     masters = {}
+    for (mode, n), proc in procs.items():
+        assert proc.returncode == 0, proc.stderr
+        masters[mode, n] = load_checkpoint(tmp_path / f"{mode}-{n}" / "checkpoints" /
+                                           "step-00000010.h5").optimizer_state[0]["master"]
     for mode in ("full", "multibatch"):
-        for n in (1, 2):
-            out = tmp_path / f"{mode}-{n}"
-            proc = run_cli("train", POISSON, "--out", str(out), *SMALL, "--set", "train.optimizer=lbfgs",
-                           "--set", f"train.lbfgs_mode={mode}", "--set", "train.lbfgs_iterations=10",
-                           "--set", "train.lbfgs_overlap=2", "--set", "train.lbfgs_dtype=float64",
-                           ranks=n, timeout=250)
-            assert proc.returncode == 0, proc.stderr
-            masters[mode, n] = load_checkpoint(out / "checkpoints" / "step-00000010.h5").optimizer_state[0]["master"]
         ref = masters[mode, 1]
         rel = np.abs(masters[mode, 2] - ref).max() / np.abs(ref).max()
         assert rel < 1e-9, (mode, rel)

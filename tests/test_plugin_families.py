@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_cli_jobs
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.runtime import find_mpiexec
 
@@ -51,6 +51,17 @@ def runs(site, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def two_ranks(site, tmp_path_factory):
+    """Each example family trained on 2 ranks, both in one MPI job (conftest.run_cli_jobs): {name: (proc, dir)}."""
+    if find_mpiexec() is None:
+        pytest.skip("no mpiexec")
+    work = tmp_path_factory.mktemp("p2")
+    procs = run_cli_jobs(2, *(["train", _config(name), "--out", str(work / name), *QUICK] for name in PLUGINS),
+                         path=[site], timeout=500)
+    return {name: (proc, work / name) for name, proc in zip(PLUGINS, procs)}
+
+
 def _config(name: str) -> str:
     return str(ROOT / "examples" / "families" / name / f"{name}.toml")
 
@@ -72,11 +83,9 @@ def test_entry_points_register_the_families(site, monkeypatch):
 @pytest.mark.mpi
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", PLUGINS)
-def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, runs, tmp_path, name):
-    if find_mpiexec() is None:
-        pytest.skip("no mpiexec")
-    two = tmp_path / "p2"
-    proc = _train(site, name, two, 2)
+@pytest.mark.slow
+def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, runs, two_ranks, tmp_path, name):
+    proc, two = two_ranks[name]
     assert proc.returncode == 0, proc.stderr
     assert "ranks 2 x 1 threads" in proc.stdout
     a = load_checkpoint(runs[name] / "checkpoints" / "step-00000006.h5").model
@@ -142,6 +151,7 @@ def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # inf
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_plugin_stops_on_sigterm_resumes_and_guards_against_nan(site, tmp_path):
     import os
     import signal

@@ -120,7 +120,7 @@ def test_energy_is_exact_on_trilinear_fields():
     assert got.item() == pytest.approx(exact, rel=1e-13)
 
 
-@pytest.mark.parametrize("n", [17, 33])
+@pytest.mark.parametrize("n", [17, pytest.param(33, marks=pytest.mark.slow)])  # 33^3: a 3-D sparse LU, 4 s
 def test_3d_multigrid_equals_a_direct_solve(n):
     system = poisson_system(_nu((n, n, n), seed=n))
     direct = system.solve("direct")
@@ -234,6 +234,7 @@ def test_3d_run_evaluates_writes_volumes_and_infers(run3d, tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_3d_run_on_two_ranks_is_the_one_rank_model_and_resumes_bitwise(run3d, tmp_path):
     import shutil
 

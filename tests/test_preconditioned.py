@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.family import Family
 from diffnet.preconditioned import PreconditionedLoss, error_estimate
@@ -124,27 +124,34 @@ def _final(run_dir):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("form", ["target", "loss"])
-def test_training_on_one_and_two_ranks_gives_one_model_and_resumes_bitwise(tmp_path, form):
-    runs = {}
-    for ranks in (1, 2):
-        runs[ranks] = tmp_path / f"p{ranks}"
-        proc = run_cli("train", POISSON, "--out", str(runs[ranks]), *RUN, "--set", f"train.precondition_form={form}",
-                       ranks=ranks, timeout=250)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "estimated by |B g| / |u - B g|" in proc.stdout
-    a, b = _final(runs[1]), _final(runs[2])
-    assert a.step == b.step == 8
-    assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
-    # Resumed from the checkpoint inside the second level: bitwise the uninterrupted run.
+def test_training_on_one_and_two_ranks_gives_one_model_and_resumes_bitwise(tmp_path):
+    # Both forms: P = 1 in this process, P = 2 one MPI job of both (conftest.run_cli_jobs).
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
-    for path in checkpoint_files(runs[1] / "checkpoints"):
-        if load_checkpoint(path).step > 6:
-            path.unlink()
-    proc = run_cli("train", POISSON, "--out", str(runs[1]), *RUN, "--set", f"train.precondition_form={form}", timeout=250)
-    assert proc.returncode == 0, proc.stderr
-    c = _final(runs[1])
-    assert c.step == 8 and all(np.array_equal(a.model[k], c.model[k]) for k in a.model)
+    forms = ("target", "loss")
+
+    def args(form, ranks):
+        return ["train", POISSON, "--out", str(tmp_path / f"{form}-p{ranks}"), *RUN,
+                "--set", f"train.precondition_form={form}"]
+
+    procs = {(form, 1): run_cli(*args(form, 1)) for form in forms}
+    procs.update(zip([(form, 2) for form in forms], run_cli_jobs(2, *(args(form, 2) for form in forms), timeout=250)))
+    for (form, ranks), proc in procs.items():
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "estimated by |B g| / |u - B g|" in proc.stdout
+    for form in forms:
+        one = tmp_path / f"{form}-p1"
+        a, b = _final(one), _final(tmp_path / f"{form}-p2")
+        assert a.step == b.step == 8
+        assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9, form
+        # Resumed from the checkpoint inside the second level: bitwise the uninterrupted run.
+        for path in checkpoint_files(one / "checkpoints"):
+            if load_checkpoint(path).step > 6:
+                path.unlink()
+        proc = run_cli(*args(form, 1))
+        assert proc.returncode == 0, proc.stderr
+        c = _final(one)
+        assert c.step == 8 and all(np.array_equal(a.model[k], c.model[k]) for k in a.model), form

@@ -31,6 +31,7 @@ def test_readme_is_short_and_its_links_exist():
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_quick_start_runs_as_written(tmp_path):

@@ -8,12 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, float32_atol, run_cli, tiny, train_once
+from conftest import float32_atol, run_cli
 from deepfusion.analysis.uq import Moments, draw_parameters
-
-BURGERS = str(ROOT / "configs" / "burgers.toml")
-POISSON = str(ROOT / "configs" / "poisson.toml")
-
 
 def test_merged_moments_equal_the_direct_ones():
     rng = np.random.default_rng(0)
@@ -42,9 +38,9 @@ def test_draws_follow_the_family():
 
 
 @pytest.mark.float32
-@pytest.mark.parametrize("config, name, key", [(BURGERS, "burgers", "c"), (POISSON, "poisson", "a")])
-def test_statistics_match_numpy_over_the_same_instances(tmp_path_factory, tmp_path, config, name, key):
-    run_dir, _ = train_once(tmp_path_factory, config, name, *tiny(config), "--set", "output.plots=false")
+@pytest.mark.parametrize("name, key", [("burgers", "c"), ("poisson", "a")])
+def test_statistics_match_numpy_over_the_same_instances(tiny_runs, tmp_path, name, key):
+    run_dir = tiny_runs[name]
     out = tmp_path / "stats.h5"
     proc = run_cli("uq", str(run_dir), "--samples", "37", "--batch", "8", "--classical", "--reference-samples", "5",
                    "--out", str(out))
