@@ -129,6 +129,7 @@ def test_level_change_splits_the_loss_at_a_level_change(tmp_path):
         assert change[key] > 0, key
 
 
+@pytest.mark.slow  # 4 s with numba's cache warm, 12 s in a fresh clone (the first use of the compiled multigrid)
 def test_fem_race_times_both_pipelines_at_equal_accuracy(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "fem_vs_inference.py"), "--grids", "33", "--grids3d", "17",
                           "--scaling", "17", "33", "--instances", "1"],

@@ -80,7 +80,7 @@ def test_one_fmg_cycle_reaches_the_discretisation_error():
 # --- the compiled kernels against scipy.sparse / pyamg on the same operators ---------------------------
 
 from diffnet.solvers import matrix_stencil as ms  # noqa: E402
-from diffnet.solvers.fem import dirichlet_system, poisson_system  # noqa: E402
+from diffnet.solvers.fem import dirichlet_system  # noqa: E402
 
 
 def _masked_prolongation(fine, coarse, fixed_fine, fixed_coarse):
