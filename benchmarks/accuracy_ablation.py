@@ -8,6 +8,11 @@ Q1 energy or on the multigrid-preconditioned residual (``train.loss = "precondit
 loss forms; diffnet/preconditioned.py); each row also gives the error against the grid's own
 solution beside its data-free estimate |B g| / |u - B g|, and the time per step relative to the
 energy's.
+``--case coarse``: Poisson (the same config) on the Q1 energy, on issue 43's best (the preconditioned loss
+with a second stage), and each again with the generator's exact coarse-space correction
+(``model.coarse_correction = --coarse``, diffnet/coarse.py); each row also gives the time per step and
+per inference against the first arm's. A two-stage arm gives its first stage ``--first-share`` of the
+budget and its second stage the rest, from its probe's step times (as benchmarks/second_stage.py).
 ``--case burgers``: viscous Burgers (configs/burgers_256.toml, levels 32 ... 256) with the
 multilevel output and Galerkin coarse levels, the conservative residual plain or weighted by
 ``burgers.preconditioner = "implicit_diffusion"``.
@@ -18,7 +23,7 @@ budget. Each arm's error against the case's reference, the grid's floor, their r
 error's share in the lowest modes and its cosine with the coarse imprint come from the run's
 own eval.json. Prints one JSON object with ``ratio_<arm>`` and ``best_arm``.
 
-    python benchmarks/accuracy_ablation.py [--case poisson|loss|burgers] [--budget-s 600] [--ranks 2] [--resolution 128]
+    python benchmarks/accuracy_ablation.py [--case poisson|loss|coarse|burgers] [--budget-s 600] [--ranks 2] [--resolution 128]
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from launch import train_run  # noqa: E402  (benchmarks/launch.py, beside this script)
+
+
+SECOND_STAGE = "train.second_stage_epochs=auto"  # an arm's marker: a second stage sized to the budget's rest
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,13 @@ CASES = {
         "preconditioned_target": ("train.loss=preconditioned", "train.precondition_form=target"),
         "preconditioned_loss": ("train.loss=preconditioned", "train.precondition_form=loss"),
     }, {32: 38, 64: 19, 128: 10, 256: 6}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 4096, 32),
+    "coarse": Case("poisson.toml", {
+        "energy": ("train.loss=family",),
+        "preconditioned_two_stages": ("train.loss=preconditioned", "train.precondition_form=target", SECOND_STAGE),
+        "coarse_energy": ("train.loss=family", "model.coarse_correction={coarse}"),
+        "coarse_preconditioned_two_stages": ("train.loss=preconditioned", "train.precondition_form=target",
+                                             "model.coarse_correction={coarse}", SECOND_STAGE),
+    }, {32: 38, 64: 19, 128: 10, 256: 6}, {32: 2e-3, 64: 1e-3, 128: 1e-3, 256: 1e-3}, 1024, 32),
     # The split is configs/burgers_256.toml's own.
     "burgers": Case("burgers_256.toml", {
         "plain": ("model.output=multilevel", "multigrid.coarse_loss=galerkin", "burgers.preconditioner=none"),
@@ -78,10 +93,15 @@ def _levels(resolution: int) -> list[int]:
     return levels
 
 
+def _overrides(args, arm: str) -> list[str]:
+    """The arm's own ``--set`` values (the second-stage marker left out: sized by main)."""
+    return [o.format(coarse=getattr(args, "coarse", 17)) for o in CASES[args.case].arms[arm] if o != SECOND_STAGE]
+
+
 def _base(args, levels: list[int], arm: str) -> list[str]:
     case = CASES[args.case]
     return [f"problem.resolution=[{args.resolution},{args.resolution}]", f"multigrid.levels={levels}",
-            f"multigrid.lr={[case.lr[n] for n in levels]}", *case.arms[arm],
+            f"multigrid.lr={[case.lr[n] for n in levels]}", *_overrides(args, arm),
             f"data.n_train={args.n_train}", f"data.n_test={args.n_test}", f"train.batch_size={args.batch}",
             "multigrid.batch_size=[]", "output.plots=false", "train.checkpoint_every=0"]
 
@@ -116,6 +136,9 @@ def main() -> None:
                         help="a subset of the case's arms (" + "; ".join(f"{name}: " + ", ".join(case.arms)
                                                                             for name, case in CASES.items()) + ")")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--coarse", type=int, default=17, help="coarse nodes per side of the coarse-correction arms")
+    parser.add_argument("--first-share", type=float, default=0.5, help="a two-stage arm's first stage's share of the budget")
+    parser.add_argument("--lr2", type=float, default=1e-3, help="a two-stage arm's second stage's peak learning rate")
     args = parser.parse_args()
     case = CASES[args.case]
     args.n_train = case.n_train if args.n_train is None else args.n_train
@@ -135,28 +158,40 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         for arm in args.arms:
-            per_step = step_seconds(args, levels, arm, workdir)
+            staged = SECOND_STAGE in case.arms[arm]
+            second = (f"train.second_stage_lr={args.lr2}",) if staged else ()
+            per_step = step_seconds(args, levels, arm, workdir, second + (("train.second_stage_epochs=1",) if staged else ()))
+            per_step2 = per_step.pop() if staged else None
+            first_budget = args.budget_s * (args.first_share if staged else 1.0)
             per_epoch = [steps_per_epoch * t for t in per_step]
-            scale = args.budget_s / sum(case.split[n] * e for n, e in zip(levels, per_epoch))
+            scale = first_budget / sum(case.split[n] * e for n, e in zip(levels, per_epoch))
             epochs = [max(1, round(scale * case.split[n])) for n in levels]
+            sets = [f"multigrid.epochs={epochs}", *second]
+            if staged:
+                epochs2 = max(1, round((args.budget_s - first_budget) / (steps_per_epoch * per_step2)))
+                sets.append(f"train.second_stage_epochs={epochs2}")
             run = workdir / arm
-            train_run(ROOT / "configs" / CASES[args.case].config, run, args.ranks,
-                      _base(args, levels, arm) + [f"multigrid.epochs={epochs}"])
+            train_run(ROOT / "configs" / CASES[args.case].config, run, args.ranks, _base(args, levels, arm) + sets)
             report = json.loads((run / "eval.json").read_text())
             row = {"epochs": epochs, "step_seconds": [round(t, 4) for t in per_step],
+                   "inference_seconds": report["inference_seconds"],
                    "train_seconds": round(report["train_seconds"], 1),
                    "mean_rel_l2": report["mean_rel_l2"], "mean_floor": report["mean_floor"],
                    "ratio_to_floor": report["ratio_to_floor"], "mean_low_mode_share": report["mean_low_mode_share"],
                    "mean_imprint_cosine": report.get("mean_imprint_cosine")}
+            if staged:
+                row |= {"second_stage_epochs": epochs2, "second_stage_step_seconds": round(per_step2, 4),
+                        "first_stage_ratio_to_floor": report["first_stage_ratio_to_floor"]}
             if "grid_rel_l2" in report:  # the family can precondition: the error on its own grid and its estimate
                 row["mean_grid_rel_l2"] = statistics.mean(report["grid_rel_l2"])
                 row["mean_estimated_grid_rel_l2"] = statistics.mean(report["estimated_grid_rel_l2"])
             result["arms"][arm] = row
             result[f"ratio_{arm}"] = round(report["ratio_to_floor"], 3)
             print(f"{arm}: {json.dumps(row)}", file=sys.stderr, flush=True)
-    first = result["arms"][args.arms[0]]["step_seconds"]
-    for row in result["arms"].values():  # the finest level's step time against the first arm's
-        row["step_time_vs_first_arm"] = round(row["step_seconds"][-1] / first[-1], 3)
+    first = result["arms"][args.arms[0]]
+    for row in result["arms"].values():  # the finest level's step time and the inference against the first arm's
+        row["step_time_vs_first_arm"] = round(row["step_seconds"][-1] / first["step_seconds"][-1], 3)
+        row["inference_time_vs_first_arm"] = round(row["inference_seconds"] / first["inference_seconds"], 3)
     result["best_arm"] = min(result["arms"], key=lambda a: result["arms"][a]["ratio_to_floor"])
     print(json.dumps(result, indent=2))
 

@@ -46,12 +46,13 @@ class Surrogate:
     """
 
     def __init__(self, config, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
-        from deepfusion.configuration.wiring import build_problem
+        from deepfusion.configuration.wiring import build_problem, generator_problem
 
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
         self.config = config
         self.problem = build_problem(config)
+        self._generator = generator_problem(config, self.problem)  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
@@ -144,7 +145,7 @@ class Surrogate:
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
-        u = predict(self._model, self.problem, params, self.chunk, tiling=tiling)
+        u = predict(self._model, self._generator, params, self.chunk, tiling=tiling)
         if polish:
             require(self.problem, "polish", "polish")
             try:

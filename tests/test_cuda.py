@@ -139,3 +139,24 @@ def test_the_vcycle_on_cuda_is_the_cpu_vcycle(dims):
     gpu = VCycle.build(family, u.cuda(), params.cuda())
     expected = cpu(r)
     assert torch.allclose(gpu(r.cuda()).cpu(), expected, rtol=0, atol=1e-10 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_coarse_correction_on_cuda_is_the_cpus(dims):
+    # model.coarse_correction runs in float64 on the field's device: the GPU's corrected field and the
+    # gradient through it are the CPU's to float64 rounding.
+    from diffnet.coarse import coarse_correction
+    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.problems.poisson3d import Poisson3D
+
+    family = PoissonProblem((65, 65)) if dims == 2 else Poisson3D((17, 17, 17))
+    params = torch.rand(2, 6, dtype=torch.float64) * 6 - 3
+    u = family.field(torch.randn(2, 1, *family.resolution, dtype=torch.float64), params)
+    results = []
+    for device in ("cpu", "cuda"):
+        v = u.to(device).requires_grad_(True)
+        out = coarse_correction(family, v, params.to(device), 9)
+        (grad,) = torch.autograd.grad((out**2).sum(), v)
+        results.append((out.detach().cpu(), grad.cpu()))
+    for a, b in zip(*results):
+        assert torch.allclose(b, a, rtol=0, atol=1e-10 * float(a.abs().max()))

@@ -207,3 +207,14 @@ def test_a_plugin_trains_on_the_preconditioned_loss_through_the_default_hessian(
     # A family that does not declare it is refused in one line.
     proc = _train(site, "advection_diffusion", tmp_path / "no", None, "--set", "train.loss=preconditioned")
     assert proc.returncode == 2 and "does not declare the 'precondition' capability" in proc.stderr
+
+
+def test_a_plugin_trains_with_the_coarse_correction_through_the_default_hessian(site, tmp_path):
+    # The generator's coarse correction (diffnet/coarse.py) on a nonlinear plugin: one coarse Newton step of
+    # its linearisation (probed), on every level; a plugin without the capability is refused in one line.
+    proc = _train(site, "cubic_reaction", tmp_path / "coarse", None, "--set", "model.coarse_correction=5")
+    assert proc.returncode == 0, proc.stderr
+    assert "coarse correction: the generator's field" in proc.stdout and "P from 5x5" in proc.stdout
+    assert np.isfinite(json.loads((tmp_path / "coarse" / "eval.json").read_text())["ratio_to_floor"])
+    proc = _train(site, "advection_diffusion", tmp_path / "no", None, "--set", "model.coarse_correction=5")
+    assert proc.returncode == 2 and "model.coarse_correction: the coarse solve needs the loss's Hessian" in proc.stderr

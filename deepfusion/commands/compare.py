@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.configuration.wiring import build_problem, heldout_parameters
+from deepfusion.configuration.wiring import build_problem, generator_problem, heldout_parameters
 from deepfusion.files.rundir import run_config, trained_model, training_time
 from deepfusion.inputs import InputError, check_output_file, require
 
@@ -50,6 +50,8 @@ def run(args: argparse.Namespace, comm) -> int:
     _, model, path = trained_model(run_dir, args.checkpoint, warn)
     load_s = time.perf_counter() - t0
     problem = build_problem(cfg)
+    generator = generator_problem(cfg, problem)  # the network's fields, with its coarse correction if it has one
+    product = "DiffNet" if generator is problem else f"DiffNet + coarse solve ({generator.coarse_text()})"
     for capability in ("reference", "floor", "classical"):
         require(problem, capability, "compare")
     if args.polish and not problem.has("polish"):
@@ -66,12 +68,12 @@ def run(args: argparse.Namespace, comm) -> int:
     for t in threads:
         apply_threads(t)
         print(f"  CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, problem, p, b), params, args.batch)
+        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, generator, p, b), params, args.batch)
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
         print(f"  GPU ({name}, a different machine's figure):", flush=True)
         gpu_model = model.to("cuda")
-        _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu_model, problem, p, b), params,
+        _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu_model, generator, p, b), params,
                                                            args.batch)
     print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
     acc = against_floor(problem, params, pred)
@@ -89,9 +91,9 @@ def run(args: argparse.Namespace, comm) -> int:
               f"same grid: {baseline.seconds * 1e3:.2f} ms per instance, {baseline.seconds / best.seconds:.1f}x the time "
               f"of the cheapest match ({methods.get(best.method, best.method)})", flush=True)
     rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
-                        train_seconds=train_seconds) for (device, t), timing in inference.items()]
+                        train_seconds=train_seconds) | {"product": product} for (device, t), timing in inference.items()]
     for k in args.polish:
-        rows += _polished_rows(problem, model, params, acc, k, threads, args.batch, train_seconds)
+        rows += _polished_rows(problem, generator, model, params, acc, k, threads, args.batch, train_seconds, product)
     report = {
         "run_dir": str(run_dir), "checkpoint": str(path), "problem": problem.name, "resolution": grid,
         "methods": dict(problem.classical_methods),
@@ -112,21 +114,22 @@ def run(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _polished_rows(problem, model, params, acc, cycles: int, threads: list[int], batch: int,
-                   train_seconds) -> list[dict]:
-    """"DiffNet + k cycles": the network's fields then ``cycles`` classical iterations, timed together,
-    measured against the same truth and floor, and matched to its own cheapest classical solve."""
+def _polished_rows(problem, generator, model, params, acc, cycles: int, threads: list[int], batch: int,
+                   train_seconds, product: str = "DiffNet") -> list[dict]:
+    """"DiffNet + k cycles": the network's fields (``generator``'s, with its coarse correction) then
+    ``cycles`` classical iterations, timed together, measured against the same truth and floor, and
+    matched to its own cheapest classical solve."""
     from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
     from deepfusion.analysis.inference import against_floor, predict
     from deepfusion.parallel.runtime import apply_threads
 
-    label = f"DiffNet + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
-    problem.polish(params[:1], predict(model, problem, params[:1]), cycles)
+    label = f"{product} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
+    problem.polish(params[:1], predict(model, generator, params[:1]), cycles)
     timings = {}
     for t in threads:
         apply_threads(t)
         print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, problem, p, b), cycles),
+        fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, generator, p, b), cycles),
                                             params, batch)
     polished = against_floor(problem, params, fields, truth=acc.truth)
     target = float(polished.error.mean())

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace, comm) -> int:
     resume_from, ckpt, extended = agree(comm, lambda: resume_point(run_dir, args.resume, cfg, warn if leader else say))
     torch.manual_seed(cfg.data.seed)
     problem = build_problem(cfg)
+    clock = [0.0]  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
     device = _setup_device(cfg, comm)
     model = build_model(cfg, problem)
     init_from = None
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace, comm) -> int:
         try:
             with stop_on_signals() as stop:
                 result = train(model, problem, params, cfg.train, dataclasses.replace(ctx, stop=stop), resume=ckpt,
-                               stages=stages, level=level_models(cfg, model))
+                               stages=stages, level=level_models(cfg, model, clock))
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
@@ -173,7 +174,10 @@ def run(args: argparse.Namespace, comm) -> int:
             return 0
         say(
             f"trained {result.steps} steps in {result.seconds:.1f} s "
-            f"({result.samples_per_s:.1f} samples/s); checkpoint {result.checkpoint}"
+            f"({result.samples_per_s:.1f} samples/s)"
+            + (f", the coarse correction {clock[0]:.1f} s of it ({clock[0] / result.seconds:.0%})"
+               if cfg.model.coarse_correction and result.seconds > 0 else "")
+            + f"; checkpoint {result.checkpoint}"
         )
     pred = None
     if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
@@ -219,6 +223,12 @@ def _announce(cfg: Config, args: argparse.Namespace, ctx, problem, model, sample
     notice = defaults_notice(args.config, list(args.set or []), cfg)
     if notice:
         say(notice)
+    if cfg.model.coarse_correction:
+        from deepfusion.configuration.wiring import generator_problem
+
+        say(f"coarse correction: the generator's field u~ becomes u~ - P A_c^-1 P^T g(u~), the energy's minimiser over "
+            f"u~ + range(P), P from {generator_problem(cfg, problem).coarse_text()} (model.coarse_correction = "
+            f"{cfg.model.coarse_correction}; at most half each level's intervals)")
     if len(visits) < len(stages):
         s = stages[-1]
         say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "

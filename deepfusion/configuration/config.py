@@ -116,6 +116,20 @@ def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
                           "use parallel.cuda_graphs = false")
 
 
+def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None:
+    what = "model.coarse_correction"
+    if not configured.has("precondition"):
+        lever = " (its lever is burgers.preconditioner)" if family.name == "burgers" else ""
+        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
+                          f"configured) does not declare the 'precondition' capability{lever}; use 0")
+    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
+                          f"model.coarse_correction = 0")
+    if cfg.parallel.cuda_graphs:
+        raise ConfigError(f"{what}: the coarse solve factorises each batch's coarse operator outside any graph; "
+                          "use parallel.cuda_graphs = false")
+
+
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -146,6 +160,8 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if t.loss == "preconditioned" and cfg.parallel.cuda_graphs:
         raise ConfigError("parallel.cuda_graphs: the preconditioned loss builds each batch's V-cycle (a dense "
                           "factorisation) outside any graph; use parallel.cuda_graphs = false")
+    if cfg.model.coarse_correction:
+        _check_coarse_correction(cfg, family, configured)
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
     if has_lbfgs(t.optimizer) and t.lbfgs_mode == "multibatch":

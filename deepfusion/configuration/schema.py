@@ -112,6 +112,12 @@ class ModelConfig:
     output: str = _key(_choice("nodal", "multilevel"), default="nodal",
         doc="output basis: `nodal` (one head on the finest features) or `multilevel` (one correction per decoder "
             "resolution, summed through bilinear prolongation: the same loss, far better conditioned smooth modes)")
+    coarse_correction: int = _key(lambda v: None if v == 0 or v >= 3 else "must be 0 (off) or at least 3",
+        default=0,
+        doc="nodes per side of the coarse grid on which the generator's field is corrected exactly (0: off): "
+            "u = u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P), at most half the intervals of "
+            "each level's grid; part of the generator in training and every command that runs it; families with "
+            "the `precondition` capability; see Physics")
 
 
 @dataclass(frozen=True)

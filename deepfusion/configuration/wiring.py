@@ -11,6 +11,7 @@ from deepfusion.configuration.config import Config
 
 __all__ = [
     "build_problem",
+    "generator_problem",
     "training_problem",
     "build_model",
     "inference_bytes_per_sample",
@@ -33,13 +34,32 @@ def build_problem(cfg: Config, resolution: tuple[int, ...] | None = None):
     return cls.from_options(cfg.family, tuple(resolution or cfg.problem.resolution))
 
 
-def training_problem(cfg: Config, problem):
-    """What the generator trains on: the family itself, or its preconditioned loss (``train.loss``)."""
-    if cfg.train.loss == "family":
+def generator_problem(cfg: Config, problem, clock: list | None = None):
+    """The problem whose ``field`` is the generator's product: the family's, corrected on a coarse space
+    when ``model.coarse_correction`` says so (:class:`diffnet.coarse.CoarseCorrected`). Everything that
+    runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
+    through it; references and floors come from the family itself. ``clock[0]`` gathers the seconds the
+    correction takes."""
+    if not cfg.model.coarse_correction:
         return problem
-    from diffnet.preconditioned import PreconditionedLoss
+    from diffnet.coarse import CoarseCorrected
 
-    return PreconditionedLoss(problem, cfg.train.precondition_cycles, cfg.train.precondition_form)
+    return CoarseCorrected(problem, problem, cfg.model.coarse_correction, clock if clock is not None else [0.0])
+
+
+def training_problem(cfg: Config, problem, clock: list | None = None):
+    """What the generator trains on: the family itself, or its preconditioned loss (``train.loss``), with the
+    generator's coarse correction (:func:`generator_problem`) on its fields."""
+    trained = problem
+    if cfg.train.loss == "preconditioned":
+        from diffnet.preconditioned import PreconditionedLoss
+
+        trained = PreconditionedLoss(problem, cfg.train.precondition_cycles, cfg.train.precondition_form)
+    if not cfg.model.coarse_correction:
+        return trained
+    from diffnet.coarse import CoarseCorrected
+
+    return CoarseCorrected(trained, problem, cfg.model.coarse_correction, clock if clock is not None else [0.0])
 
 
 def sample_parameters(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
@@ -116,12 +136,13 @@ def training_bytes_per_sample(cfg: Config) -> int:
     return int(per * width * nodes * (2 if cfg.train.dtype == "float64" else 1))
 
 
-def level_models(cfg: Config, model):
+def level_models(cfg: Config, model, clock: list | None = None):
     """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid
     (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
     problem of the level's prolonged output), and the generator trained there (the deepened
     stack's level k, or the carried network); one past the finest level, the second stage's
-    network and problem (:meth:`diffnet.stages.TwoStage.pair`)."""
+    network and problem (:meth:`diffnet.stages.TwoStage.pair`). ``clock[0]`` gathers the seconds of the
+    generator's coarse correction on every level."""
     from diffnet.galerkin import GalerkinLevel
     from diffnet.networks import LevelStack
     from diffnet.stages import TwoStage
@@ -134,12 +155,12 @@ def level_models(cfg: Config, model):
     def on_grid(k: int):
         if k not in grids:
             grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * len(cfg.problem.resolution)
-            grids[k] = training_problem(cfg, build_problem(cfg, grid))
+            grids[k] = training_problem(cfg, build_problem(cfg, grid), clock)
         return grids[k]
 
     def level(k: int):
-        if k == finest + 1:  # the second stage (build_schedule)
-            return model.pair(build_problem(cfg), on_grid(finest))
+        if k == finest + 1:  # the second stage (build_schedule): on the first stage's corrected fields
+            return model.pair(generator_problem(cfg, build_problem(cfg), clock), on_grid(finest))
         galerkin = cfg.multigrid.coarse_loss == "galerkin" and k < finest
         problem = GalerkinLevel(on_grid(k), on_grid(finest)) if galerkin else on_grid(k)
         return (first.level(k) if isinstance(first, LevelStack) else first), problem

@@ -1,0 +1,270 @@
+"""The generator's exact coarse-space correction: the smooth error removed by construction.
+
+A trained generator's error sits in the smooth modes (at 128², 90 % of its square in the modes a
+17² grid holds, docs/results.md), and a loss sees those modes least: the energy's gradient weights
+each mode by its eigenvalue. For a family whose loss is a quadratic energy
+E(u) = 1/2 uᵀ A u - fᵀ u in the free nodal values (the Q1 energies), the best field in
+ũ + range(P) has a closed form, one small solve per instance:
+
+    u = ũ + P A_c⁻¹ Pᵀ (f - A ũ) = ũ - P A_c⁻¹ Pᵀ g(ũ),    A_c = Pᵀ A P,    g = ∇E,
+
+the A-orthogonal projection of ũ's error onto the coarse space: the energy's exact minimiser over
+ũ + range(P). It is applied to the generator's field ũ in every pass, training and inference alike
+(:class:`CoarseCorrected`), so the network is left the part of the solution a coarse grid cannot hold.
+
+* **P**: multilinear interpolation from a node grid of ``nodes`` per side (at most half the level's
+  intervals, :func:`coarse_grid`) to the field's grid, without rows at the family's fixed nodes
+  (Dirichlet, outside a cut domain) nor columns at the coarse grid's.
+* **A**: the family's Hessian stencil (capability ``precondition``) on its free nodes; for a loss that
+  is not quadratic, its linearisation at ũ, so that the correction is one Newton step on the coarse
+  space (the cubic-reaction plugin).
+* **A_c** from 5^d probes of A: P of the coarse nodes of one colour (index mod 5 along each axis),
+  A, then Pᵀ. The grids need not nest (a 128-node grid has a prime 127 intervals), and then a coarse
+  node couples to the nodes two away, never three: each probe's value at a coarse node is one entry.
+  At 128² with 17² that is 25 stencil products, a tenth of a millisecond a sample; the dense
+  Cholesky factor of A_c (289 unknowns; 729 in 3-D at 9³) is a few milliseconds.
+* **Gradient.** The backward pass is the transpose of the correction's Jacobian, I - A P A_c⁻¹ Pᵀ
+  (the linearisation held fixed): exact for a quadratic loss. For the energy itself, Pᵀ ∇E(u) = 0 at
+  the corrected field, so the gradient reaching the network is ∇E(u) unchanged; for the
+  preconditioned loss it is the loss's gradient with its coarse part (in A's inner product) removed.
+* In float64 whatever the network's dtype (the correction of a 1e-4 smooth error is resolved by
+  residuals of 1e-8 of the field), returned in the field's dtype; CPU or CUDA.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from diffnet.vcycle import apply_stencil, fixed_nodes, loss_gradient
+
+__all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
+
+
+def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
+    """The coarse node grid of a correction with ``nodes`` per side on a field of ``resolution``: at most
+    ``nodes``, and at most half the intervals of the field's grid (so that A_c couples coarse nodes at
+    most two apart; on a grid that small the network would otherwise be corrected into the FEM solution)."""
+    if nodes < 3:
+        raise ValueError(f"a coarse grid needs at least 3 nodes per side, got {nodes}")
+    return tuple(max(2, min(nodes, (n - 1) // 2 + 1)) for n in resolution)
+
+
+def _float64(x: torch.Tensor) -> torch.Tensor:
+    return x.double() if x.is_floating_point() else x
+
+
+def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_fine, n_coarse) linear interpolation between uniform node grids with the same end points."""
+    from diffnet.multilevel import interpolation_matrix
+
+    return torch.as_tensor(interpolation_matrix(n_coarse, n_fine, align_corners=True), dtype=like.dtype,
+                           device=like.device)
+
+
+def _along(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
+    """x (S, *grid) times the per-axis matrices: P x (coarse to fine) or, transposed, Pᵀ x."""
+    for axis, mat in enumerate(mats, start=1):
+        m = mat.T if transpose else mat
+        x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
+    return x
+
+
+@dataclass
+class CoarseSpace:
+    """The coarse space of one batch: P, the free nodes on both grids, A's stencil and A_c's factor.
+
+    Build it with :meth:`build`; :meth:`project` is P A_c⁻¹ Pᵀ, the A-orthogonal projector's
+    action on a residual.
+    """
+
+    transfers: list[torch.Tensor]  # per axis, (n_fine, n_coarse) interpolation
+    free: torch.Tensor  # (S, *grid) bool
+    coarse_free: torch.Tensor  # (S, *coarse) bool
+    hessian: torch.Tensor  # (S, 3^d, *grid): A at every node (the backward pass's transpose)
+    factor: torch.Tensor  # (S, n, n): Cholesky factor of A_c
+
+    @classmethod
+    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int) -> "CoarseSpace":
+        """The coarse space of ``family`` at the float64 field ``u`` (S, *grid) with ``nodes`` coarse nodes a side.
+
+        The family's Hessian is formed in float64 too: from float32 coefficients A_c's rounding, times its
+        condition number (about 1e3 for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
+        from diffnet.vcycle import _on_free_nodes
+
+        grid = tuple(u.shape[1:])
+        coarse = coarse_grid(grid, nodes)
+        transfers = [_interpolation(n, m, u) for n, m in zip(grid, coarse)]
+        free = fixed_nodes(family, params, u.dtype).logical_not()
+        coarse_free = fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not()
+        hessian = family.hessian(u, params).to(u.dtype)
+        stencil = _on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
+        space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device))
+        dense = space._coarse_operator(stencil)
+        # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.
+        diagonal = dense.diagonal(dim1=1, dim2=2)
+        empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(coarse_free.shape)
+        space.coarse_free = coarse_free & ~empty
+        keep = space.coarse_free.reshape(len(dense), -1).to(u.dtype)
+        dense = dense * keep[:, :, None] * keep[:, None, :] + torch.diag_embed(1.0 - keep)
+        space.factor = torch.linalg.cholesky(0.5 * (dense + dense.mT))
+        return space
+
+    def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
+        """P x: a coarse field (S, *coarse) on the fine grid, zero at the fixed nodes."""
+        return _along(coarse * self.coarse_free, self.transfers, False) * self.free
+
+    def restrict(self, fine: torch.Tensor) -> torch.Tensor:
+        """Pᵀ r: a fine residual (S, *grid) on the coarse grid, zero at the coarse fixed nodes."""
+        return _along(fine * self.free, self.transfers, True) * self.coarse_free
+
+    def project(self, r: torch.Tensor) -> torch.Tensor:
+        """P A_c⁻¹ Pᵀ r for a batch r (S, *grid)."""
+        rc = self.restrict(r)
+        x = torch.cholesky_solve(rc.reshape(rc.shape[0], -1, 1), self.factor).reshape(rc.shape)
+        return self.prolong(x)
+
+    def _coarse_operator(self, stencil: torch.Tensor) -> torch.Tensor:
+        """A_c = Pᵀ A P (S, n, n), dense, A the stencil on the free nodes (S, 3^d, *grid).
+
+        Entry (I, I + O) is sum_o sum_i P[i, I] a_o[i] P[i + o, I + O] over the fine offsets o and
+        nodes i; P is a product of per-axis interpolations, so for each o the sum over i is one
+        contraction per axis with Q_a[i, I, O_a] = p_a[i, I] p_a[i + o_a, I + O_a] (|O_a| <= 2: grids that
+        do not nest couple coarse nodes two apart), a few matrix products instead of a probe per coupling."""
+        coarse = tuple(self.coarse_free.shape[1:])
+        dims = len(coarse)
+        s, n = stencil.shape[0], math.prod(coarse)
+        # Rows at fixed fine nodes and couplings to them are out of A on the free nodes; P's rows there are
+        # zero, so the identity rows of the stencil must not count: keep the free rows only.
+        stencil = stencil * self.free[:, None].to(stencil.dtype)
+        spans = []  # per axis and fine offset: (n_fine, n_coarse * 5)
+        for p in self.transfers:
+            nf, nc = p.shape
+            by_offset = {}
+            for o in (-1, 0, 1):
+                shifted = torch.zeros_like(p)
+                shifted[max(-o, 0): nf - max(o, 0)] = p[max(o, 0): nf - max(-o, 0)]
+                q = torch.zeros(nf, nc, 5, dtype=p.dtype, device=p.device)
+                for big in range(-2, 3):
+                    q[:, max(-big, 0): nc - max(big, 0), big + 2] = (
+                        p[:, max(-big, 0): nc - max(big, 0)] * shifted[:, max(big, 0): nc - max(-big, 0)])
+                by_offset[o] = q.reshape(nf, nc * 5)
+            spans.append(by_offset)
+        total = None
+        for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims)):
+            x = stencil[:, k]
+            for axis in range(dims):  # contract fine axis `axis` (now at position 1) into (I_a, O_a), moved last
+                x = torch.movedim(x, 1, -1) @ spans[axis][offset[axis]]
+            total = x if total is None else total + x
+        # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
+        total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
+        total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims)
+        index = torch.arange(n, device=stencil.device).reshape(coarse)
+        dense = torch.zeros(s, n, n, dtype=stencil.dtype, device=stencil.device)
+        for j, big in enumerate(itertools.product(range(-2, 3), repeat=dims)):
+            rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(big, coarse))].reshape(-1)
+            cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(big, coarse))].reshape(-1)
+            if rows.numel():
+                dense[:, rows, cols] = total[:, rows, j]
+        return dense
+
+
+class _Correct(torch.autograd.Function):
+    """u = ũ + delta forward; backward the transpose of the correction's Jacobian (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, space: CoarseSpace, clock: list) -> torch.Tensor:
+        ctx.space, ctx.clock = space, clock
+        return u + delta
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        t0 = time.perf_counter()
+        space = ctx.space
+        g = grad.double()
+        back = g - apply_stencil(space.hessian, space.project(g))
+        ctx.clock[0] += time.perf_counter() - t0
+        return back.to(grad.dtype), None, None, None
+
+
+def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+                      clock: list | None = None) -> torch.Tensor:
+    """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
+    u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.
+
+    Parameters
+    ----------
+    family
+        A family with the ``precondition`` capability (its ``hessian`` and ``at_resolution``).
+    u : torch.Tensor
+        Fields (S, *resolution) from the family's ``field``, any floating dtype.
+    params : torch.Tensor
+        The instances' parameters.
+    nodes : int
+        Coarse nodes per side.
+    clock : list, optional
+        ``clock[0]`` is increased by the seconds spent here (forward and backward).
+    """
+    clock = clock if clock is not None else [0.0]
+    t0 = time.perf_counter()
+    # The gradient of the loss needs autograd, also under inference mode: plain float64 copies.
+    with torch.inference_mode(False), torch.enable_grad():
+        u64 = u.detach().clone().double()
+        p64 = _float64(params.detach().clone())
+        space = CoarseSpace.build(family, u64, p64, nodes)
+        delta = -space.project(loss_gradient(family, u64, p64) * space.free)
+    delta = delta.to(u.dtype)
+    out = _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    clock[0] += time.perf_counter() - t0
+    return out
+
+
+@dataclass(frozen=True)
+class CoarseCorrected:
+    """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
+
+    ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
+    ``family`` the energy whose coarse minimiser is taken. Every member but ``field`` is the problem's.
+    ``clock[0]`` accumulates the seconds the correction takes (forward and backward).
+    """
+
+    problem: Any
+    family: Any
+    nodes: int
+    clock: list = field(default_factory=lambda: [0.0], compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("problem", "family", "nodes", "clock"):
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    def coarse_text(self) -> str:
+        """The coarse grid on the field's grid, as '17x17'."""
+        return "x".join(map(str, coarse_grid(self.resolution, self.nodes)))
+
+    def describe_correction(self) -> str:
+        """One phrase for the run's banner and reports: 'an exact coarse correction on 17x17'."""
+        return f"an exact coarse correction on {self.coarse_text()}"
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        return coarse_correction(self.family, self.problem.field(raw, params), params, self.nodes, self.clock)
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.problem.loss_terms(u, params)
+
+    def fixed_nodes(self, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The family's fixed nodes (the correction vanishes there, and probing its field would not tell)."""
+        return fixed_nodes(self.family, params, dtype)
+
+    def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
+        return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
+                               self.nodes, self.clock)
+
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "
+                                  "its coarse solve needs each sample whole")
