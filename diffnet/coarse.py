@@ -18,11 +18,11 @@ the A-orthogonal projection of ũ's error onto the coarse space: the energy's ex
 * **A**: the family's Hessian stencil (capability ``precondition``) on its free nodes; for a loss that
   is not quadratic, its linearisation at ũ, so that the correction is one Newton step on the coarse
   space (the cubic-reaction plugin).
-* **A_c** from 5^d probes of A: P of the coarse nodes of one colour (index mod 5 along each axis),
-  A, then Pᵀ. The grids need not nest (a 128-node grid has a prime 127 intervals), and then a coarse
-  node couples to the nodes two away, never three: each probe's value at a coarse node is one entry.
-  At 128² with 17² that is 25 stencil products, a tenth of a millisecond a sample; the dense
-  Cholesky factor of A_c (289 unknowns; 729 in 3-D at 9³) is a few milliseconds.
+* **A_c** = Pᵀ A P from A's stencil by one contraction per axis and fine offset with the products of
+  the interpolation weights (:meth:`CoarseSpace._coarse_operator`). The grids need not nest (a
+  128-node grid has a prime 127 intervals), and then a coarse node couples to the nodes two away,
+  never three: a 5^d-point coarse stencil, scattered into a dense matrix and Cholesky-factorised per
+  instance (289 unknowns at 17²; 729 in 3-D at 9³).
 * **Gradient.** The backward pass is the transpose of the correction's Jacobian, I - A P A_c⁻¹ Pᵀ
   (the linearisation held fixed): exact for a quadratic loss. For the energy itself, Pᵀ ∇E(u) = 0 at
   the corrected field, so the gradient reaching the network is ∇E(u) unchanged; for the
@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import apply_stencil, fixed_nodes, loss_gradient
+from diffnet.vcycle import along_axes, apply_stencil, fixed_nodes, loss_gradient
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -65,14 +65,6 @@ def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tens
 
     return torch.as_tensor(interpolation_matrix(n_coarse, n_fine, align_corners=True), dtype=like.dtype,
                            device=like.device)
-
-
-def _along(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
-    """x (S, *grid) times the per-axis matrices: P x (coarse to fine) or, transposed, Pᵀ x."""
-    for axis, mat in enumerate(mats, start=1):
-        m = mat.T if transpose else mat
-        x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
-    return x
 
 
 @dataclass
@@ -117,11 +109,11 @@ class CoarseSpace:
 
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
         """P x: a coarse field (S, *coarse) on the fine grid, zero at the fixed nodes."""
-        return _along(coarse * self.coarse_free, self.transfers, False) * self.free
+        return along_axes(coarse * self.coarse_free, self.transfers, False) * self.free
 
     def restrict(self, fine: torch.Tensor) -> torch.Tensor:
         """Pᵀ r: a fine residual (S, *grid) on the coarse grid, zero at the coarse fixed nodes."""
-        return _along(fine * self.free, self.transfers, True) * self.coarse_free
+        return along_axes(fine * self.free, self.transfers, True) * self.coarse_free
 
     def project(self, r: torch.Tensor) -> torch.Tensor:
         """P A_c⁻¹ Pᵀ r for a batch r (S, *grid)."""

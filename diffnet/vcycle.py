@@ -153,7 +153,8 @@ def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tens
     return torch.as_tensor(interpolation_1d(n_fine, n_coarse).toarray(), dtype=like.dtype, device=like.device)
 
 
-def _along(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
+def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
+    """x (S, *grid) times one matrix per axis: a separable transfer P x (coarse to fine) or, transposed, Pᵀ x."""
     for axis, mat in enumerate(mats, start=1):
         m = mat.T if transpose else mat
         x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
@@ -195,7 +196,7 @@ class VCycle:
         for k, grid in enumerate(grids):
             level_family = family if k == 0 else family.at_resolution(grid)
             if k > 0:  # the linearisation's field, interpolated to this level's nodes
-                field = _along(field, [_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
+                field = along_axes(field, [_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
             free = fixed_nodes(level_family, params, u.dtype).logical_not()
             stencil = _on_free_nodes(level_family.hessian(field, params).to(u.dtype), free)
             levels.append(_Level(stencil, free, stencil[:, centre], transfers[k] if k < len(transfers) else None))
@@ -209,10 +210,10 @@ class VCycle:
 
     def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
         fine = self.levels[k]
-        return _along(coarse * self.levels[k + 1].free, fine.down, False) * fine.free
+        return along_axes(coarse * self.levels[k + 1].free, fine.down, False) * fine.free
 
     def _restrict(self, k: int, fine: torch.Tensor) -> torch.Tensor:
-        return _along(fine * self.levels[k].free, self.levels[k].down, True) * self.levels[k + 1].free
+        return along_axes(fine * self.levels[k].free, self.levels[k].down, True) * self.levels[k + 1].free
 
     def _smooth(self, level: _Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         for _ in range(self.sweeps):
