@@ -210,9 +210,11 @@ class Family:
         return cls(resolution=tuple(resolution), **dataclasses.asdict(options))
 
     @classmethod
-    def check_options(cls, options: Any, *, n_train: int, sampling: str) -> None:
-        """Constraints among the family's keys and the data section: raise ``ValueError("key: what is wrong")``.
-        Each key's own check runs before this."""
+    def check_options(cls, options: Any, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+        """Constraints among the family's keys, the data section and the grid (``problem.resolution``):
+        raise ``ValueError("key: what is wrong")``. Each key's own check runs before this; a ValueError
+        from ``from_options`` or ``inputs`` (on one instance) at configuration time is reported the same
+        way: one line, exit status 2, nothing written."""
 
     def at_resolution(self, resolution: tuple[int, ...]) -> "Family":
         """The same family on another grid (the multigrid levels)."""

@@ -368,3 +368,42 @@ def test_the_two_entry_family_from_the_docs_trains_infers_and_compares_by_its_na
         np.testing.assert_allclose(surrogate(p=rows), fields, rtol=0, atol=float32_atol(run_dir, np.abs(fields).max()))
     finally:
         sys.path.remove(str(tmp_path))
+
+
+_PICKY = '''
+from screened_poisson import ScreenedPoisson
+
+
+class OddGrid(ScreenedPoisson):
+    @classmethod
+    def check_options(cls, options, *, n_train, sampling, resolution):
+        if any(n % 2 == 0 for n in resolution):
+            raise ValueError(f"k_range: this family needs an odd number of nodes a side, got {list(resolution)}")
+
+
+class NoBuild(ScreenedPoisson):
+    @classmethod
+    def from_options(cls, options, resolution):
+        raise ValueError("k_range: cannot build on this machine\\nsecond line")
+
+
+class NoInputs(ScreenedPoisson):
+    def inputs(self, k):
+        raise ValueError("data.sampling: inputs refused")
+'''
+
+
+@pytest.mark.parametrize("family, message", [
+    ("OddGrid", "screened_poisson.k_range: this family needs an odd number of nodes a side, got [16, 16]"),
+    ("NoBuild", "screened_poisson.k_range: cannot build on this machine"),
+    ("NoInputs", "data.sampling: inputs refused"),
+])
+def test_a_familys_value_error_while_it_is_configured_is_one_line_and_writes_nothing(tmp_path, family, message):
+    # check_options receives the grid; a ValueError from it, from from_options or from inputs (one instance,
+    # at configuration time) is the family's one-line refusal: status 2, no run directory.
+    config = _tutorial(tmp_path)
+    (tmp_path / "picky.py").write_text(_PICKY)
+    proc = run_cli("train", str(config), "--out", str(tmp_path / "bad"), "--set", f'problem.family="picky:{family}"',
+                   "--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[]", path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == f"deepfusion: error: {message}", proc.stderr
+    assert not (tmp_path / "bad").exists()

@@ -3,6 +3,7 @@ overrides and the checks that involve several keys; written back as TOML."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -130,6 +131,26 @@ def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None
                           "use parallel.cuda_graphs = false")
 
 
+@contextlib.contextmanager
+def _family_errors(family: type):
+    """A family's ValueError while it is configured as one line: ``family.key: what is wrong``
+    (a message that names its own section, ``data.n_train: ...``, as it is)."""
+    try:
+        yield
+    except ValueError as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
+
+
+def _first_inputs(configured: Any) -> None:
+    """The network's inputs of one instance (the middle of the training range) before anything is written,
+    so that a family that refuses this grid or these keys in ``inputs`` does so at configuration time."""
+    import torch
+
+    low, high = configured.parameters.bounds()
+    configured.inputs(torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None])
+
+
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -138,12 +159,11 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.data.sampling not in family.samplings:
         raise ConfigError(f"data.sampling: the {family.name} family samples its instances by "
                           f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
-    try:
-        family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling)
-    except ValueError as e:
-        message = str(e)
-        raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
-    configured = family.from_options(cfg.family, tuple(cfg.problem.resolution))  # the family as this run has it
+    resolution = tuple(cfg.problem.resolution)
+    with _family_errors(family):
+        family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
+        configured = family.from_options(cfg.family, resolution)  # the family as this run has it
+        _first_inputs(configured)
     _check_members(configured)
     t = cfg.train
     if t.second_stage_epochs:

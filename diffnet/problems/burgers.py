@@ -119,7 +119,7 @@ class BurgersProblem(Family):
                    penalty=o.penalty, c_range=tuple(o.c_range), c_values=tuple(o.c_values), test_c=tuple(o.test_c))
 
     @classmethod
-    def check_options(cls, options: BurgersOptions, *, n_train: int, sampling: str) -> None:
+    def check_options(cls, options: BurgersOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         if options.preconditioner != "none" and options.residual != "conservative":
             raise ValueError(f"preconditioner: applies to the conservative residual (residual = 'conservative'; "
                              f"got {options.residual!r})")

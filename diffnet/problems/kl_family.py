@@ -75,7 +75,7 @@ class KLFamily(Q1Classical, Family):
                              f"got {list(self.resolution)}")
 
     @classmethod
-    def check_options(cls, options, *, n_train: int, sampling: str) -> None:
+    def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         m = options.kl_terms
         if sampling == "uniform" and round(n_train ** (1.0 / m)) ** m != n_train:
             raise ValueError(f"data.n_train: uniform sampling of {m} coefficients is a tensor grid and needs "

@@ -80,8 +80,8 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
                 "hole": options.hole}
 
     @classmethod
-    def check_options(cls, options: PlateOptions, *, n_train: int, sampling: str) -> None:
-        super().check_options(options, n_train=n_train, sampling=sampling)
+    def check_options(cls, options: PlateOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+        super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
         for axis in ("x", "y"):
             lo, hi = getattr(options, f"hole_{axis}")
             if not (lo - options.hole_r[1] > 0 and hi + options.hole_r[1] < 1):

@@ -66,8 +66,9 @@ class ReactionDiffusionProblem(KLFamily):
                 "source": options.source}
 
     @classmethod
-    def check_options(cls, options: ReactionDiffusionOptions, *, n_train: int, sampling: str) -> None:
-        super().check_options(options, n_train=n_train, sampling=sampling)
+    def check_options(cls, options: ReactionDiffusionOptions, *, n_train: int, sampling: str,
+                      resolution: tuple[int, ...]) -> None:
+        super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
         if options.diffusivity == "constant" and options.viscosity <= 0:
             raise ValueError("viscosity: the constant diffusivity must be > 0 (got 0)")
 

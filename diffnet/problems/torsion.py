@@ -64,7 +64,7 @@ class StarTorsion(ImmersedFamily, Family):
     dims = 2
 
     @classmethod
-    def check_options(cls, options: TorsionOptions, *, n_train: int, sampling: str) -> None:
+    def check_options(cls, options: TorsionOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         spread = 2 * options.modes * options.amplitude
         if not (options.r0 * (1 - spread) > 0 and options.r0 * (1 + spread) < 0.5):
             raise ValueError(f"amplitude: with r0 = {options.r0} and {options.modes} modes the radius r0 (1 ± 2KA) "
