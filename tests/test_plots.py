@@ -14,8 +14,8 @@ def _fields(inputs=None):
     pred = ref + 1e-3 * np.sin(7 * x)
     pred[:, :, -1] += 0.5  # one bad column (Burgers' outflow), far above the rest of the error
     titles = ["log10 ν, a=0.5", "log10 ν, a=1"]
-    return plots._fields_figure(pred, ref, (0, 1, 0, 1), ["c=3", "c=4"], ("x", "t"), "Godunov",
-                                None if inputs is None else (inputs, titles)), pred - ref
+    return plots._fields_figure(pred, ref, (0, 1, 0, 1), ["c = 3", "c = 4"], ("x", "t"), "Godunov",
+                                None if inputs is None else (inputs, titles), errors=[0.012, 0.034]), pred - ref
 
 
 def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():
@@ -26,7 +26,9 @@ def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():
         assert len(image_axes) == 6 and len(bars) == 6
         assert [b.get_ylabel() for b in bars[:3]] == ["u", "u", "difference"]
         assert image_axes[2].get_title().startswith("DiffNet − Godunov (max |·| 0.5")
-        assert image_axes[0].get_title() == "DiffNet, c=3" and image_axes[4].get_title() == "Godunov, c=4"
+        # The instance by its parameter in every panel of its row; the network's error in the network's only.
+        assert image_axes[0].get_title() == "DiffNet, c = 3\nrel. L2 0.012"
+        assert image_axes[1].get_title() == "Godunov, c = 3" and image_axes[4].get_title() == "Godunov, c = 4"
     finally:
         plots._pyplot().close(fig)
 
@@ -80,3 +82,48 @@ def test_plot_fields_writes_a_png(tmp_path):
     out = plots.plot_fields(x[None], y[None], {"t": np.linspace(0, 1, x.shape[0]), "x": np.linspace(0, 1, x.shape[1])},
                             ["c=3"], tmp_path / "f.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_instances_are_labelled_by_their_parameters_values_and_names():
+    from deepfusion.analysis.evaluate import _labels
+    from diffnet.family import ParameterSpec
+
+    class Family:
+        def __init__(self, spec):
+            self.parameters = spec
+
+    named = ParameterSpec("h", (3,), 0.0, 1.0, names=("cx", "cy", "r"))
+    assert _labels(Family(named), np.array([[0.5, 0.25, 0.125]])) == ["cx = 0.5, cy = 0.25, r = 0.125"]
+    assert _labels(Family(ParameterSpec("c", (), 1.0, 5.0)), np.array([4.1])) == ["c = 4.1"]
+    kl = ParameterSpec("a", (6,), -3.0, 3.0)
+    assert _labels(Family(kl), np.array([[0.31, -1.2, 2.9, 0.5, 1.0, 2.0]])) == ["a = (0.31, -1.2, 2.9, 0.5, …)"]
+
+
+@pytest.mark.parametrize("grid, name", [([64, 64], "64²"), ([32, 32, 32], "32³"), ([33, 65], "33×65"),
+                                        ([9, 17, 17], "9×17×17")])
+def test_a_grid_is_named_by_both_sizes_where_they_differ(grid, name):
+    assert plots.grid_name(grid) == name
+
+
+def test_the_loss_plot_smooths_a_noisy_loss_and_marks_levels_and_a_resume():
+    rng = np.random.default_rng(0)
+    records = []
+    for step in range(1, 201):
+        level = 0 if step <= 100 else 1
+        # A resume at step 150: the recorder's clock starts again.
+        elapsed = step * 0.1 if step < 150 else (step - 150) * 0.1
+        records.append({"step": step, "loss": float(np.exp(-step / 80) * (1 + 0.5 * rng.random())), "stage": level,
+                        "grid": [33, 65] if level else [17, 33], "elapsed_s": elapsed})
+    fig = plots._loss_figure(records)
+    try:
+        ax = fig.axes[0]
+        raw, smooth = ax.get_lines()[:2]
+        noise = lambda y: np.abs(np.diff(np.log(y), 2)).mean()  # noqa: E731
+        assert noise(smooth.get_ydata()) < 0.2 * noise(raw.get_ydata())
+        assert ax.get_yscale() == "log"
+        assert sorted(t.get_text() for t in ax.texts) == ["17×33", "33×65"]
+        assert "resumed" in ax.get_legend_handles_labels()[1]
+        resumed = [line for line in ax.get_lines() if line.get_label() == "resumed"]
+        assert resumed[0].get_xdata()[0] == 150
+    finally:
+        plots._pyplot().close(fig)

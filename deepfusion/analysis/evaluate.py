@@ -24,11 +24,18 @@ __all__ = ["evaluate_run"]
 
 
 def _labels(problem, params: np.ndarray) -> list[str]:
-    """One short label per instance: ``c = 4.1`` for a scalar parameter, ``a #3`` otherwise."""
+    """One short label per instance, its parameter values by name: ``c = 4.1``, ``cx = 0.5, r = 0.12`` (named
+    entries, up to four), or ``a = (0.31, -1.2, 2.9, 0.5, …)``."""
     spec = problem.parameters
-    if spec.shape == () and params.ndim == 1:
-        return [f"{spec.name} = {v:g}" for v in params]
-    return [f"{spec.name} #{k}" for k in range(len(params))]
+    out = []
+    for row in np.asarray(params, dtype=np.float64).reshape(len(params), -1):
+        if spec.shape == ():
+            out.append(f"{spec.name} = {row[0]:.3g}")
+        elif spec.names and len(row) <= 4:
+            out.append(", ".join(f"{name} = {v:.3g}" for name, v in zip(spec.names, row)))
+        else:
+            out.append(f"{spec.name} = ({', '.join(f'{v:.2g}' for v in row[:4])}{', …' if len(row) > 4 else ''})")
+    return out
 
 
 def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,
@@ -139,7 +146,7 @@ def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
     coords = problem.coordinates()
     shown = min(len(test), 6)
-    labels = [f"{names[k]}, rel. L2 {acc.error[k]:.3f}" for k in range(shown)]
+    labels = names[:shown]
     pred, truth = pred[:shown], acc.truth[:shown]
     inputs = input_labels = None
     if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
@@ -152,5 +159,6 @@ def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
         domain = None if domain is None else domain[:, mid]
         labels = [f"{label}, {plane}" for label in labels]
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
-                inputs=None if inputs is None else (inputs, input_labels), domain=domain)
+                inputs=None if inputs is None else (inputs, input_labels), domain=domain,
+                errors=list(acc.error[:shown]))
     print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_loss", "plot_fields", "plot_pareto", "plot_statistics", "mid_plane"]
+__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_pareto", "plot_statistics", "mid_plane"]
 
 
 def _pyplot():
@@ -27,10 +27,34 @@ def _save(fig, out: Path, dpi: int) -> Path:
     return out
 
 
+def grid_name(grid) -> str:
+    """``64²``, ``32³``, or every size where they differ: ``33×65``."""
+    grid = [int(n) for n in grid]
+    if len(set(grid)) == 1 and len(grid) in (2, 3):
+        return f"{grid[0]}{'²' if len(grid) == 2 else '³'}"
+    return "×".join(map(str, grid))
+
+
+def _smoothed(values: np.ndarray) -> np.ndarray:
+    """A centred moving average over about a twentieth of the records (at least 5): the trend of a
+    loss that is batch-to-batch noise (an energy's value depends on each batch's instances)."""
+    window = max(5, len(values) // 20) | 1
+    if len(values) < window:
+        return values
+    padded = np.pad(values, window // 2, mode="edge")
+    return np.convolve(padded, np.ones(window) / window, mode="valid")
+
+
 def plot_loss(metrics_path: Path, out: Path) -> Path:
-    """Loss terms against optimiser step (log scale) from ``metrics.jsonl``."""
+    """Loss terms against optimiser step from ``metrics.jsonl`` (log scale where positive): each as logged,
+    faint, with its moving average over it; dashed lines where a multigrid level (labelled with its grid) or
+    a stage starts, a dotted one where the run was resumed."""
+    return _save(_loss_figure([json.loads(line) for line in Path(metrics_path).read_text().splitlines()
+                               if line.strip()]), out, 120)
+
+
+def _loss_figure(records: list[dict]):
     plt = _pyplot()
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
             "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "level", "grid",
             "evaluations_per_iteration", "line_search_failures", "skipped_pairs", "stop_reason", "dtype"}
@@ -39,33 +63,37 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     # The terms are drawn only when the loss is a sum of several.
     keys = ["loss"] + (terms if len(terms) > 1 else [])
     positive = all(r.get(k, 1.0) > 0 for r in records for k in keys)
+    if positive:  # energies (reaction-diffusion) are negative near the solution: linear axis then
+        ax.set_yscale("log")
     for key in keys:
-        # Energies (reaction-diffusion) are negative near the solution: linear axis then.
-        plot = ax.semilogy if positive else ax.plot
-        plot([r["step"] for r in records if key in r], [r[key] for r in records if key in r], label=key)
+        steps = np.array([r["step"] for r in records if key in r])
+        values = np.array([r[key] for r in records if key in r], dtype=float)
+        (line,) = ax.plot(steps, values, alpha=0.3, linewidth=0.8)
+        ax.plot(steps, _smoothed(values), color=line.get_color(), label=f"{key} (moving average)")
     # Multigrid: a dashed line where each stage starts, labelled with its grid.
     prev = records[0]
     for r in records[1:]:
         if r.get("stage", 0) != prev.get("stage", 0) and r.get("optimizer") != "lbfgs":
             ax.axvline(prev["step"], color="tab:red", linestyle="--", alpha=0.6)
             if "grid" in r:
-                ax.annotate(f"{r['grid'][0]}²", (prev["step"], 1.0), xycoords=("data", "axes fraction"),
+                ax.annotate(grid_name(r["grid"]), (prev["step"], 1.0), xycoords=("data", "axes fraction"),
                             xytext=(2, -12), textcoords="offset points", fontsize=8, color="tab:red")
         prev = r
     if "grid" in records[0]:
-        ax.annotate(f"{records[0]['grid'][0]}²", (0, 1.0), xycoords="axes fraction", xytext=(2, -12),
+        ax.annotate(grid_name(records[0]["grid"]), (0, 1.0), xycoords="axes fraction", xytext=(2, -12),
                     textcoords="offset points", fontsize=8, color="tab:red")
+    # A resumed run's clock starts again: where elapsed_s falls, the run was restarted from a checkpoint.
+    resumed = [b["step"] for a, b in zip(records, records[1:]) if b.get("elapsed_s", 0) < a.get("elapsed_s", 0)]
+    for k, step in enumerate(resumed):
+        ax.axvline(step, color="tab:purple", linestyle=":", label="resumed" if k == 0 else None)
     switch = next((r["step"] for r in records if r.get("optimizer") == "lbfgs"), None)
     if switch is not None and records[0].get("optimizer") != "lbfgs":
         ax.axvline(switch, color="grey", linestyle=":", label="Adam → L-BFGS")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss (global mean)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    ax.legend(fontsize=8)
+    return fig
 
 
 def plot_fields(
@@ -77,8 +105,12 @@ def plot_fields(
     ref_name: str = "reference",
     inputs: tuple[np.ndarray, list[str]] | None = None,
     domain: np.ndarray | None = None,
+    errors: list[float] | None = None,
 ) -> Path:
     """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
+
+    ``labels`` name each sample's instance (its parameters); ``errors``, the network's relative L2
+    error per sample, go in the network's panel only.
 
     ``coords`` are the fields' two nodal coordinate arrays (e.g. ``{"t": ..., "x": ...}``: the
     vertical axis first). ``inputs``, (fields, titles) with one field per sample (e.g. log10 of the
@@ -90,10 +122,11 @@ def plot_fields(
     """
     (vertical, ys), (horizontal, xs) = coords.items()
     extent = (xs[0], xs[-1], ys[0], ys[-1])
-    return _save(_fields_figure(pred, ref, extent, labels, (horizontal, vertical), ref_name, inputs, domain), out, 110)
+    return _save(_fields_figure(pred, ref, extent, labels, (horizontal, vertical), ref_name, inputs, domain, errors),
+                 out, 110)
 
 
-def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, domain=None):
+def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, domain=None, errors=None):
     plt = _pyplot()
     s = len(pred)
     cols = 3 + (inputs is not None)
@@ -108,7 +141,8 @@ def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, doma
         core = diff[1:-1, 1:-1] if min(diff.shape) > 2 else diff
         dmax = float(np.percentile(np.abs(core), 99)) or peak or 1.0
         panels = [
-            (pred[k], f"DiffNet, {labels[k]}", "viridis", vmin, vmax, "u"),
+            (pred[k], f"DiffNet, {labels[k]}" + ("" if errors is None else f"\nrel. L2 {errors[k]:.3g}"),
+             "viridis", vmin, vmax, "u"),
             (ref[k], f"{ref_name}, {labels[k]}", "viridis", vmin, vmax, "u"),
             (diff, f"DiffNet − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
         ]
