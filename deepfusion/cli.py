@@ -178,6 +178,9 @@ def _add_reference(sub) -> None:
                    help="nodes per axis: N, or one count per axis (default 64)")
     p.add_argument("--set", action="append", default=[], metavar="FAMILY.KEY=VALUE",
                    help="a key of the family's table, e.g. burgers.viscosity=0 (repeatable)")
+    p.add_argument("--truth", action="store_true",
+                   help="write the independent reference the evaluation measures against (e.g. the FEM on a finer "
+                        "grid, a body-fitted FEM, converged Godunov) instead of the family's same-grid solve")
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5)")
     p.set_defaults(func=_run("reference"))
 

@@ -92,6 +92,31 @@ def test_reference_poisson_equals_a_direct_solve(tmp_path):
     assert np.abs(amg - direct).max() < 1e-7
 
 
+@pytest.mark.parametrize("family, rows, resolution", [
+    ("poisson", np.array([[1.0, -2.0, 0.5, 2.5]]), 17),
+    ("torsion", np.array([[0.05, -0.03, 0.02, 0.0, 0.04, -0.01]]), 17),  # the body-fitted P1 solve
+])
+def test_reference_truth_writes_the_evaluations_independent_reference(tmp_path, family, rows, resolution):
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import build_problem
+
+    np.save(tmp_path / "p.npy", rows)
+    out = tmp_path / "truth.h5"
+    extra = ["--set", "poisson.kl_terms=4"] if family == "poisson" else []
+    proc = run_cli("reference", family, "--coeffs", str(tmp_path / "p.npy"), "--resolution", str(resolution),
+                   *extra, "--truth", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    problem = build_problem(load_config(None, [f"problem.family={family}", f"problem.resolution=[{resolution},{resolution}]",
+                                                "data.sampling=random", "data.n_train=1", "train.batch_size=1",
+                                                *[e for e in extra if e != "--set"]]))
+    assert "the independent reference: " + problem.truth_name() in proc.stdout
+    with h5py.File(out) as f:
+        assert f.attrs["source"] == "truth" and f.attrs["reference"] == problem.truth_name()
+        np.testing.assert_allclose(f["u"][()], problem.truth(rows), rtol=0, atol=1e-9)
+        same_grid = problem.reference(rows)
+        assert np.abs(f["u"][()] - same_grid).max() > 1e-5  # not the same-grid solve
+
+
 def test_reaction_diffusion_trains_and_evaluates(tmp_path):
     run_dir = tmp_path / "rd"
     proc = run_cli("train", REACTION, "--out", str(run_dir), *SMALL)
