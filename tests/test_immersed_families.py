@@ -7,6 +7,7 @@ write masked field files, infer, polish, compare and refuse bad shapes in one li
 from __future__ import annotations
 
 import json
+import warnings
 
 import h5py
 import numpy as np
@@ -133,6 +134,39 @@ def test_torsion_trains_evaluates_inside_and_writes_the_mask(torsion_run, tmp_pa
     assert not (tmp_path / "b.h5").exists()
     proc = run_cli("train", TORSION, "--out", str(tmp_path / "x"), "--set", "torsion.amplitude=0.3")
     assert proc.returncode == 2 and "inside the unit square" in proc.stderr and not (tmp_path / "x").exists()
+
+
+def test_uq_over_moving_shapes_averages_each_node_over_the_shapes_that_hold_it(torsion_run, tmp_path):
+    out = tmp_path / "uq.h5"
+    proc = run_cli("uq", str(torsion_run), "--samples", "23", "--batch", "5", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "statistics over the nodes inside each instance's domain" in proc.stdout
+    with h5py.File(out) as f:
+        params, mean, std, fraction = f["shape"][()], f["mean"][()], f["std"][()], f["inside_fraction"][()]
+    from deepfusion import Surrogate
+
+    surrogate = Surrogate.load(torsion_run)
+    u = np.concatenate([surrogate.fields(params[i : i + 5]) for i in range(0, 23, 5)])
+    inside = surrogate.problem.domain(params) <= 0
+    # Some nodes are inside some shapes only: the plain mean would mix in the zeros written outside.
+    partly = (fraction > 0) & (fraction < 1)
+    assert partly.sum() > 10
+    np.testing.assert_allclose(fraction, inside.mean(axis=0), rtol=0, atol=1e-15)
+    masked = np.where(inside, u, np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nodes no shape holds: numpy's empty slices
+        expected_mean, counts = np.nanmean(masked, axis=0), inside.sum(axis=0)
+        expected_std = np.nanstd(masked, axis=0, ddof=1)
+    known = counts > 0
+    assert np.array_equal(np.isfinite(mean), known) and np.isnan(mean[~known]).all()
+    np.testing.assert_allclose(mean[known], expected_mean[known], rtol=1e-10, atol=1e-13)
+    two = counts > 1
+    np.testing.assert_allclose(std[two], expected_std[two], rtol=1e-9, atol=1e-13)
+    assert not np.allclose(mean[partly], u.mean(axis=0)[partly])  # the plain mean is not this one
+    summary = json.loads(out.with_suffix(".json").read_text())["fields"]
+    assert summary["mean"]["nodes"] == int(known.sum()) and summary["mean"]["max"] == pytest.approx(np.nanmax(mean))
+    assert 0 < summary["inside_fraction"]["mean"] < 1 and set(summary["std"]["argmax"]) == {"y", "x"}
+    assert out.with_suffix(".png").stat().st_size > 10_000
 
 
 def test_torsion_compares_with_the_immersed_multigrid_and_the_body_fitted_fem(torsion_run, tmp_path):

@@ -51,6 +51,7 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
 
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.uq import draw_parameters, run_study
+    from deepfusion.analysis.uq import summary as field_summary
     from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_statistics
     from deepfusion.files.rundir import run_config
@@ -91,13 +92,19 @@ def run(args: argparse.Namespace, comm) -> int:
         u = surrogate.fields(p)
         return u, time.perf_counter() - t0
 
-    diffnet = run_study(network, params, args.batch, "DiffNet", keep)
-    fields = {"mean": diffnet.moments.mean, "std": diffnet.moments.std}
+    problem = surrogate.problem
+    # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
+    inside = (lambda p: problem.domain(p) <= 0) if problem.has("domain") else None
+    diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
+    fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
+    if inside is not None:
+        fields["inside_fraction"] = diffnet.moments.inside_fraction
     summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": surrogate.problem.name,
                "samples": args.samples, "distribution": args.distribution, "seed": args.seed,
                "diffnet_seconds": diffnet.seconds}
     if args.classical:
-        summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir))
+        summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir, inside))
+    summary["fields"] = field_summary(fields, surrogate.grid)
     attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
                                            "distribution": args.distribution, "seed": args.seed,
                                            "std_divisor": "N - 1"}
@@ -108,6 +115,9 @@ def run(args: argparse.Namespace, comm) -> int:
 
     axes = list(surrogate.grid)[-2:]  # the plotted plane's axes (3-D: its mid-plane)
     figure = plot_statistics(fields, surrogate.grid, (axes[1], axes[0]), Path(args.out).with_suffix(".png"))
+    if inside is not None:
+        print(f"statistics over the nodes inside each instance's domain ({int(np.isfinite(fields['mean']).sum())} "
+              f"nodes inside at least one; inside_fraction holds, per node, the share of the samples)")
     print(f"DiffNet: {args.samples} instances in {diffnet.seconds:.2f} s "
           f"({diffnet.seconds / args.samples * 1e3:.3f} ms each)")
     if args.classical:
@@ -124,7 +134,7 @@ def run(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -> dict:
+def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, inside) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
     from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import measure_classical
@@ -139,24 +149,27 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir) -
         fields, seconds = measure_classical(surrogate.problem, p, method, grid)
         return fields, sum(seconds)
 
-    study = run_study(classical, params, batch, f"classical {method} {grid}", keep)
-    fields["classical_mean"], fields["classical_std"] = study.moments.mean, study.moments.std
+    study = run_study(classical, params, batch, f"classical {method} {grid}", keep, inside=inside)
+    fields["classical_mean"], fields["classical_std"] = study.moments.mean_inside, study.moments.std
     print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)
     truth = reference_cache.truth(surrogate.problem, params[:keep])
     ref, net, cls = Moments(), Moments(), Moments()
-    ref.add(truth)
-    net.add(diffnet.kept)
-    cls.add(study.kept)
+    mask = None if inside is None else inside(params[:keep])
+    ref.add(truth, mask)
+    net.add(diffnet.kept, mask)
+    cls.add(study.kept, mask)
     train_seconds, _ = training_time(run_dir)
 
-    def whole(a: np.ndarray, b: np.ndarray) -> float:  # one field's relative L2 distance
-        return float(relative_l2(a[None], b[None])[0])
+    def whole(a: np.ndarray, b: np.ndarray) -> float:  # one field's relative L2 distance, over the nodes it has
+        known = np.isfinite(a) & np.isfinite(b)
+        return float(relative_l2(np.where(known, a, 0.0)[None], np.where(known, b, 0.0)[None])[0])
 
     n = len(params)
     return {
         "classical_method": method, "classical_grid": grid, "target_error": target,
         "classical_seconds": study.seconds, "reference": surrogate.problem.truth_name(), "reference_samples": keep,
-        "mean_error_diffnet": whole(net.mean, ref.mean), "mean_error_classical": whole(cls.mean, ref.mean),
+        "mean_error_diffnet": whole(net.mean_inside, ref.mean_inside),
+        "mean_error_classical": whole(cls.mean_inside, ref.mean_inside),
         "std_error_diffnet": whole(net.std, ref.std), "std_error_classical": whole(cls.std, ref.std),
         "train_seconds": train_seconds,
         "break_even_samples": break_even(train_seconds, study.seconds / n, diffnet.seconds / n),

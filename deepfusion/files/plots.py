@@ -210,7 +210,10 @@ def mid_plane(coords: dict[str, np.ndarray]) -> tuple[int, str, dict[str, np.nda
 def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray], axis_names: tuple[str, str],
                     out: Path) -> Path:
     """One panel per statistics field (mean, std, and the classical ones when present), labelled colour bars;
-    a mean and its classical counterpart share one colour scale, as do the two standard deviations."""
+    a mean and its classical counterpart share one colour scale, as do the two standard deviations.
+    With ``inside_fraction`` (a domain that moves with the instance) that field is not a panel: the nodes
+    no sample's domain holds are blank, and every panel draws where half the samples' domains end
+    (solid) and where every sample's does (dashed)."""
     plt = _pyplot()
     plane = ""
     if len(coords) == 3:  # 3-D: the mid-plane (the statistics file holds the volumes)
@@ -219,14 +222,21 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
         plane = f", {label}"
     first, second = (coords[n] for n in list(coords))
     extent = (float(second[0]), float(second[-1]), float(first[0]), float(first[-1]))
-    names = list(fields)
+    fraction = fields.get("inside_fraction")
+    names = [k for k in fields if k != "inside_fraction"]
     fig, axes = plt.subplots(1, len(names), figsize=(3.9 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names):
         kind = "std" if name.endswith("std") else "mean"
         group = [fields[k] for k in names if k.endswith(kind)]
-        lo, hi = min(float(g.min()) for g in group), max(float(g.max()) for g in group)
+        lo, hi = min(float(np.nanmin(g)) for g in group), max(float(np.nanmax(g)) for g in group)
         im = ax.imshow(fields[name], origin="lower", extent=extent, aspect="auto", vmin=lo, vmax=hi,
                        cmap="viridis" if kind == "mean" else "magma")
+        if fraction is not None:
+            ys, xs = np.linspace(extent[2], extent[3], fraction.shape[0]), np.linspace(extent[0], extent[1], fraction.shape[1])
+            if fraction.min() < 0.5 < fraction.max():
+                ax.contour(xs, ys, fraction, levels=[0.5], colors="k", linewidths=0.8)
+            if fraction.max() >= 1.0 > fraction.min():
+                ax.contour(xs, ys, fraction, levels=[1.0 - 1e-9], colors="k", linewidths=0.6, linestyles="--")
         who = "classical" if name.startswith("classical") else "DiffNet"
         ax.set_title(f"{who}: {'mean of u' if kind == 'mean' else 'standard deviation of u'}{plane}", fontsize=8)
         ax.set_xlabel(axis_names[0])
