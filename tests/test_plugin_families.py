@@ -218,3 +218,17 @@ def test_a_plugin_trains_with_the_coarse_correction_through_the_default_hessian(
     assert np.isfinite(json.loads((tmp_path / "coarse" / "eval.json").read_text())["ratio_to_floor"])
     proc = _train(site, "advection_diffusion", tmp_path / "no", None, "--set", "model.coarse_correction=5")
     assert proc.returncode == 2 and "model.coarse_correction: the coarse solve needs the loss's Hessian" in proc.stderr
+
+
+def test_one_polish_step_of_the_plugin_reduces_the_error_on_every_instance(site, monkeypatch):
+    # The cubic-reaction plugin's Newton step, as tests/test_polish.py checks every built-in family's first step.
+    from test_polish import _network_like
+
+    monkeypatch.syspath_prepend(str(site))
+    from cubic_reaction import CubicReaction
+
+    problem = CubicReaction((33, 33))
+    params = problem.sample(6, "random", 3)
+    exact, start, _ = _network_like(problem, params, np.random.default_rng(1))
+    errors = [np.linalg.norm((f - exact).reshape(6, -1), axis=1) for f in (start, problem.polish(params, start, 1))]
+    assert np.all(errors[1] < 0.5 * errors[0]), errors

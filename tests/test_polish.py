@@ -68,3 +68,45 @@ def test_burgers_newton_sweeps_reach_the_scheme_solution():
     assert errors[0] < 0.05 and errors[1] < errors[0] and errors[2] < 1e-9
     with pytest.raises(ValueError, match="conservative residual"):
         BurgersProblem((17, 33), viscosity=0.01, stencil="sobel").polish(c, start, 1)
+
+
+def _network_like(problem, params: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same-grid solution (the floor's field), a start like a trained network's output (a smooth error of
+    about 1 % inside and, on a cut domain, arbitrary values on the active nodes outside, where the energy is
+    nearly flat), and the nodes the error is measured at."""
+    exact = problem.discrete_optimum(params)[0]
+    grids = np.meshgrid(*(np.linspace(0, 1, n) for n in problem.resolution), indexing="ij")
+    smooth = np.prod([np.sin(np.pi * g) for g in grids], axis=0)
+    scale = np.abs(exact).max(axis=tuple(range(1, exact.ndim)), keepdims=True)
+    start = exact + 0.01 * scale * smooth * rng.uniform(0.5, 1.5, (len(exact),) + (1,) * (exact.ndim - 1))
+    measured = np.ones(exact.shape, dtype=bool)
+    if problem.has("domain"):
+        measured = problem.domain(params) <= 0
+        active = np.stack([problem.discretised(p).active for p in params])
+        start = np.where(active, np.where(measured, start, exact + 0.2 * scale * rng.normal(size=exact.shape)), 0.0)
+    return exact, start, measured
+
+
+@pytest.mark.parametrize("name", ["poisson", "poisson3d", "reaction_diffusion", "torsion", "plate", "burgers"])
+def test_one_polish_step_reduces_the_error_on_every_instance(name):
+    # Against the same-grid solution, on 6 instances of each family that polishes, from a start shaped like a
+    # network's output: one step (a V-cycle, a Newton sweep) never makes it worse. On the cut domains the
+    # extension past the boundary is re-solved first; without that, one V-cycle raised such errors 2-4x.
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import build_problem
+
+    grid = {"poisson3d": [9, 9, 9], "burgers": [17, 33]}.get(name, [33, 33])
+    extra = ["burgers.residual=conservative"] if name == "burgers" else []
+    problem = build_problem(load_config(None, [f"problem.family={name}", f"problem.resolution={grid}",
+                                               "data.sampling=random", "data.n_train=1", "train.batch_size=1", *extra]))
+    rng = np.random.default_rng(1)
+    params = problem.sample(6, "random", 3)
+    exact, start, measured = _network_like(problem, params, rng)
+    polished = problem.polish(params, start, 1)
+
+    def error(fields):
+        diff = np.where(measured, fields - exact, 0.0).reshape(len(fields), -1)
+        return np.linalg.norm(diff, axis=1) / np.linalg.norm(np.where(measured, exact, 0.0).reshape(len(fields), -1), axis=1)
+
+    before, after = error(start), error(polished)
+    assert np.all(after < 0.5 * before), (before, after)

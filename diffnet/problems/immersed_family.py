@@ -140,10 +140,21 @@ class ImmersedFamily(Q1Classical):
         return f"body-fitted P1 FEM, mesh h/{self.truth_refine} (triangle + scikit-fem)"
 
     def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
-        """``cycles`` V-cycles of each instance's immersed system from ``fields``, zero outside the domain."""
+        """``cycles`` V-cycles of each instance's immersed system from ``fields``, zero outside the domain.
+
+        First the values at the active nodes outside the domain (the solution's extension past the
+        boundary, where the energy is nearly flat and a network's output is arbitrary) are replaced by
+        the energy's minimiser there with the inside held. Without it, the V-cycle carries the
+        extension's error inside: on torsion and plate shapes at 33², a field 0.4-0.7 % from the
+        same-grid solution inside went to 0.4-3 % after one cycle; with it, to 0.02-0.1 %
+        (tests/test_immersed_families.py checks every family's first cycle)."""
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
-            out[k] = self.fem_system(p).multigrid().vcycles(fields[k], cycles)
+        params = np.asarray(params, dtype=np.float64)
+        outside = self.domain(params) > 0
+        for k, p in enumerate(params):
+            multigrid = _multigrid(self, tuple(map(float, np.ravel(p))))
+            start = multigrid.system.solve_block(fields[k], outside[k])  # the inactive nodes are fixed: held
+            out[k] = multigrid.vcycles(start, cycles)
         return self._inside(params, out)
 
     def assembled_correction(self, u: torch.Tensor, params: torch.Tensor, cycles: int) -> torch.Tensor:

@@ -90,6 +90,21 @@ class FEMSystem:
         """This system's geometric multigrid hierarchy (:class:`~diffnet.solvers.gmg.GMGSolver`)."""
         return GMGSolver.build(self)
 
+    def solve_block(self, x: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """``x`` (the grid's shape) with its values at the free ``nodes`` (a boolean mask of the grid)
+        replaced by the solution of their own rows, every other value held: the energy's minimiser over
+        those nodes (a sparse direct solve of the block)."""
+        from scipy.sparse.linalg import spsolve
+
+        out = np.array(x, dtype=np.float64).ravel()
+        block = np.ravel(nodes) & ~self.fixed
+        if block.any():
+            rest = ~block
+            A = self.A
+            rows = A[block]
+            out[block] = spsolve(rows[:, block].tocsc(), self.rhs[block] - rows[:, rest] @ out[rest])
+        return out.reshape(self.shape)
+
     def solve(self, method: str = "amg", tol: float = 1e-10, stats: dict | None = None) -> np.ndarray:
         """The nodal solution, shape ``self.shape``, float64.
 
