@@ -267,6 +267,11 @@ class Family:
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
 
+    def clear_caches(self) -> None:
+        """Drop what the family keeps per instance (set-up built once because training revisits every
+        instance: a cut domain's quadrature, an assembled multigrid). ``compare`` and ``uq`` call it before
+        every timed solve, so that each side, network or classical, pays its own set-up. Default: nothing kept."""
+
     # -- the field and the loss -------------------------------------------------------
     def coordinates(self) -> dict[str, np.ndarray]:
         """Nodal coordinates per axis, in the fields' axis order (float64)."""

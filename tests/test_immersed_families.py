@@ -248,3 +248,51 @@ def test_the_preconditioned_loss_and_a_second_stage_train_on_cut_domains(tmp_pat
     assert np.isfinite(report["mean_rel_l2"]) and report["mean_floor"] > 0
     with pytest.raises(ConfigError, match="precondition_form: the torsion family gives B g from its assembled"):
         load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.precondition_form=loss"])
+
+
+def test_each_instances_discretisation_is_built_once_until_the_caches_are_cleared(monkeypatch):
+    import diffnet.problems.immersed_family as immersed_family
+
+    family = StarTorsion((17, 17))
+    built = []
+    original = StarTorsion.discretise
+    monkeypatch.setattr(StarTorsion, "discretise", lambda self, p: built.append(tuple(p)) or original(self, p))
+    family.clear_caches()
+    shapes = family.sample(3, "random", 4)
+    for _ in range(3):  # three epochs over the instances, through every path that reads them
+        family.inputs(torch.as_tensor(shapes))
+        family.field(torch.zeros(3, 1, 17, 17, dtype=torch.float64), torch.as_tensor(shapes))
+        family.loss_terms(torch.zeros(3, 17, 17, dtype=torch.float64), torch.as_tensor(shapes))
+    assert len(built) == 3 and family.discretised(shapes[0]) is family.discretised(shapes[0])
+    assert StarTorsion((17, 17)).discretised(shapes[1]) is family.discretised(shapes[1])  # equal families share
+    family.clear_caches()  # what compare and uq do before each timed solve
+    family.discretised(shapes[0])
+    assert len(built) == 4
+    # Bounded in bytes: past the budget the least recently used instance goes first.
+    one = immersed_family._nbytes(family.discretised(shapes[0]))
+    monkeypatch.setattr(immersed_family, "CACHE_BYTES", int(2.5 * one))
+    family.clear_caches()
+    for p in (shapes[0], shapes[1], shapes[0], shapes[2]):  # shapes[1] is the least recently used at the third
+        family.discretised(p)
+    assert len(built) == 7
+    family.discretised(shapes[0])  # kept
+    assert len(built) == 7
+    family.discretised(shapes[1])  # evicted, built again
+    assert len(built) == 8
+
+
+def test_compare_times_each_solve_with_its_own_set_up(monkeypatch):
+    from deepfusion.analysis.compare import measure_classical, time_inference
+
+    calls = []
+    family = StarTorsion((17, 17))
+    shapes = family.sample(2, "random", 4)
+    time_inference(lambda p, b: calls.append("solve") or np.zeros((len(p), 17, 17)), shapes, 2, say=lambda *_: None,
+                   fresh=lambda: calls.append("fresh"))
+    # first call, each instance alone, then the batch: each preceded by a fresh set-up
+    assert calls == ["fresh", "solve"] * 4
+    cleared = []
+    original = StarTorsion.clear_caches
+    monkeypatch.setattr(StarTorsion, "clear_caches", lambda self: cleared.append(1) or original(self))
+    measure_classical(family, shapes, "fmg", 17)  # the best of repeats, each repeat building its own
+    assert len(cleared) >= len(shapes)

@@ -18,12 +18,13 @@ __all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
-                   say=print) -> tuple[np.ndarray, dict]:
+                   say=print, fresh: Callable[[], None] | None = None) -> tuple[np.ndarray, dict]:
     """Time ``predict(params, batch)``, DiffNet's whole solve from instance parameters to field.
 
     The first call (one instance: thread pools, kernel selection) is timed on its own;
     then every instance is solved alone (median reported), then all of them in batches of
-    ``batch`` (total over the count reported per instance).
+    ``batch`` (total over the count reported per instance). ``fresh``, untimed, before each
+    timed call (the family's ``clear_caches``: the network pays its own per-instance set-up).
 
     Returns
     -------
@@ -32,9 +33,15 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
     timings : dict
         ``inference_first_s``, ``diffnet_s_single``, ``diffnet_s_batched``, ``inference_batch``.
     """
-    _, first = timed(predict, params[:1], 1)
-    single = statistics.median(timed(predict, params[k : k + 1], 1)[1] for k in range(len(params)))
-    fields, total = timed(predict, params, batch)
+    fresh = fresh or (lambda: None)
+
+    def cold(p: np.ndarray, b: int) -> float:
+        fresh()
+        return timed(predict, p, b)
+
+    _, first = cold(params[:1], 1)
+    single = statistics.median(cold(params[k : k + 1], 1)[1] for k in range(len(params)))
+    fields, total = cold(params, batch)
     per_instance = total / len(params)
     say(f"    DiffNet inference: first call {first:.3f} s, one instance {single * 1e3:.2f} ms, "
         f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}")
@@ -43,12 +50,12 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
 
 def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
-    """Every instance solved by (method, grid), timed on its own grid (the best of repeats), then carried
-    onto the network's nodes."""
+    """Every instance solved by (method, grid), timed on its own grid (the best of repeats, each building
+    the instance's set-up afresh: the family's ``clear_caches``), then carried onto the network's nodes."""
     solver = problem.classical_solver(method, grid)
     fields, seconds = [], []
     for row in params:
-        native, dt = best_time(solver, row)
+        native, dt = best_time(solver, row, before=problem.clear_caches)
         seconds.append(dt)
         fields.append(problem.classical_to_grid(method, native, row))
     return np.stack(fields), seconds

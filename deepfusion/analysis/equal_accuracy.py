@@ -102,17 +102,22 @@ def timed(fn: Callable, *args) -> tuple[object, float]:
     return out, time.perf_counter() - t0
 
 
-def best_time(fn: Callable, *args, budget_s: float = 0.2, most: int = 25) -> tuple[object, float]:
+def best_time(fn: Callable, *args, budget_s: float = 0.2, most: int = 25,
+              before: Callable[[], None] | None = None) -> tuple[object, float]:
     """``fn(*args)`` and its best wall-clock seconds over repeats: at least one call, more while
-    their total stays under ``budget_s`` (at most ``most``).
+    their total stays under ``budget_s`` (at most ``most``); ``before``, untimed, before each call
+    (a family's ``clear_caches``: every repeat builds its own per-instance set-up).
 
     The best of repeats, as :mod:`timeit` advises: what a call costs when nothing else
     interferes. One timing per instance let the choice between two configurations a
     few milliseconds apart flip from run to run (FMG at 49^2 against FMG-1 at 64^2).
     """
+    before = before or (lambda: None)
+    before()
     out, best = timed(fn, *args)
     total, calls = best, 1
     while total < budget_s and calls < most:
+        before()
         _, dt = timed(fn, *args)
         best, total, calls = min(best, dt), total + dt, calls + 1
     return out, best

@@ -61,20 +61,22 @@ def run(args: argparse.Namespace, comm) -> int:
     train_seconds, ranks = training_time(run_dir)
     print(f"deepfusion compare: {run_dir} ({problem.name}, {'x'.join(map(str, grid))}), checkpoint {path}; "
           f"{len(params)} held-out instances; training took "
-          + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time"), flush=True)
+          + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time")
+          + "; every timed solve, network or classical, builds its own per-instance set-up", flush=True)
 
     inference = {}
     pred = None
     for t in threads:
         apply_threads(t)
         print(f"  CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, generator, p, b), params, args.batch)
+        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, generator, p, b), params, args.batch,
+                                                     fresh=problem.clear_caches)
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
         print(f"  GPU ({name}, a different machine's figure):", flush=True)
         gpu_model = model.to("cuda")
         _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu_model, generator, p, b), params,
-                                                           args.batch)
+                                                           args.batch, fresh=problem.clear_caches)
     print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
     acc = against_floor(problem, params, pred)
     target = float(acc.error.mean())
@@ -130,7 +132,7 @@ def _polished_rows(problem, generator, model, params, acc, cycles: int, threads:
         apply_threads(t)
         print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
         fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, generator, p, b), cycles),
-                                            params, batch)
+                                            params, batch, fresh=problem.clear_caches)
     polished = against_floor(problem, params, fields, truth=acc.truth)
     target = float(polished.error.mean())
     print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f}); "

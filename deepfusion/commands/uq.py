@@ -95,6 +95,7 @@ def run(args: argparse.Namespace, comm) -> int:
     problem = surrogate.problem
     # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
     inside = (lambda p: problem.domain(p) <= 0) if problem.has("domain") else None
+    problem.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
     diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
     fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
     if inside is not None:
@@ -149,6 +150,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
         fields, seconds = measure_classical(surrogate.problem, p, method, grid)
         return fields, sum(seconds)
 
+    surrogate.problem.clear_caches()  # the classical side builds its own set-up, as the network's did
     study = run_study(classical, params, batch, f"classical {method} {grid}", keep, inside=inside)
     fields["classical_mean"], fields["classical_std"] = study.moments.mean_inside, study.moments.std
     print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)

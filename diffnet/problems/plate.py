@@ -11,7 +11,6 @@ immersed solution, the truth a body-fitted P1 FEM on a triangulation of the plat
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,14 +46,6 @@ class PlateOptions(PoissonOptions):
     hole: str = option("flux=0", "the hole's boundary: \"flux=0\" (insulated) or \"u=VALUE\"", _hole_check)
     truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
                                "the grid (2..16)", integer_in(2, 16))
-
-
-@functools.lru_cache(maxsize=4096)
-def _discretised(family: "PlateWithHole", row: tuple[float, ...]) -> Immersed:
-    """One instance's immersed discretisation (built once: training revisits every instance)."""
-    params = np.asarray(row)
-    return immersed(cut_cells(family.shape(params), family.resolution), family._nu(params),
-                    dirichlet=parse_side(family.hole).kind == "u")
 
 
 @dataclass(frozen=True)
@@ -109,8 +100,9 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
         x, y, r = np.asarray(params, dtype=np.float64)[self.kl_terms:]
         return Difference(Box((-1.0, -1.0), (2.0, 2.0)), Disc((x, y), r))
 
-    def discretised(self, params: np.ndarray) -> Immersed:
-        return _discretised(self, tuple(float(v) for v in np.ravel(params)))
+    def discretise(self, params: np.ndarray) -> Immersed:
+        return immersed(cut_cells(self.shape(params), self.resolution), self._nu(params),
+                        dirichlet=parse_side(self.hole).kind == "u")
 
     def check_instances(self, params: np.ndarray) -> None:
         """Each hole within the family's ranges, at least two cells across and a cell clear of the plate's sides."""

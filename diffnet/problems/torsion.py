@@ -11,7 +11,6 @@ disc, u = (R² - r²)/4, is its closed-form check (tests/test_geometry.py).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,14 +37,6 @@ class TorsionOptions:
     amplitude: float = option(0.08, "each coefficient's range [-A, A]", positive)
     truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
                                "the grid (2..16)", integer_in(2, 16))
-
-
-@functools.lru_cache(maxsize=4096)
-def _discretised(resolution: tuple[int, int], r0: float, coefficients: tuple[float, ...]) -> Immersed:
-    """One shape's immersed discretisation on one grid (built once: training revisits every instance)."""
-    k = len(coefficients) // 2
-    shape = Star(_CENTRE, r0, coefficients[:k], coefficients[k:])
-    return immersed(cut_cells(shape, resolution), np.ones(resolution), dirichlet=True)
 
 
 @dataclass(frozen=True)
@@ -86,8 +77,8 @@ class StarTorsion(ImmersedFamily, Family):
         p = np.asarray(params, dtype=np.float64)
         return Star(_CENTRE, self.r0, tuple(p[: self.modes]), tuple(p[self.modes:]))
 
-    def discretised(self, params: np.ndarray) -> Immersed:
-        return _discretised(tuple(self.resolution), float(self.r0), tuple(float(v) for v in np.ravel(params)))
+    def discretise(self, params: np.ndarray) -> Immersed:
+        return immersed(cut_cells(self.shape(params), self.resolution), np.ones(self.resolution), dirichlet=True)
 
     def check_instances(self, params: np.ndarray) -> None:
         """Each shape within the family's range, inside the unit square with a cell to spare, and no thinner
