@@ -6,7 +6,10 @@ declaration of its configuration keys (:func:`option` and the checks), and the Q
 quadrature as convolutions (:func:`gauss_basis`, :func:`at_gauss_points`,
 :func:`dirichlet_energy`, :func:`reaction_diffusion_energy`), and the Q1 system those energies
 are the quadratic forms of, for a family's reference solver (:func:`dirichlet_system`, whose
-:class:`FEMSystem` solves directly, by AMG-CG or by geometric multigrid). Names are imported on
+:class:`FEMSystem` solves directly, by AMG-CG or by geometric multigrid); for a family on a cut domain,
+:class:`ImmersedFamily` with its shapes (:class:`Shape`, :class:`Disc`, :class:`Box`, :class:`HalfSpace`,
+:class:`Star`, :class:`Occupancy`), conditions (:class:`Side`, :class:`BoxBoundary`) and body-fitted
+reference (:class:`Loop`, :func:`body_fitted_solve`, :func:`grid_points`). Names are imported on
 first use, so ``import diffnet`` loads nothing heavy.
 """
 
@@ -32,6 +35,18 @@ _EXPORTS = {
     "reaction_diffusion_energy": "diffnet.energy",
     "dirichlet_system": "diffnet.solvers.fem",
     "FEMSystem": "diffnet.solvers.fem",
+    "ImmersedFamily": "diffnet.problems.immersed_family",
+    "Side": "diffnet.boundary",
+    "BoxBoundary": "diffnet.boundary",
+    "Shape": "diffnet.geometry",
+    "Disc": "diffnet.geometry",
+    "Box": "diffnet.geometry",
+    "HalfSpace": "diffnet.geometry",
+    "Star": "diffnet.geometry",
+    "Occupancy": "diffnet.geometry",
+    "grid_points": "diffnet.geometry",
+    "Loop": "diffnet.solvers.bodyfitted",
+    "body_fitted_solve": "diffnet.solvers.bodyfitted",
 }
 
 __all__ = list(_EXPORTS)

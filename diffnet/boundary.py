@@ -76,7 +76,8 @@ class BoxBoundary:
 
     @classmethod
     def of(cls, texts: Mapping[str, str], dims: int) -> "BoxBoundary":
-        """From side texts, e.g. ``{"x0": "u=1", ...}``: every side of the box once."""
+        """From side texts, e.g. ``{"x0": "u=1", "x1": "u=0", "y0": "flux=0", "y1": "flux=0"}``, with ``dims`` the
+        box's dimension (2: the sides x0, x1, y0, y1; 3: also z0, z1), every side once."""
         need = set(SIDES[: 2 * dims])
         if set(texts) != need:
             raise ValueError(f"a {dims}-D box has the sides {sorted(need)}, got {sorted(texts)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import h5py
 import json
 import os
 import re
@@ -407,3 +408,48 @@ def test_a_familys_value_error_while_it_is_configured_is_one_line_and_writes_not
                    "--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[]", path=[tmp_path])
     assert proc.returncode == 2 and proc.stderr.strip() == f"deepfusion: error: {message}", proc.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def _cut_domain_example(tmp_path):
+    """docs/families.md's complete cut-domain family and its config, written from the page as they stand."""
+    text = (ROOT / "docs" / "families.md").read_text()
+    section = text[text.index("## A domain cut out of the grid"):text.index("## Installing a family as a package")]
+    (tmp_path / "heat_lplate.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    (tmp_path / "lplate.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    return tmp_path / "lplate.toml"
+
+
+@pytest.mark.timeout(600)
+def test_the_docs_cut_domain_family_trains_infers_compares_and_runs_uq_as_written(tmp_path):
+    config = _cut_domain_example(tmp_path)
+    run_dir = tmp_path / "run"
+    quick = ["--set", "multigrid.epochs=[2,1]", "--set", "data.n_train=16", "--set", "data.n_test=2",
+             "--set", "model.channels=[8,16]", "--set", "train.batch_size=8", "--set", "parallel.threads_per_rank=1",
+             "--set", "output.plots=false", "--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]"]
+    proc = run_cli("train", str(config), "--out", str(run_dir), *quick, path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert report["truth"].startswith("body-fitted P1 FEM") and 0 < report["mean_floor"] < report["mean_rel_l2"]
+    np.save(tmp_path / "holes.npy", np.array([[0.3, 0.3, 0.08], [0.25, 0.35, 0.06]]))
+    proc = run_cli("infer", str(run_dir), "--param", f"hole={tmp_path / 'holes.npy'}", "--out", str(tmp_path / "hole.h5"),
+                   path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "hole.h5") as f:
+        u, inside = f["u"][0], f["inside"][0].astype(bool)
+    assert np.all(u[~inside] == 0) and np.abs(u[inside]).max() > 0
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--polish", "1",
+                   "--out", str(tmp_path / "c.json"), path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert [r["product"] for r in rows] == ["DiffNet", "DiffNet + 1 V-cycle"]
+    assert rows[1]["diffnet_error"] < rows[0]["diffnet_error"]  # the polish never makes it worse
+    proc = run_cli("uq", str(run_dir), "--samples", "6", "--batch", "3", "--out", str(tmp_path / "uq.h5"), path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "uq.h5") as f:
+        fraction = f["inside_fraction"][()]
+    # the notch in no instance, the hole's neighbourhood in some, the rest in all
+    assert fraction.min() == 0 and ((fraction > 0) & (fraction < 1)).any() and fraction.max() == 1
+    # The truth as the evaluation has it, from the command line.
+    proc = run_cli("reference", "heat_lplate:HeatLPlate", "--coeffs", str(tmp_path / "holes.npy"), "--resolution", "17",
+                   "--truth", "--out", str(tmp_path / "truth.h5"), path=[tmp_path])
+    assert proc.returncode == 0 and "the independent reference: body-fitted" in proc.stdout, proc.stderr

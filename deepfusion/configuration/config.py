@@ -164,6 +164,10 @@ def _cross_checks(cfg: Config, family: type) -> None:
         family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
         configured = family.from_options(cfg.family, resolution)  # the family as this run has it
         _first_inputs(configured)
+    try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
+        configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
+    except ValueError as e:
+        raise ConfigError(f"data.sampling: {str(e).splitlines()[0]}") from None
     _check_members(configured)
     t = cfg.train
     if t.second_stage_epochs:

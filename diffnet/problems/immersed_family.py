@@ -3,12 +3,27 @@ network's inputs (the signed distance and the coordinates), the same-grid immers
 and floor, the body-fitted solve as truth, V-cycles as polish, and the classical sweep (the immersed
 system by multigrid on other grids, and the body-fitted FEM on other meshes).
 
-A family mixes :class:`ImmersedFamily` into :class:`~diffnet.family.Family` and provides
-``discretise(params)`` (one instance's :class:`~diffnet.immersed.Immersed`, built; everything here reads it
-through :meth:`ImmersedFamily.discretised`, which builds each instance once per process), ``loss_terms`` and
-``_body_fitted(params, h)`` (the body-fitted solve at mesh size h, at this grid's inside nodes), and,
-where they are not the defaults, ``_nu`` (nodal ν), ``_system_arguments`` (κ, f, g of the energy),
-``_box`` (Dirichlet nodes and flux load of the box's sides) and ``_input_channels``.
+A family on a cut domain mixes :class:`ImmersedFamily` into :class:`~diffnet.family.Family` (as
+``class MyFamily(ImmersedFamily, Family)``) and declares, as public members:
+
+* ``shape(params) -> Shape`` (required): one instance's domain (:mod:`diffnet.geometry`);
+* ``body_fitted(params, h) -> ndarray`` (required for the evaluation's truth): the independent reference,
+  a body-fitted solve at mesh size h (:func:`diffnet.solvers.bodyfitted.body_fitted_solve`) read at this
+  grid's nodes inside the domain, zero outside;
+* ``cut_condition`` (default u = 0): the condition on the cut boundary Γ, a :class:`~diffnet.boundary.Side`,
+  ``Side("u", g)`` (held weakly by Nitsche's terms) or ``Side("flux", 0.0)`` (insulated);
+* ``box_conditions`` (default None): a :class:`~diffnet.boundary.BoxBoundary` for the parts of the
+  domain's boundary on the unit square's sides (a Dirichlet value held exactly, or a flux);
+* ``coefficient(params) -> ndarray`` (default 1): one instance's nodal ν, shape ``resolution``;
+* ``source`` (default 0): the constant f of -∇·(ν∇u) = f;
+* ``input_channels(params, sdf) -> list[Tensor]`` (default ``[sdf]``): the network's channels before the
+  coordinates (``in_channels`` counts them and the two coordinates).
+
+From them it gets the discretisation (built once per instance and process, :meth:`ImmersedFamily.discretised`),
+the field (the box's Dirichlet values, the network's output elsewhere, zero off the active nodes), the
+energy as the loss, the inputs, the same-grid immersed solve as reference and floor, the body-fitted truth,
+the polish, the preconditioned loss's B g and the classical sweep. A family may override any of them
+(``loss_terms``, to weigh its instances alike; ``discretise``, to build the discretisation its own way).
 """
 
 from __future__ import annotations
@@ -22,8 +37,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from diffnet.boundary import BoxBoundary, Side
 from diffnet.classical import Q1_METHODS, Q1Classical, q1_configurations, q1_to_grid
-from diffnet.immersed import Immersed, immersed_matrices
+from diffnet.cutcell import cut_cells
+from diffnet.geometry import Shape
+from diffnet.immersed import Immersed, immersed, immersed_energy, immersed_matrices
 from diffnet.solvers.fem import FEMSystem
 from diffnet.solvers.matrix_stencil import apply_dirichlet
 
@@ -60,29 +78,44 @@ class ImmersedFamily(Q1Classical):
     polish_step = "V-cycle"
     capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "precondition"})
 
-    # -- what a family provides ----------------------------------------------------------
-    def discretise(self, params: np.ndarray) -> Immersed:
-        """Build one instance's immersed discretisation (cut cells, quadrature, Nitsche's data)."""
-        raise NotImplementedError
+    # -- what a family declares (module docstring) -----------------------------------------
+    cut_condition: Side = Side("u", 0.0)
+    box_conditions: BoxBoundary | None = None
+    source: float = 0.0
 
-    def _body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
-        raise NotImplementedError
+    def shape(self, params: np.ndarray) -> Shape:
+        """One instance's domain."""
+        raise NotImplementedError(f"the {type(self).__name__} family declares no shape(params)")
 
-    def _nu(self, params: np.ndarray) -> np.ndarray:
-        """Nodal ν of one instance (default 1)."""
+    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+        """The body-fitted solve of one instance at mesh size ``h``, at this grid's inside nodes (zero outside)."""
+        raise NotImplementedError(f"the {type(self).__name__} family declares no body_fitted(params, h)")
+
+    def coefficient(self, params: np.ndarray) -> np.ndarray:
+        """One instance's nodal ν, shape ``resolution`` (default 1)."""
         return np.ones(self.resolution)
 
-    def _system_arguments(self, params: np.ndarray) -> dict:
-        """κ, f and g of one instance's energy (:func:`diffnet.immersed.immersed_energy`)."""
-        return {}
-
-    def _box(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Dirichlet nodes, their values and the flux load of the box's sides (default: none)."""
-        return np.zeros(self.resolution, dtype=bool), np.zeros(self.resolution), np.zeros(self.resolution)
-
-    def _input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
+    def input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
         """The network's input channels before the coordinates (default: the signed distance)."""
         return [sdf]
+
+    def discretise(self, params: np.ndarray) -> Immersed:
+        """Build one instance's immersed discretisation: the cut cells of :meth:`shape` on this grid with
+        :meth:`coefficient`, Nitsche's terms where ``cut_condition`` holds a value."""
+        return immersed(cut_cells(self.shape(params), self.resolution), self.coefficient(params),
+                        dirichlet=self.cut_condition.kind == "u")
+
+    def _energy_arguments(self) -> dict:
+        """f and g of :func:`diffnet.immersed.immersed_energy` and :func:`~diffnet.immersed.immersed_matrices`."""
+        g = {"g": self.cut_condition.value} if self.cut_condition.kind == "u" else {}
+        return {"f": self.source, **g}
+
+    def _box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dirichlet nodes, their values and the flux load of the box's sides (none without box conditions)."""
+        if self.box_conditions is None:
+            return np.zeros(self.resolution, dtype=bool), np.zeros(self.resolution), np.zeros(self.resolution)
+        fixed, values = self.box_conditions.fixed(self.resolution)
+        return fixed, values, self.box_conditions.flux_load(self.resolution)
 
     # -- the instances' discretisations, each built once -----------------------------------
     def discretised(self, params: np.ndarray) -> Immersed:
@@ -129,25 +162,41 @@ class ImmersedFamily(Q1Classical):
         y = torch.as_tensor(c["y"], dtype=params.dtype, device=params.device)[:, None].expand(*self.resolution)
         x = torch.as_tensor(c["x"], dtype=params.dtype, device=params.device)[None, :].expand(*self.resolution)
         s = sdf.shape[0]
-        return torch.stack([*self._input_channels(params, sdf), y.expand(s, -1, -1), x.expand(s, -1, -1)], dim=1)
+        return torch.stack([*self.input_channels(params, sdf), y.expand(s, -1, -1), x.expand(s, -1, -1)], dim=1)
 
     def _active(self, params: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(np.stack([d.active for d in self._data(params)]), dtype=like.dtype, device=like.device)
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The network's output on the active nodes (those of the elements the domain meets), zero elsewhere."""
-        return raw[:, 0] * self._active(params, raw)
+        """The box's Dirichlet values and the network's output elsewhere, on the active nodes (those of the
+        elements the domain meets), zero off them."""
+        fixed, values, _ = self._box()
+        free = torch.as_tensor(~fixed, dtype=raw.dtype, device=raw.device)
+        held = torch.as_tensor(values, dtype=raw.dtype, device=raw.device)
+        return (held + raw[:, 0] * free) * self._active(params, raw)
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The immersed energy of -∇·(ν∇u) = f with the conditions on Γ, less the work of the box's fluxes
+        (over the active nodes of the flux sides), per instance."""
+        rows = params.detach().double().cpu().numpy()
+        nu = torch.as_tensor(np.stack([self.coefficient(p) for p in rows]), dtype=u.dtype, device=u.device)
+        energy = immersed_energy(u, nu, self._data(params), **self._energy_arguments())
+        flux = self._box()[2]
+        if flux.any():
+            load = torch.as_tensor(flux, dtype=u.dtype, device=u.device) * self._active(params, u)
+            energy = energy - (load * u).sum(dim=(1, 2))
+        return {"energy": energy}
 
     # -- classical solves ----------------------------------------------------------------
     def fem_system(self, params: np.ndarray) -> FEMSystem:
         """The immersed Q1 system of one instance: the energy's matrix, the box's Dirichlet nodes and the
         inactive nodes held (at 0), the fluxes' load added."""
         data = self.discretised(params)
-        S, b = immersed_matrices(data, self._nu(params), **self._system_arguments(params))
-        fixed, values, flux = self._box(params)
+        S, b = immersed_matrices(data, self.coefficient(params), **self._energy_arguments())
+        fixed, values, flux = self._box()
         fixed = np.ascontiguousarray(fixed | ~data.active)
         values = np.where(data.active, values, 0.0)
-        b += flux
+        b += np.where(data.active, flux, 0.0)
         apply_dirichlet(S, b, fixed, values)
         return FEMSystem(S, b.ravel(), fixed.ravel(), values.ravel(), tuple(self.resolution),
                          inactive=~data.active.ravel())
@@ -182,7 +231,7 @@ class ImmersedFamily(Q1Classical):
         params = np.asarray(params, dtype=np.float64)
         out = np.empty((len(params), *self.resolution))
         for k, p in enumerate(params):
-            out[k] = self._body_fitted(p, h)
+            out[k] = self.body_fitted(p, h)
             if progress is not None:
                 progress(k + 1, len(params))
         return out
@@ -233,7 +282,7 @@ class ImmersedFamily(Q1Classical):
 
     def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
         if method == BODY_FITTED:
-            return lambda p: self._body_fitted(np.asarray(p, dtype=np.float64), 1.0 / (grid - 1))
+            return lambda p: self.body_fitted(np.asarray(p, dtype=np.float64), 1.0 / (grid - 1))
         return super().classical_solver(method, grid)
 
     def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:

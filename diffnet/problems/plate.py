@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.boundary import parse_side, side_check
-from diffnet.cutcell import cut_cells
+from diffnet.boundary import BoxBoundary, Side, parse_side, side_check
 from diffnet.family import Family, ParameterSpec
 from diffnet.geometry import Box, Difference, Disc, grid_points
-from diffnet.immersed import Immersed, immersed, immersed_energy
+from diffnet.immersed import immersed_energy
 from diffnet.kl import kl_modes
 from diffnet.options import integer_in, interval, option
 from diffnet.problems.immersed_family import ImmersedFamily
@@ -100,10 +99,6 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
         x, y, r = np.asarray(params, dtype=np.float64)[self.kl_terms:]
         return Difference(Box((-1.0, -1.0), (2.0, 2.0)), Disc((x, y), r))
 
-    def discretise(self, params: np.ndarray) -> Immersed:
-        return immersed(cut_cells(self.shape(params), self.resolution), self._nu(params),
-                        dirichlet=parse_side(self.hole).kind == "u")
-
     def check_instances(self, params: np.ndarray) -> None:
         """Each hole within the family's ranges, at least two cells across and a cell clear of the plate's sides."""
         Family.check_instances(self, params)
@@ -132,10 +127,10 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
         labels = [f"ν, hole ({p[-3]:.2f}, {p[-2]:.2f}), r {p[-1]:.2f}" for p in np.asarray(params)]
         return np.log10(self.diffusivity_numpy(params)), labels
 
-    def _input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
+    def input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
         return [torch.log(self.diffusivity(params)), sdf]
 
-    def _nu(self, params: np.ndarray) -> np.ndarray:
+    def coefficient(self, params: np.ndarray) -> np.ndarray:
         return self.diffusivity_numpy(np.asarray(params)[None])[0]
 
     # -- the field and the loss ---------------------------------------------------------------
@@ -143,26 +138,27 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
         """The lift of the sides' values plus the network's output off the Dirichlet nodes, on the active nodes."""
         return PoissonProblem.field(self, raw, params) * self._active(params, raw)
 
-    def _system_arguments(self, params: np.ndarray) -> dict:
-        side = parse_side(self.hole)
-        return {"g": side.value} if side.kind == "u" else {}
+    @property
+    def cut_condition(self) -> Side:
+        """The hole's condition (``hole``)."""
+        return parse_side(self.hole)
 
-    def _box(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        fixed, values = self.boundary.fixed(self.resolution)
-        return fixed, values, self.boundary.flux_load(self.resolution)
+    @property
+    def box_conditions(self) -> BoxBoundary:
+        return self.boundary
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The immersed energy less the sides' fluxes' work, divided by the lift's energy on the whole square."""
         nu = self.diffusivity(params.to(u.dtype))
         _, lift, _ = self._boundary_fields(u)
-        energy = immersed_energy(u, nu, self._data(params), **self._system_arguments(params))
+        energy = immersed_energy(u, nu, self._data(params), **self._energy_arguments())
         return {"energy": (energy - self._flux_work(u)) / self._scale(lift, nu)}
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         return Family.hessian(self, u, params)
 
     # -- the body-fitted truth ------------------------------------------------------------
-    def _body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
         from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
 
         m = self.kl_terms

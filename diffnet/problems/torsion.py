@@ -16,10 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.cutcell import cut_cells
 from diffnet.family import Family, ParameterSpec
 from diffnet.geometry import Star, grid_points
-from diffnet.immersed import Immersed, immersed, immersed_energy
+from diffnet.immersed import immersed_energy
 from diffnet.options import integer_in, option, positive
 from diffnet.problems.immersed_family import ImmersedFamily
 
@@ -53,6 +52,7 @@ class StarTorsion(ImmersedFamily, Family):
     Options = TorsionOptions
     in_channels = 3  # the signed distance, y, x
     dims = 2
+    source = 1.0  # -Δu = 1; u = 0 on the star (cut_condition's default)
 
     @classmethod
     def check_options(cls, options: TorsionOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
@@ -76,9 +76,6 @@ class StarTorsion(ImmersedFamily, Family):
         """The domain of one instance (2K coefficients)."""
         p = np.asarray(params, dtype=np.float64)
         return Star(_CENTRE, self.r0, tuple(p[: self.modes]), tuple(p[self.modes:]))
-
-    def discretise(self, params: np.ndarray) -> Immersed:
-        return immersed(cut_cells(self.shape(params), self.resolution), np.ones(self.resolution), dirichlet=True)
 
     def check_instances(self, params: np.ndarray) -> None:
         """Each shape within the family's range, inside the unit square with a cell to spare, and no thinner
@@ -108,13 +105,10 @@ class StarTorsion(ImmersedFamily, Family):
         data = self._data(params)
         nu = torch.ones_like(u)
         scale = torch.as_tensor([d.cells.area() ** 2 / (16 * np.pi) for d in data], dtype=u.dtype, device=u.device)
-        return {"energy": immersed_energy(u, nu, data, f=1.0) / scale}
+        return {"energy": immersed_energy(u, nu, data, f=self.source) / scale}
 
     # -- the references -----------------------------------------------------------------
-    def _system_arguments(self, params: np.ndarray) -> dict:
-        return {"f": 1.0}
-
-    def _body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
         from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
 
         star = self.shape(params)
