@@ -83,8 +83,8 @@ def run(args: argparse.Namespace, comm) -> int:
              f"(the network extrapolates there)")
     name = spec.name
     print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {'x'.join(map(str, cfg.problem.resolution))}), "
-          f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}",
-          flush=True)
+          f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}"
+          + ("; each side's time includes its own per-instance set-up" if args.classical else ""), flush=True)
     keep = min(args.reference_samples, args.samples) if args.classical else 0
 
     def network(p: np.ndarray) -> tuple[np.ndarray, float]:
