@@ -69,10 +69,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1, help="MPI ranks per training run (mpiexec -n)")
     parser.add_argument("--set", action="append", default=[], help="override passed to every run")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="parallel.device of every run")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the run directories here, one per config (default: a temporary folder), "
+                             "e.g. for deepfusion compare afterwards")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [*args.set, f"parallel.device={args.device}"]
-        results = [run(c, args.ranks, overrides, Path(tmp)) for c in args.configs]
+        results = [run(c, args.ranks, overrides, args.workdir or Path(tmp)) for c in args.configs]
     print(json.dumps({"benchmark": "accuracy", "runs": results}, indent=2))
 
 

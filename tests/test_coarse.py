@@ -275,3 +275,21 @@ def test_one_and_two_ranks_train_one_model_and_resume_bitwise(tmp_path):
     assert proc.returncode == 0 and "(step 6)" in proc.stdout, proc.stderr
     c = final(tmp_path / "p1")
     assert all(np.array_equal(a.model[k], c.model[k]) for k in a.model)
+
+
+def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_path):
+    # docs/families.md's tutorial family with the 'precondition' capability declared and nothing else: its
+    # Hessian is probed from its loss (Family.hessian), and the correction runs on every level.
+    from test_families import _tutorial
+
+    config = _tutorial(tmp_path)
+    (tmp_path / "capable.py").write_text("from screened_poisson import ScreenedPoisson\n\n\n"
+                                         "class Capable(ScreenedPoisson):\n"
+                                         "    capabilities = ScreenedPoisson.capabilities | {'precondition'}\n")
+    proc = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", 'problem.family="capable:Capable"',
+                   "--set", "multigrid.epochs=[2,1]", "--set", "data.n_train=16", "--set", "data.n_test=2",
+                   "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
+                   "--set", "model.coarse_correction=5", path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    assert "P from 5x5" in proc.stdout
+    assert np.isfinite(json.loads((tmp_path / "run" / "eval.json").read_text())["ratio_to_floor"])

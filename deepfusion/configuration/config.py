@@ -117,12 +117,37 @@ def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
                           "use parallel.cuda_graphs = false")
 
 
+def _quadratic(configured: Any) -> bool:
+    """Whether the family's loss is quadratic in the field: its Hessian stencil (one instance, the middle of
+    the training range, on the family's grid of at most 17 nodes a side: 32 s at 128^3, 0.1 s at 17^3) the
+    same at two different fields."""
+    import numpy as np
+    import torch
+
+    low, high = configured.parameters.bounds()
+    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    grid = tuple(min(n, 17) for n in configured.resolution)
+    configured = configured.at_resolution(grid)
+    rows = [torch.zeros(1, 1, *grid, dtype=torch.float64),
+            torch.as_tensor(np.random.default_rng(0).normal(size=(1, 1, *grid)))]
+    with torch.no_grad():
+        fields = [configured.field(raw, params).detach() for raw in rows]
+    a, b = (configured.hessian(u, params).detach() for u in fields)
+    return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))
+
+
 def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None:
     what = "model.coarse_correction"
     if not configured.has("precondition"):
         lever = " (its lever is burgers.preconditioner)" if family.name == "burgers" else ""
         raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
                           f"configured) does not declare the 'precondition' capability{lever}; use 0")
+    if not _quadratic(configured):
+        # Measured (docs/results.md): one coarse Newton step of the linearisation at the network's field, with
+        # the linearisation's gradient, trained the cubic-reaction plugin to 563x its floor (3.41x without).
+        raise ConfigError(f"{what}: the {family.name} family's loss is not quadratic (its Hessian changes with the "
+                          "field), and one coarse Newton step inside the generator trained such a loss to 563x its "
+                          "floor (the cubic-reaction plugin; 3.41x without it); use 0")
     if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
                           f"model.coarse_correction = 0")
