@@ -25,6 +25,9 @@ def constant(key: Hashable, make: Callable[[], np.ndarray | torch.Tensor], like:
     if hit is None:
         if len(_CACHE) >= _LIMIT:
             _CACHE.clear()
-        hit = torch.as_tensor(make(), dtype=like.dtype, device=like.device)
+        # Never an inference tensor: one first built under torch.inference_mode (an evaluation, the coarse
+        # correction's fixed nodes) could not be saved for backward by a later training step in this process.
+        with torch.inference_mode(False):
+            hit = torch.as_tensor(make(), dtype=like.dtype, device=like.device).clone()
         _CACHE[full] = hit
     return hit

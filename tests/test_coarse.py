@@ -293,3 +293,16 @@ def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_
     assert proc.returncode == 0, proc.stderr
     assert "P from 5x5" in proc.stdout
     assert np.isfinite(json.loads((tmp_path / "run" / "eval.json").read_text())["ratio_to_floor"])
+
+
+def test_a_constant_first_built_under_inference_mode_trains_afterwards():
+    # The coarse correction's fixed nodes evaluate the family's field, which keeps its lift and mask
+    # (diffnet.constants); built first inside torch.inference_mode (an evaluation), they must still serve a
+    # later training step in the same process.
+    family = PoissonProblem((13, 11))
+    p = _kl(family, 2)
+    with torch.inference_mode():
+        coarse_correction(family, family.field(torch.zeros(2, 1, 13, 11, dtype=torch.float64), p), p, 5)
+    raw = torch.randn(2, 1, 13, 11, dtype=torch.float64, requires_grad=True)
+    family.loss_terms(coarse_correction(family, family.field(raw, p), p, 5), p)["energy"].sum().backward()
+    assert raw.grad is not None and torch.isfinite(raw.grad).all()

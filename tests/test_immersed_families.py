@@ -296,3 +296,22 @@ def test_compare_times_each_solve_with_its_own_set_up(monkeypatch):
     monkeypatch.setattr(StarTorsion, "clear_caches", lambda self: cleared.append(1) or original(self))
     measure_classical(family, shapes, "fmg", 17)  # the best of repeats, each repeat building its own
     assert len(cleared) >= len(shapes)
+
+
+@pytest.mark.parametrize("name", ["torsion", "plate"])
+def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypatch):
+    from diffnet.family import Family
+
+    family = StarTorsion((17, 17)) if name == "torsion" else PlateWithHole((17, 17))
+    family.clear_caches()
+    params = torch.as_tensor(family.sample(3, "random", 2))
+    fields = [family.field(torch.randn(3, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(s)),
+                           params).detach() for s in (0, 1)]
+    probes = []
+    original = Family.hessian
+    monkeypatch.setattr(Family, "hessian", lambda self, u, p: probes.append(len(p)) or original(self, u, p))
+    kept = family.hessian(fields[0], params)
+    again = family.hessian(fields[1], params[[2, 0]])  # other fields, other order: the kept stencils
+    assert probes == [3] and torch.equal(again, kept[[2, 0]])
+    fresh = original(family, fields[1], params)  # probed at another field: the same (a quadratic energy)
+    assert torch.allclose(kept, fresh, rtol=0, atol=1e-9 * float(fresh.abs().max()))
