@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from collections import OrderedDict
 from typing import Callable
 
@@ -54,14 +53,15 @@ CACHE_BYTES = 2 * 2**30
 
 
 class _Cache(OrderedDict):
-    """Row bytes -> (Immersed, its bytes), least recently used first, with their total."""
+    """(family, row bytes) -> (what was built, its bytes), least recently used first, with their total."""
 
     nbytes: int = 0
 
 
-# Per family (equal families share one): the discretisations, and the loss's Hessian stencils.
-_DISCRETISATIONS: "weakref.WeakKeyDictionary[ImmersedFamily, _Cache]" = weakref.WeakKeyDictionary()
-_HESSIANS: "weakref.WeakKeyDictionary[ImmersedFamily, _Cache]" = weakref.WeakKeyDictionary()
+# Keyed by (family, instance): equal families share, and a family made again for another grid (a multigrid
+# level, the coarse correction's coarse grid: a new object each step) finds what the last one built.
+_DISCRETISATIONS = _Cache()
+_HESSIANS = _Cache()
 
 
 def _keep(cache: _Cache, key: bytes, value) -> None:
@@ -132,13 +132,12 @@ class ImmersedFamily(Q1Classical):
         instance and kept (:data:`CACHE_BYTES`): training revisits every instance of a rank's shard each
         epoch, and building it per sample and step made a user's 17² family run at 13 samples/s."""
         row = np.ascontiguousarray(np.ravel(params), dtype=np.float64)
-        cache = _DISCRETISATIONS.setdefault(self, _Cache())
-        key = row.tobytes()
-        if key in cache:
-            cache.move_to_end(key)
-            return cache[key][0]
+        key = (self, row.tobytes())
+        if key in _DISCRETISATIONS:
+            _DISCRETISATIONS.move_to_end(key)
+            return _DISCRETISATIONS[key][0]
         data = self.discretise(row.reshape(np.shape(params)))
-        _keep(cache, key, data)
+        _keep(_DISCRETISATIONS, key, data)
         return data
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -150,8 +149,8 @@ class ImmersedFamily(Q1Classical):
         from diffnet.family import Family
 
         rows = params.detach().double().cpu().numpy().reshape(len(params), -1)
-        keys = [np.ascontiguousarray(r).tobytes() for r in rows]
-        cache = _HESSIANS.setdefault(self, _Cache())
+        keys = [(self, np.ascontiguousarray(r).tobytes()) for r in rows]
+        cache = _HESSIANS
         missing = [k for k, key in enumerate(keys) if key not in cache]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
@@ -165,7 +164,7 @@ class ImmersedFamily(Q1Classical):
     def clear_caches(self) -> None:
         """Forget every instance's discretisation, Hessian and assembled multigrid (a timed solve then builds
         its own)."""
-        for cache in (*_DISCRETISATIONS.values(), *_HESSIANS.values()):
+        for cache in (_DISCRETISATIONS, _HESSIANS):
             cache.clear()
             cache.nbytes = 0
         _multigrid.cache_clear()
