@@ -199,6 +199,9 @@ class Family:
     in_channels: ClassVar[int]
     dims: ClassVar[int] = 2
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # A family's own key against a network's smooth error where it has no Hessian for the coarse correction
+    # or the preconditioned loss (named in their refusals), e.g. "burgers.preconditioner".
+    smooth_error_lever: ClassVar[str] = ""
     samplings: ClassVar[tuple[str, ...]] = ("uniform", "random", "sobol")  # data.sampling values :meth:`sample` knows
     resolution: tuple[int, ...]
 

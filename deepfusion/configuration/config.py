@@ -141,7 +141,7 @@ def _quadratic(configured: Any) -> bool:
 def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None:
     what = "model.coarse_correction"
     if not configured.has("precondition"):
-        lever = " (its lever is burgers.preconditioner)" if family.name == "burgers" else ""
+        lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
         raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
                           f"configured) does not declare the 'precondition' capability{lever}; use 0")
     if not _quadratic(configured):

@@ -106,6 +106,7 @@ class BurgersProblem(Family):
     test_c: tuple[float, ...] = (3.3, 4.1, 4.77, 5.5, 5.9)
 
     name = "burgers"
+    smooth_error_lever = "burgers.preconditioner"  # the implicit-diffusion weighting of the residual
     Options = BurgersOptions
     samplings = ("uniform", "random", "sobol", "list")
     in_channels = 3
