@@ -101,10 +101,10 @@ def test_the_fem_solution_is_left_unchanged(family):
 
 
 def test_the_gradient_is_the_transpose_of_the_corrections_jacobian():
-    family = PoissonProblem((9, 9))
-    p = _kl(family, 2)
-    u = family.field(torch.randn(2, 1, 9, 9, dtype=torch.float64), p).requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda v: coarse_correction(family, v, p, 5), (u,), eps=1e-6, atol=1e-8, rtol=1e-6)
+    family = PoissonProblem((7, 7))
+    p = _kl(family, 1)
+    u = family.field(torch.randn(1, 1, 7, 7, dtype=torch.float64), p).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v: coarse_correction(family, v, p, 4), (u,), eps=1e-6, atol=1e-8, rtol=1e-6)
 
 
 def test_through_the_energy_the_gradient_is_the_energys_at_the_corrected_field():

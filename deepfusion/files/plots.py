@@ -120,13 +120,12 @@ def plot_fields(
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
+    return _save(_fields_figure(pred, ref, coords, labels, ref_name, inputs, domain, errors), out, 110)
+
+
+def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, errors=None):
     (vertical, ys), (horizontal, xs) = coords.items()
-    extent = (xs[0], xs[-1], ys[0], ys[-1])
-    return _save(_fields_figure(pred, ref, extent, labels, (horizontal, vertical), ref_name, inputs, domain, errors),
-                 out, 110)
-
-
-def _fields_figure(pred, ref, extent, labels, axis_names, ref_name, inputs, domain=None, errors=None):
+    extent, axis_names = (xs[0], xs[-1], ys[0], ys[-1]), (horizontal, vertical)
     plt = _pyplot()
     s = len(pred)
     cols = 3 + (inputs is not None)
