@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, comm) -> int:
     load_s = time.perf_counter() - t0
     problem = build_problem(cfg)
     generator = generator_problem(cfg, problem)  # the network's fields, with its coarse correction if it has one
-    product = "DiffNet" if generator is problem else f"DiffNet + coarse solve ({generator.coarse_text()})"
+    product = _product(problem, generator)
     for capability in ("reference", "floor", "classical"):
         require(problem, capability, "compare")
     if args.polish and not problem.has("polish"):
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, comm) -> int:
     rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
                         train_seconds=train_seconds) | {"product": product} for (device, t), timing in inference.items()]
     for k in args.polish:
-        rows += _polished_rows(problem, generator, model, params, acc, k, threads, args.batch, train_seconds, product)
+        rows += _polished_rows(problem, (model, generator), params, acc, k, threads, args.batch, train_seconds)
     report = {
         "run_dir": str(run_dir), "checkpoint": str(path), "problem": problem.name, "resolution": grid,
         "methods": dict(problem.classical_methods),
@@ -116,16 +116,22 @@ def run(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _polished_rows(problem, generator, model, params, acc, cycles: int, threads: list[int], batch: int,
-                   train_seconds, product: str = "DiffNet") -> list[dict]:
-    """"DiffNet + k cycles": the network's fields (``generator``'s, with its coarse correction) then
-    ``cycles`` classical iterations, timed together, measured against the same truth and floor, and
-    matched to its own cheapest classical solve."""
+def _product(problem, generator) -> str:
+    """What the network product is called in the rows: the network, with its coarse solve if it has one."""
+    return "DiffNet" if generator is problem else f"DiffNet + coarse solve ({generator.coarse_text()})"
+
+
+def _polished_rows(problem, network: tuple, params, acc, cycles: int, threads: list[int], batch: int,
+                   train_seconds) -> list[dict]:
+    """"DiffNet + k cycles": the network's fields (``network`` = (model, generator): the generator's field,
+    with its coarse correction) then ``cycles`` classical iterations, timed together, measured against the
+    same truth and floor, and matched to its own cheapest classical solve."""
+    model, generator = network
     from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
     from deepfusion.analysis.inference import against_floor, predict
     from deepfusion.parallel.runtime import apply_threads
 
-    label = f"{product} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
+    label = f"{_product(problem, generator)} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
     problem.polish(params[:1], predict(model, generator, params[:1]), cycles)
     timings = {}
     for t in threads:

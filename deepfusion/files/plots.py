@@ -102,7 +102,6 @@ def plot_fields(
     coords: dict[str, np.ndarray],
     labels: list[str],
     out: Path,
-    ref_name: str = "reference",
     inputs: tuple[np.ndarray, list[str]] | None = None,
     domain: np.ndarray | None = None,
     errors: list[float] | None = None,
@@ -120,7 +119,7 @@ def plot_fields(
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
-    return _save(_fields_figure(pred, ref, coords, labels, ref_name, inputs, domain, errors), out, 110)
+    return _save(_fields_figure(pred, ref, coords, labels, "reference", inputs, domain, errors), out, 110)
 
 
 def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, errors=None):
