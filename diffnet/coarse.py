@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import along_axes, apply_stencil, fixed_nodes, loss_gradient
+from diffnet.vcycle import along_axes, apply_stencil, dense_interpolation, fixed_nodes, loss_gradient
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -59,14 +59,6 @@ def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
 
 def _float64(x: torch.Tensor) -> torch.Tensor:
     return x.double() if x.is_floating_point() else x
-
-
-def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
-    """(n_fine, n_coarse) linear interpolation between uniform node grids with the same end points."""
-    from diffnet.multilevel import interpolation_matrix
-
-    return torch.as_tensor(interpolation_matrix(n_coarse, n_fine, align_corners=True), dtype=like.dtype,
-                           device=like.device)
 
 
 @dataclass
@@ -93,7 +85,7 @@ class CoarseSpace:
 
         grid = tuple(u.shape[1:])
         coarse = coarse_grid(grid, nodes)
-        transfers = [_interpolation(n, m, u) for n, m in zip(grid, coarse)]
+        transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
         free = fixed_nodes(family, params, u.dtype).logical_not()
         coarse_free = fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not()
         hessian = family.hessian(u, params).to(u.dtype)
@@ -247,9 +239,6 @@ class CoarseCorrected:
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         return coarse_correction(self.family, self.problem.field(raw, params), params, self.nodes, self.clock)
-
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.problem.loss_terms(u, params)
 
     def fixed_nodes(self, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The family's fixed nodes (the correction vanishes there, and probing its field would not tell)."""

@@ -146,8 +146,9 @@ def _on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
-    """(n_fine, n_coarse) linear interpolation between uniform node grids: the numpy multigrid's, dense."""
+def dense_interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_fine, n_coarse) linear interpolation between uniform node grids with the same end points (nested or
+    not): the numpy multigrid's, dense, in ``like``'s dtype and device."""
     from diffnet.solvers.gmg import interpolation_1d
 
     return torch.as_tensor(interpolation_1d(n_fine, n_coarse).toarray(), dtype=like.dtype, device=like.device)
@@ -189,14 +190,14 @@ class VCycle:
             raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")
         grids = coarse_grids(tuple(u.shape[1:]))
         # Per level but the coarsest, per axis: the interpolation from the next coarser grid (P; Pᵀ restricts).
-        transfers = [[_interpolation(n, m, u) for n, m in zip(fine, coarse)] for fine, coarse in zip(grids, grids[1:])]
+        transfers = [[dense_interpolation(n, m, u) for n, m in zip(fine, coarse)] for fine, coarse in zip(grids, grids[1:])]
         centre = len(_offsets(u.ndim - 1)) // 2
         levels = []
         field = u
         for k, grid in enumerate(grids):
             level_family = family if k == 0 else family.at_resolution(grid)
             if k > 0:  # the linearisation's field, interpolated to this level's nodes
-                field = along_axes(field, [_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
+                field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
             free = fixed_nodes(level_family, params, u.dtype).logical_not()
             stencil = _on_free_nodes(level_family.hessian(field, params).to(u.dtype), free)
             levels.append(_Level(stencil, free, stencil[:, centre], transfers[k] if k < len(transfers) else None))

@@ -40,11 +40,17 @@ def generator_problem(cfg: Config, problem, clock: list | None = None):
     runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
     through it; references and floors come from the family itself. ``clock[0]`` gathers the seconds the
     correction takes."""
+    return _corrected(cfg, problem, problem, clock)
+
+
+def _corrected(cfg: Config, fields, family, clock: list | None):
+    """``fields`` (a problem giving fields and loss) with ``family``'s coarse correction on its fields, when the
+    run has one."""
     if not cfg.model.coarse_correction:
-        return problem
+        return fields
     from diffnet.coarse import CoarseCorrected
 
-    return CoarseCorrected(problem, problem, cfg.model.coarse_correction, clock if clock is not None else [0.0])
+    return CoarseCorrected(fields, family, cfg.model.coarse_correction, clock if clock is not None else [0.0])
 
 
 def training_problem(cfg: Config, problem, clock: list | None = None):
@@ -55,11 +61,7 @@ def training_problem(cfg: Config, problem, clock: list | None = None):
         from diffnet.preconditioned import PreconditionedLoss
 
         trained = PreconditionedLoss(problem, cfg.train.precondition_cycles, cfg.train.precondition_form)
-    if not cfg.model.coarse_correction:
-        return trained
-    from diffnet.coarse import CoarseCorrected
-
-    return CoarseCorrected(trained, problem, cfg.model.coarse_correction, clock if clock is not None else [0.0])
+    return _corrected(cfg, trained, problem, clock)
 
 
 def sample_parameters(cfg: Config, n: int, sampling: str, seed: int) -> np.ndarray:
