@@ -194,12 +194,20 @@ class ImmersedFamily(Q1Classical):
     def _active(self, params: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(np.stack([d.active for d in self._data(params)]), dtype=like.dtype, device=like.device)
 
+    def _box_fields(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """The box's ``free`` mask, ``held`` Dirichlet values or ``flux`` load in ``like``'s dtype and device,
+        built once per grid and conditions (:func:`diffnet.constants.constant`): the field and the loss read
+        them every step."""
+        from diffnet.constants import constant
+
+        box = None if self.box_conditions is None else self.box_conditions.describe()
+        make = {"free": lambda: ~self._box()[0], "held": lambda: self._box()[1], "flux": lambda: self._box()[2]}
+        return constant(("immersed box", box, tuple(self.resolution), name), make[name], like)
+
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The box's Dirichlet values and the network's output elsewhere, on the active nodes (those of the
         elements the domain meets), zero off them."""
-        fixed, values, _ = self._box()
-        free = torch.as_tensor(~fixed, dtype=raw.dtype, device=raw.device)
-        held = torch.as_tensor(values, dtype=raw.dtype, device=raw.device)
+        held, free = self._box_fields("held", raw), self._box_fields("free", raw)
         return (held + raw[:, 0] * free) * self._active(params, raw)
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -208,9 +216,9 @@ class ImmersedFamily(Q1Classical):
         rows = params.detach().double().cpu().numpy()
         nu = torch.as_tensor(np.stack([self.coefficient(p) for p in rows]), dtype=u.dtype, device=u.device)
         energy = immersed_energy(u, nu, self._data(params), **self._energy_arguments())
-        flux = self._box()[2]
-        if flux.any():
-            load = torch.as_tensor(flux, dtype=u.dtype, device=u.device) * self._active(params, u)
+        box = self.box_conditions
+        if box is not None and any(side.kind == "flux" and side.value != 0.0 for side in box.sides.values()):
+            load = self._box_fields("flux", u) * self._active(params, u)
             energy = energy - (load * u).sum(dim=(1, 2))
         return {"energy": energy}
 
