@@ -145,12 +145,17 @@ class CoarseSpace:
                         p[:, max(-big, 0): nc - max(big, 0)] * shifted[:, max(big, 0): nc - max(-big, 0)])
                 by_offset[o] = q.reshape(nf, nc * 5)
             spans.append(by_offset)
-        total = None
-        for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims)):
-            x = stencil[:, k]
-            for axis in range(dims):  # contract fine axis `axis` (now at position 1) into (I_a, O_a), moved last
-                x = torch.movedim(x, 1, -1) @ spans[axis][offset[axis]]
-            total = x if total is None else total + x
+        # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
+        # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
+        # instead of d 3^d (2.6x fewer operations in 3-D).
+        level = {offset: stencil[:, k] for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims))}
+        for axis in range(dims):
+            summed: dict[tuple[int, ...], torch.Tensor] = {}
+            for offset, x in level.items():  # offset: the offsets of the axes not yet contracted
+                y = torch.movedim(x, 1, -1) @ spans[axis][offset[0]]
+                summed[offset[1:]] = summed[offset[1:]] + y if offset[1:] in summed else y
+            level = summed
+        total = level[()]
         # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
         total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
         total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims)

@@ -222,15 +222,18 @@ def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndar
         c_q = [convolve(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
                for row in interp]
     grid = coeff.shape[1:]
-    stencil = coeff.new_zeros(coeff.shape[0], len(offsets), *grid)
+    # Every element's (nodes x nodes) block at once, one matrix product over the Gauss points, each
+    # added into its nodes' slice in place: in 3-D (64 blocks of 8 points) summing the blocks one by one
+    # and padding each to the node grid took 5x as long (2026-11-26).
+    s, cells = coeff.shape[0], c_q[0].shape[1:]
+    pair_rows = torch.as_tensor(pairs.reshape(len(c_q), -1).T, dtype=coeff.dtype, device=coeff.device)
+    blocks = (pair_rows @ torch.stack(c_q, dim=1).reshape(s, len(c_q), -1)).reshape(s, len(corners), len(corners), *cells)
+    stencil = coeff.new_zeros(s, len(offsets), *grid)
     for a, ca in enumerate(corners):
-        pad = []
-        for o in reversed(ca):  # the element at e sits at node e + ca in the node grid
-            pad += [o, 1 - o]
+        at = tuple(slice(o, o + n) for o, n in zip(ca, cells))  # the element at e sits at node e + ca
         for b, cb in enumerate(corners):
-            element = sum(float(pairs[q, a, b]) * c_q[q] for q in range(len(c_q)))
             k = offsets.index(tuple(j - i for i, j in zip(ca, cb)))
-            stencil[:, k] += F.pad(element, pad)
+            stencil[(slice(None), k, *at)] += blocks[:, a, b]
     return stencil
 
 
