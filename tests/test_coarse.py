@@ -153,8 +153,8 @@ def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
 ])
 def test_what_cannot_take_the_correction_is_refused_in_one_line(tmp_path, overrides, message):
     config = POISSON if "problem.family=burgers" not in overrides else str(ROOT / "configs" / "burgers.toml")
-    sets = [a for o in ["model.coarse_correction=9", *[x for x in overrides if not x.startswith("problem.family")]]
-            for a in ("--set", o)]
+    sets = [a for o in ["model.coarse_correction=9", "train.second_stage_epochs=0", "train.loss=family",
+                        *[x for x in overrides if not x.startswith("problem.family")]] for a in ("--set", o)]
     proc = run_cli("train", config, "--out", str(tmp_path / "r"), *sets)
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "r").exists()
@@ -165,7 +165,7 @@ RUN = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]"
        "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
        "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
        "--set", "train.checkpoint_every=2", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
-       "--set", "model.coarse_correction=5"]
+       "--set", "model.coarse_correction=5", "--set", "train.loss=family", "--set", "train.second_stage_epochs=0"]
 
 
 @pytest.fixture(scope="module")

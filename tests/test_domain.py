@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, child_env
+from conftest import PLAIN, ROOT, child_env
 from deepfusion.parallel.domain import tile_bounds
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.networks import UNet
@@ -87,7 +87,7 @@ SPLIT_RUN = [
     "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
     "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
     "--set", "train.checkpoint_every=2", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
-    "--set", "train.dtype=float64",
+    "--set", "train.dtype=float64", *PLAIN,
 ]
 
 

@@ -8,13 +8,14 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import PLAIN, ROOT, run_cli
 from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 from deepfusion.parallel.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # Two levels, 8^2 then 16^2, 4 steps per epoch, checkpoints every 6 steps, all kept.
 SCHEDULE = [
+    *PLAIN,
     "--set", "problem.resolution=[16,16]",
     "--set", "model.channels=[8,16]",
     "--set", "data.n_train=16",

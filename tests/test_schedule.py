@@ -51,7 +51,8 @@ def test_single_level_schedule_is_the_train_section():
     (stage,) = build_schedule(cfg)
     assert (stage.grid, stage.epochs, stage.steps, stage.lr, stage.label()) == ((64, 64), 7, 28, cfg.train.lr, "")
     # `multigrid.levels=[]` alone turns a shipped multigrid config into one level: the train section's.
-    cfg = load_config(ROOT / "configs" / "poisson.toml", ["multigrid.levels=[]", "problem.resolution=[48,48]"])
+    cfg = load_config(ROOT / "configs" / "poisson.toml", ["multigrid.levels=[]", "problem.resolution=[48,48]",
+                                                         "train.second_stage_epochs=0"])
     (stage,) = build_schedule(cfg)
     assert (stage.grid, stage.epochs, stage.lr, stage.batch_size) == ((48, 48), cfg.train.epochs, cfg.train.lr,
                                                                  cfg.train.batch_size)
