@@ -1,0 +1,97 @@
+"""Linear elasticity on the Q1 grid: the material maps and the vector energy DiffNet is trained on.
+
+A displacement u = (u_x, u_y[, u_z]) is nodal on the unit square's or cube's node grid, one
+multilinear (Q1) field per component, stored (S, d, *grid) with the components x first (the order
+of the spacings) and the grid's axes outermost first ((y, x) in 2-D), as every field here. The
+energy of a body with Young's modulus E (nodal, interpolated multilinearly to the 2^d Gauss points
+of each element, as the scalar families' coefficients) and Poisson ratio nu is
+
+    J(u) = 1/2 ∫ [lambda (div u)^2 + 2 mu ε(u) : ε(u)] - ∫ f · u - ∫_Γ t · u,
+
+lambda = E lambda_1(nu), mu = E mu_1(nu) (:func:`lame`), ε(u) the symmetric gradient. With the
+same 2^d-point Gauss rule its Hessian is the assembled matrix of
+:func:`diffnet.solvers.elasticity.elasticity_matrix`, so that system's solution is the exact
+minimiser of this energy (the floor and, on a finer grid, the reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from diffnet.energy import at_gauss_points, gauss_basis
+
+__all__ = ["PLANES", "lame", "elasticity_energy", "displacement_gradients"]
+
+# "strain": plane strain (and every 3-D body); "stress": a thin plate loaded in its plane.
+PLANES = ("strain", "stress")
+
+
+def lame(nu: float | np.ndarray | torch.Tensor, plane: str = "strain"):
+    """The Lamé parameters per unit Young's modulus, (lambda_1, mu_1), for Poisson ratio ``nu``.
+
+    Plane strain and 3-D: lambda_1 = nu / ((1 + nu)(1 - 2 nu)); plane stress: nu / (1 - nu^2);
+    mu_1 = 1 / (2 (1 + nu)) in both (scikit-fem's ``lame_parameters`` and ``plane_stress``).
+    """
+    if plane not in PLANES:
+        raise ValueError(f"plane must be one of {', '.join(PLANES)}, got {plane!r}")
+    mu = 1.0 / (2.0 * (1.0 + nu))
+    lam = nu / ((1.0 + nu) * (1.0 - 2.0 * nu)) if plane == "strain" else nu / (1.0 - nu * nu)
+    return lam, mu
+
+
+def displacement_gradients(u: torch.Tensor, spacing: tuple[float, ...]) -> list[list[torch.Tensor]]:
+    """du_i/dx_j at every element's Gauss points: ``grad[i][j]`` of shape (S, Q, *cells), i and j x first.
+
+    Parameters
+    ----------
+    u : torch.Tensor
+        Nodal displacements (S, d, *grid), d = 2 or 3 components, x first.
+    spacing : tuple of float
+        Node spacings, x first.
+    """
+    dims = u.ndim - 2
+    if u.shape[1] != dims or len(spacing) != dims:
+        raise ValueError(f"need (S, d, *grid) displacements with d = {dims} components and {dims} spacings, "
+                         f"got shape {tuple(u.shape)} and {len(spacing)} spacings")
+    _, *grads, _ = gauss_basis(*spacing)
+    return [[at_gauss_points(u[:, i], grads[j]) for j in range(dims)] for i in range(dims)]
+
+
+def elasticity_energy(u: torch.Tensor, young: torch.Tensor, nu: float | torch.Tensor, spacing: tuple[float, ...],
+                      plane: str = "strain") -> torch.Tensor:
+    """The strain energy 1/2 ∫ lambda (div u)^2 + 2 mu ε(u):ε(u) per sample, shape (S,).
+
+    Parameters
+    ----------
+    u : torch.Tensor
+        Nodal displacements (S, d, *grid), components x first.
+    young : torch.Tensor
+        Nodal Young's modulus (S, *grid), positive; interpolated to the Gauss points.
+    nu : float or torch.Tensor
+        Poisson ratio, a number or one per sample (S,), in (-1, 1/2) (plane stress: (-1, 1)).
+    spacing : tuple of float
+        Node spacings, x first.
+    plane : str
+        "strain" (plane strain; every 3-D body) or "stress" (plane stress, 2-D only).
+
+    Returns
+    -------
+    torch.Tensor
+        (S,): equals 1/2 uᵀ K u with K :func:`diffnet.solvers.elasticity.elasticity_matrix`.
+    """
+    if young.shape != (u.shape[0], *u.shape[2:]):
+        raise ValueError(f"need Young's modulus (S, *grid) = {(u.shape[0], *u.shape[2:])}, got {tuple(young.shape)}")
+    if plane == "stress" and u.ndim != 4:
+        raise ValueError("plane stress is a 2-D model; a 3-D body takes plane = 'strain'")
+    dims = u.ndim - 2
+    values, *_, w = gauss_basis(*spacing)
+    grad = displacement_gradients(u, spacing)
+    lam, mu = lame(torch.as_tensor(nu, dtype=u.dtype, device=u.device), plane)
+    lam, mu = (x.reshape(-1, *([1] * (dims + 1))) if x.ndim else x for x in (lam, mu))
+    divergence = sum(grad[i][i] for i in range(dims))
+    # 2 ε:ε = sum_ij (du_i/dx_j)^2 + du_i/dx_j du_j/dx_i
+    shear = sum(grad[i][j] * (grad[i][j] + grad[j][i]) for i in range(dims) for j in range(dims))
+    density = lam * divergence**2 + mu * shear
+    e_q = at_gauss_points(young.to(u.dtype), values)
+    return 0.5 * w * (e_q * density).flatten(1).sum(1)

@@ -1,0 +1,172 @@
+"""The assembled Q1 linear-elasticity system on the unit square or cube and its solve: AMG-preconditioned
+CG with the rigid-body modes as the near-null space (pyamg's smoothed aggregation), or a direct solve.
+
+The element is :mod:`diffnet.elasticity`'s (vector Q1, 2^d-point Gauss, Young's modulus interpolated
+to the Gauss points), so the solution is the exact minimiser of the energy DiffNet is trained on. The
+unknowns are interleaved per node (node-major: dof = node * d + component, components x first), the
+layout smoothed aggregation takes in blocks of d; a field (S, d, *grid) converts with
+:func:`to_dofs` / :func:`from_dofs`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from diffnet.elasticity import lame
+from diffnet.energy import element_nodes, gauss_basis
+from diffnet.solvers.fem import grid_spacing
+
+__all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
+           "solve_elasticity"]
+
+
+def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strain") -> tuple[np.ndarray, np.ndarray]:
+    """Per Gauss point q the element stiffness for E = 1, shape (Q, 2^d d, 2^d d) with local dofs (a, i) at
+    a * d + i, and the basis at the Gauss points (Q, 2^d) that interpolates E there.
+
+    K_q[(a, i), (b, k)] = w [lambda_1 dN_a/dx_i dN_b/dx_k + mu_1 (delta_ik grad N_a . grad N_b + dN_a/dx_k dN_b/dx_i)],
+    the bilinear form lambda div u div v + 2 mu ε(u) : ε(v) on u = N_b e_k, v = N_a e_i.
+    """
+    values, *grads, w = gauss_basis(*spacing)
+    dims, nodes = len(spacing), values.shape[1]
+    lam, mu = lame(nu, plane)
+    g = np.stack(grads, axis=-1)  # (Q, a, j)
+    dot = np.einsum("qaj,qbj->qab", g, g)
+    k = (lam * np.einsum("qai,qbk->qaibk", g, g) + mu * np.einsum("qak,qbi->qaibk", g, g)
+         + mu * np.einsum("qab,ik->qaibk", dot, np.eye(dims)))
+    return w * k.reshape(len(values), nodes * dims, nodes * dims), values
+
+
+def _element_dofs(shape: tuple[int, ...]) -> np.ndarray:
+    """(cells, 2^d d) global dofs of every element's local dofs (a, i), node-major."""
+    dims = len(shape)
+    cells = tuple(n - 1 for n in shape)
+    index = np.arange(int(np.prod(shape))).reshape(shape)
+    corners = [index[tuple(slice(o, o + c) for o, c in zip(offset, cells))].ravel() for offset in element_nodes(dims)]
+    node = np.stack(corners, axis=1)  # (cells, a)
+    return (node[:, :, None] * dims + np.arange(dims)).reshape(len(node), -1)
+
+
+def _at_gauss_points(field: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(cells, Q): a nodal field interpolated to every element's Gauss points."""
+    cells = tuple(n - 1 for n in field.shape)
+    corners = np.stack([field[tuple(slice(o, o + c) for o, c in zip(offset, cells))].ravel()
+                        for offset in element_nodes(field.ndim)], axis=1)
+    return corners @ values.T
+
+
+def elasticity_matrix(young: np.ndarray, nu: float, plane: str = "strain") -> sp.csr_matrix:
+    """The stiffness matrix K (d N, d N) of a nodal Young's modulus ``young`` (*grid) on the unit square or cube.
+
+    Unknowns node-major (dof = node * d + component, x first); no boundary conditions: K is singular
+    by the rigid-body modes (:func:`rigid_body_modes`). 1/2 uᵀ K u is
+    :func:`diffnet.elasticity.elasticity_energy` of the same field.
+    """
+    young = np.asarray(young, dtype=np.float64)
+    if young.ndim not in (2, 3) or min(young.shape) < 2:
+        raise ValueError(f"need a 2-D or 3-D grid with at least 2 nodes per side, got {young.shape}")
+    k_q, values = element_stiffness(grid_spacing(young.shape), nu, plane)
+    e_q = _at_gauss_points(young, values)  # (cells, Q)
+    local = np.einsum("eq,qrs->ers", e_q, k_q)
+    dofs = _element_dofs(young.shape)
+    rows = np.broadcast_to(dofs[:, :, None], local.shape).ravel()
+    cols = np.broadcast_to(dofs[:, None, :], local.shape).ravel()
+    n = young.size * young.ndim
+    return sp.csr_matrix((local.ravel(), (rows, cols)), shape=(n, n))
+
+
+def body_load(force, shape: tuple[int, ...]) -> np.ndarray:
+    """The load ∫ f · N_a e_i per dof (node-major) of a body force ``force``: a callable of the Gauss points'
+    coordinates (x first, each of shape (cells, Q)) returning d components, or nodal values (d, *grid)
+    interpolated multilinearly."""
+    dims = len(shape)
+    spacing = grid_spacing(shape)
+    values, *_, w = gauss_basis(*spacing)
+    if callable(force):
+        axes = [np.linspace(0.0, 1.0, n) for n in shape]
+        coords = np.meshgrid(*axes, indexing="ij")[::-1]  # x first
+        f_q = force(*[_at_gauss_points(c, values) for c in coords])
+    else:
+        f_q = [_at_gauss_points(np.asarray(force[i], dtype=np.float64), values) for i in range(dims)]
+    load = np.zeros(int(np.prod(shape)) * dims)
+    dofs = _element_dofs(shape).reshape(-1, values.shape[1], dims)
+    for i in range(dims):
+        np.add.at(load, dofs[:, :, i], w * np.asarray(f_q[i]) @ values)
+    return load
+
+
+def rigid_body_modes(shape: tuple[int, ...]) -> np.ndarray:
+    """The rigid-body motions on the grid, node-major, (d N, 3) in 2-D (two translations, one rotation) and
+    (d N, 6) in 3-D: the near-null space of K, for smoothed aggregation."""
+    dims = len(shape)
+    coords = [c.ravel() for c in np.meshgrid(*[np.linspace(0.0, 1.0, n) for n in shape], indexing="ij")[::-1]]
+    nodes = coords[0].size
+    modes = []
+    for i in range(dims):  # translations
+        m = np.zeros((nodes, dims))
+        m[:, i] = 1.0
+        modes.append(m)
+    for i, j in ([(0, 1)] if dims == 2 else [(0, 1), (1, 2), (0, 2)]):  # rotations in the (i, j) planes
+        m = np.zeros((nodes, dims))
+        m[:, i], m[:, j] = -(coords[j] - 0.5), coords[i] - 0.5
+        modes.append(m)
+    return np.stack([m.ravel() for m in modes], axis=1)
+
+
+def to_dofs(u: np.ndarray) -> np.ndarray:
+    """A field (d, *grid), components x first, as node-major dofs (d N,)."""
+    return np.moveaxis(np.asarray(u), 0, -1).ravel()
+
+
+def from_dofs(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Node-major dofs (d N,) as a field (d, *grid)."""
+    return np.moveaxis(np.asarray(x).reshape(*shape, len(shape)), -1, 0)
+
+
+def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, values: np.ndarray, shape: tuple[int, ...],
+                     method: str = "amg", tol: float = 1e-10, stats: dict | None = None) -> np.ndarray:
+    """The displacement (d, *grid) minimising 1/2 uᵀ K u - loadᵀ u with u = ``values`` on the ``fixed`` dofs.
+
+    The fixed dofs are eliminated (K_ff u_f = load_f - K_fc g: symmetric positive definite once the
+    rigid-body modes are held); ``method`` "amg" is CG preconditioned by pyamg's smoothed aggregation
+    with the rigid-body modes restricted to the free dofs as its near-null space, "direct" a sparse LU.
+
+    Parameters
+    ----------
+    fixed, values : numpy.ndarray
+        Node-major (d N,) mask of the held dofs and their values (only the held entries are read).
+    stats : dict, optional
+        Filled with the solve's iterations, relative residual and set-up seconds.
+    """
+    stats = {} if stats is None else stats
+    fixed = np.asarray(fixed, dtype=bool)
+    if not fixed.any():
+        raise ValueError("a body held nowhere moves freely: hold at least one side (the rigid-body modes)")
+    free = ~fixed
+    g = np.where(fixed, values, 0.0)
+    rhs = load[free] - K[free][:, fixed] @ g[fixed]
+    k_ff = K[free][:, free].tocsr()
+    u = g.copy()
+    if method == "direct":
+        u[free] = spla.spsolve(k_ff.tocsc(), rhs)
+    elif method == "amg":
+        import pyamg
+
+        t0 = time.perf_counter()
+        near_null = rigid_body_modes(shape)[free]
+        ml = pyamg.smoothed_aggregation_solver(k_ff, B=near_null, symmetry="hermitian")
+        stats["amg_setup_s"] = time.perf_counter() - t0
+        residuals: list[float] = []
+        u[free] = ml.solve(rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
+        stats["iterations"] = len(residuals) - 1
+        stats["relative_residual"] = float(np.linalg.norm(rhs - k_ff @ u[free]) / max(np.linalg.norm(rhs), 1e-300))
+        if stats["relative_residual"] > 10 * tol:
+            raise RuntimeError(f"AMG-CG did not converge: relative residual {stats['relative_residual']:.3e} "
+                               f"after {stats['iterations']} iterations")
+    else:
+        raise ValueError(f"method must be 'amg' or 'direct', got {method!r}")
+    return from_dofs(u, shape)
