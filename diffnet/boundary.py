@@ -21,11 +21,15 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-__all__ = ["SIDES", "SIDE_DOC", "Side", "parse_side", "side_check", "BoxBoundary"]
+__all__ = ["SIDES", "SIDE_DOC", "VECTOR_SIDE_DOC", "Side", "parse_side", "side_check", "parse_vector_side",
+           "vector_side_check", "BoxBoundary", "component_boundaries"]
 
 SIDES = ("x0", "x1", "y0", "y1", "z0", "z1")
 SIDE_DOC = "the side {}: \"u=VALUE\" (Dirichlet) or \"flux=VALUE\" (outward flux ν ∂u/∂n)"
 _FORM = re.compile(r"^\s*(u|flux)\s*=\s*([-+0-9.eE]+)\s*$")
+VECTOR_SIDE_DOC = ("the side {}: \"u=VALUE\" or \"u=V_X,V_Y[,V_Z]\" (held displacement), \"traction=T_X,T_Y[,T_Z]\" "
+                   "(surface load), \"free\"")
+_VECTOR_FORM = re.compile(r"^\s*(u|traction)\s*=\s*(.+)$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,46 @@ def side_check(text: str) -> str | None:
     except ValueError as error:
         return str(error)
     return None
+
+
+def parse_vector_side(text: str, dims: int) -> tuple[Side, ...]:
+    """A side's condition on a ``dims``-component vector field, one scalar :class:`Side` per component (x first).
+
+    ``"u=0"`` holds every component at 0, ``"u=0,0.1"`` each at its own value (a clamp, a prescribed
+    displacement); ``"traction=0,-1"`` loads the side with the surface force t (per component the outward
+    flux of that component's equation, as the scalar families' ``"flux=VALUE"``); ``"free"`` is a zero traction.
+    """
+    if str(text).strip() == "free":
+        return (Side("flux", 0.0),) * dims
+    match = _VECTOR_FORM.match(str(text))
+    if match is None:
+        raise ValueError(f"{text!r} is not a side condition; write \"u=VALUE\", \"u=V_X,V_Y\", "
+                         f"\"traction=T_X,T_Y\" or \"free\"")
+    parts = match.group(2).split(",")
+    if len(parts) not in ({1, dims} if match.group(1) == "u" else {dims}):
+        raise ValueError(f"{text!r}: give {dims} components (x first)" + (" or one value" if match.group(1) == "u" else ""))
+    kind = "u" if match.group(1) == "u" else "flux"
+    values = []
+    for part in parts:
+        try:
+            values.append(float(part))
+        except ValueError:
+            raise ValueError(f"{text!r}: {part.strip()!r} is not a number") from None
+    if not np.isfinite(values).all():
+        raise ValueError(f"{text!r}: the values must be finite")
+    sides = tuple(Side(kind, v) for v in values)
+    return sides * dims if len(sides) == 1 else sides
+
+
+def vector_side_check(dims: int):
+    """An :func:`diffnet.options.option` check for a vector side key of a ``dims``-D body."""
+    def check(text: str) -> str | None:
+        try:
+            parse_vector_side(text, dims)
+        except ValueError as error:
+            return str(error)
+        return None
+    return check
 
 
 def _axis(side: str, dims: int) -> tuple[int, int]:
@@ -156,3 +200,14 @@ class BoxBoundary:
     def free(self, resolution: Sequence[int], like: torch.Tensor) -> torch.Tensor:
         """1 off the Dirichlet nodes, 0 on them, in ``like``'s dtype and device."""
         return torch.as_tensor(~self.fixed(resolution)[0], dtype=like.dtype, device=like.device)
+
+
+def component_boundaries(texts: Mapping[str, str], dims: int) -> tuple[BoxBoundary, ...]:
+    """The per-side conditions of a ``dims``-component vector field (``texts``: side -> vector side text,
+    :func:`parse_vector_side`) as one :class:`BoxBoundary` per component, x first: each component's
+    Dirichlet nodes and values, lift and traction load are then a scalar field's."""
+    need = set(SIDES[: 2 * dims])
+    if set(texts) != need:
+        raise ValueError(f"a {dims}-D box has the sides {sorted(need)}, got {sorted(texts)}")
+    per_side = {k: parse_vector_side(texts[k], dims) for k in SIDES[: 2 * dims]}
+    return tuple(BoxBoundary({k: per_side[k][i] for k in SIDES[: 2 * dims]}) for i in range(dims))

@@ -1,13 +1,15 @@
 """Linear elasticity on the Q1 grid: the vector energy, its assembled system, and the AMG solve with the
 rigid-body modes (diffnet/elasticity.py, diffnet/solvers/elasticity.py)."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 from diffnet.elasticity import elasticity_energy, lame
-from diffnet.solvers.elasticity import (body_load, elasticity_matrix, from_dofs, rigid_body_modes, solve_elasticity,
-                                        to_dofs)
+from diffnet.solvers.elasticity import (body_load, elasticity_matrix, elasticity_system, from_dofs, rigid_body_modes,
+                                        solve_elasticity, to_dofs)
 from diffnet.solvers.fem import grid_spacing
 
 
@@ -137,3 +139,37 @@ def test_amg_with_the_rigid_body_modes_is_the_direct_solve_and_a_free_body_is_re
     assert direct[1].min() < 0 and stats["iterations"] <= 60
     with pytest.raises(ValueError, match="a body held nowhere moves freely"):
         solve_elasticity(K, load, np.zeros(fixed.shape, bool), np.zeros(fixed.shape), shape)
+
+
+def test_side_conditions_per_component_and_a_cantilever_under_a_tip_traction():
+    # Clamped at x = 0, a downward traction on x = 1, the rest free: the tip moves down, the traction's
+    # work is twice the stored energy at the minimiser (Clapeyron), and the system's solve is the minimiser.
+    from diffnet.boundary import component_boundaries
+
+    shape = (9, 33)
+    sides = {"x0": "u=0", "x1": "traction=0,-1", "y0": "free", "y1": "free"}
+    boundaries = component_boundaries(sides, 2)
+    assert [b.describe() for b in boundaries] == ["x0:u=0 x1:flux=0 y0:flux=0 y1:flux=0",
+                                                  "x0:u=0 x1:flux=-1 y0:flux=0 y1:flux=0"]
+    system = elasticity_system(np.ones(shape), 0.3, boundaries, "stress")
+    u = system.solve("amg")
+    assert np.all(u[:, :, 0] == 0) and u[1, :, -1].max() < 0
+    x = to_dofs(u)
+    assert system.load @ x == pytest.approx(x @ (system.K @ x), rel=1e-8)
+    rng = np.random.default_rng(3)
+    nudge = rng.normal(size=u.shape) * 1e-3
+    nudge[:, :, 0] = 0  # stay admissible
+    assert system.energy(u + nudge) > system.energy(u)
+    # The traction load integrates to the side's length times t.
+    assert system.load.reshape(*shape, 2)[..., 1].sum() == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("u=1,2,3", "give 2 components (x first) or one value"), ("traction=1", "give 2 components (x first)"),
+    ("clamped", "is not a side condition"), ("u=x", "'x' is not a number"), ("traction=0,inf", "must be finite")])
+def test_a_bad_vector_side_is_refused_in_one_line(text, message):
+    from diffnet.boundary import parse_vector_side, vector_side_check
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_vector_side(text, 2)
+    assert message in vector_side_check(2)(text) and vector_side_check(2)("u=0,0.5") is None

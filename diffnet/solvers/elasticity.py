@@ -11,17 +11,20 @@ layout smoothed aggregation takes in blocks of d; a field (S, d, *grid) converts
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from diffnet.boundary import BoxBoundary
 from diffnet.elasticity import lame
 from diffnet.energy import element_nodes, gauss_basis
 from diffnet.solvers.fem import grid_spacing
 
 __all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
-           "solve_elasticity"]
+           "solve_elasticity", "ElasticitySystem", "elasticity_system"]
 
 
 def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strain") -> tuple[np.ndarray, np.ndarray]:
@@ -170,3 +173,47 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
     else:
         raise ValueError(f"method must be 'amg' or 'direct', got {method!r}")
     return from_dofs(u, shape)
+
+
+@dataclass(frozen=True)
+class ElasticitySystem:
+    """K, the load (body force and tractions), the held dofs and their values of one body, node-major."""
+
+    K: sp.csr_matrix
+    load: np.ndarray
+    fixed: np.ndarray
+    values: np.ndarray
+    shape: tuple[int, ...]
+
+    def solve(self, method: str = "amg", tol: float = 1e-10, stats: dict | None = None) -> np.ndarray:
+        """The displacement (d, *grid) (:func:`solve_elasticity`)."""
+        return solve_elasticity(self.K, self.load, self.fixed, self.values, self.shape, method, tol, stats)
+
+    def energy(self, u: np.ndarray) -> float:
+        """The total potential energy 1/2 uᵀ K u - loadᵀ u of a displacement (d, *grid)."""
+        x = to_dofs(u)
+        return float(0.5 * x @ (self.K @ x) - self.load @ x)
+
+
+def elasticity_system(young: np.ndarray, nu: float, boundaries: Sequence[BoxBoundary], plane: str = "strain",
+                      force=None) -> ElasticitySystem:
+    """The Q1 system of a body on the unit square or cube with nodal Young's modulus ``young`` (*grid).
+
+    Parameters
+    ----------
+    boundaries : sequence of BoxBoundary
+        One per component, x first (:func:`diffnet.boundary.component_boundaries`): a component's
+        Dirichlet sides hold it, its flux sides load it with that traction component.
+    force : callable or numpy.ndarray, optional
+        The body force, as :func:`body_load` takes it.
+    """
+    young = np.asarray(young, dtype=np.float64)
+    shape = young.shape
+    if len(boundaries) != young.ndim:
+        raise ValueError(f"need one boundary per component ({young.ndim}), got {len(boundaries)}")
+    fixed, values = zip(*(b.fixed(shape) for b in boundaries))
+    load = to_dofs(np.stack([b.flux_load(shape) for b in boundaries]))
+    if force is not None:
+        load = load + body_load(force, shape)
+    return ElasticitySystem(elasticity_matrix(young, nu, plane), load, to_dofs(np.stack(fixed)),
+                            to_dofs(np.stack(values)), shape)
