@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -188,6 +188,13 @@ class Family:
     dims : int
         Spatial dimensions of the grid (2: fields (N_y, N_x) or space-time (N_t, N_x); 3: (N_z, N_y, N_x)):
         ``problem.resolution`` has this many entries and the generator is built in this many dimensions.
+    unknowns : tuple[str, ...]
+        The unknown fields' names, one network output channel each (default ``("u",)``). With one,
+        :meth:`field` returns (S, *resolution); with several, (S, len(unknowns), *resolution) in this order.
+    vectors : Mapping[str, tuple[str, ...]]
+        Unknowns that form a vector, by name: its components among ``unknowns``, x first (e.g.
+        ``{"u": ("u_x", "u_y")}`` for a displacement): written as one vector attribute for ParaView and
+        drawn as its magnitude beside the components.
     capabilities : frozenset[str]
         The optional parts the family provides (a subset of :data:`CAPABILITIES`).
     samplings : tuple[str, ...]
@@ -198,6 +205,8 @@ class Family:
     Options: ClassVar[type]
     in_channels: ClassVar[int]
     dims: ClassVar[int] = 2
+    unknowns: ClassVar[tuple[str, ...]] = ("u",)
+    vectors: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     capabilities: ClassVar[frozenset[str]] = frozenset()
     # A family's own key against a network's smooth error where it has no Hessian for the coarse correction
     # or the preconditioned loss (named in their refusals), e.g. "burgers.preconditioner".
@@ -285,7 +294,8 @@ class Family:
         raise NotImplementedError
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The field (S, *resolution) of the network's output (S, 1, *resolution), boundary conditions imposed."""
+        """The field (S, *resolution) of the network's output (S, 1, *resolution), boundary conditions imposed;
+        for several :attr:`unknowns`, (S, C, *resolution) of the output (S, C, *resolution)."""
         raise NotImplementedError
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:

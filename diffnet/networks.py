@@ -215,11 +215,12 @@ class _Refinement(nn.Module):
     iteration, as in multigrid.
     """
 
-    def __init__(self, in_channels: int, coarse_channels: int, width: int, ratio: float, dims: int = 2) -> None:
+    def __init__(self, in_channels: int, coarse_channels: int, width: int, ratio: float, dims: int = 2,
+                 out_channels: int = 1) -> None:
         super().__init__()
         self.ratio = float(ratio)
-        self.block = _Block(in_channels + coarse_channels + 1, width, dims)
-        self.head = _CONV[dims](width, 1, 1)
+        self.block = _Block(in_channels + coarse_channels + out_channels, width, dims)
+        self.head = _CONV[dims](width, out_channels, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
@@ -279,11 +280,15 @@ class LevelStack(_Levels):
         For each finer level, coarse nodes per side over fine nodes per side (about 1/2).
     width : int
         Channels of every refinement block.
+    out_channels : int
+        Output channels, the base U-Net's (one per unknown field of the family).
     """
 
-    def __init__(self, base: UNet, in_channels: int, ratios: tuple[float, ...], width: int) -> None:
+    def __init__(self, base: UNet, in_channels: int, ratios: tuple[float, ...], width: int,
+                 out_channels: int = 1) -> None:
         coarse = [base.channels[0]] + [width] * (len(ratios) - 1)
-        super().__init__(base, [_Refinement(in_channels, c, width, r, base.dims) for c, r in zip(coarse, ratios)])
+        super().__init__(base, [_Refinement(in_channels, c, width, r, base.dims, out_channels)
+                                for c, r in zip(coarse, ratios)])
 
     def level(self, k: int) -> nn.Module:
         """The generator of level ``k`` (0 = the base U-Net alone); it shares this stack's parameters."""
@@ -307,17 +312,19 @@ def build_network(
     top_channels: int = 16,
     output: str = "nodal",
     dims: int = 2,
+    out_channels: int = 1,
 ) -> nn.Module:
     """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
     of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid; ``output``
-    the base U-Net's output basis, see :class:`UNet`; ``dims`` 2 or 3 spatial dimensions)."""
+    the base U-Net's output basis, see :class:`UNet`; ``dims`` 2 or 3 spatial dimensions;
+    ``out_channels`` one per unknown field of the family, :attr:`diffnet.family.Family.fields`)."""
     if name not in NETWORKS:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(NETWORKS)}")
-    base = NETWORKS[name](in_channels, 1, channels, checkpoint_activations, output, dims=dims)
+    base = NETWORKS[name](in_channels, out_channels, channels, checkpoint_activations, output, dims=dims)
     if len(levels) < 2:
         return base
     ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))
-    return LevelStack(base, in_channels, ratios, top_channels)
+    return LevelStack(base, in_channels, ratios, top_channels, out_channels)
 
 
 def parameter_count(model: nn.Module) -> int:

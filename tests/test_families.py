@@ -72,8 +72,9 @@ def test_builtin_families_keep_the_protocol(name):
     assert params.shape == (4, *spec.shape) and ((params >= spec.low) & (params <= spec.high)).all()
     x = problem.inputs(torch.as_tensor(params))
     assert x.shape == (4, cls.in_channels, *grid)
-    u = problem.field(torch.zeros(4, 1, *grid, dtype=torch.float64), torch.as_tensor(params))
-    assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, *grid)
+    channels = len(cls.unknowns)  # one network output channel per unknown; one unknown's field has no channel axis
+    u = problem.field(torch.zeros(4, channels, *grid, dtype=torch.float64), torch.as_tensor(params))
+    assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, *([channels] if channels > 1 else []), *grid)
     assert problem.at_resolution((5,) * cls.dims).resolution == (5,) * cls.dims
     if problem.has("precondition"):  # the family's Hessian is what its loss says
         from diffnet.vcycle import probe_stencil

@@ -23,19 +23,22 @@ __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_str
 LOW_MODES = 8
 
 
-def low_mode_share(error: np.ndarray, k_max: int = LOW_MODES) -> np.ndarray:
-    """Per sample of ``error`` (S, *grid), the fraction of ||error||^2 in the DCT-I modes with
-    k_y + k_x <= k_max (3-D: k_z + k_y + k_x).
+def low_mode_share(error: np.ndarray, k_max: int = LOW_MODES, dims: int | None = None) -> np.ndarray:
+    """Per sample of ``error`` (S, *grid), or (S, C, *grid) for several unknown fields with ``dims`` the
+    grid's axes, the fraction of ||error||^2 in the DCT-I modes with k_y + k_x <= k_max (3-D: k_z + k_y + k_x),
+    every field's modes together.
 
     The type-I cosine transform fits nodal grids that include the boundary (any field is a
     sum of its modes; the orthonormal form keeps the squared norm).
     """
     error = np.asarray(error, dtype=np.float64)
-    axes = tuple(range(1, error.ndim))
-    coeff = dctn(error, type=1, axes=axes, norm="ortho")
-    low = np.indices(error.shape[1:]).sum(axis=0) <= k_max
-    total = np.square(coeff).sum(axis=axes)
-    return np.square(coeff[..., low]).sum(axis=-1) / np.maximum(total, 1e-300)
+    dims = error.ndim - 1 if dims is None else dims
+    grid_axes = tuple(range(error.ndim - dims, error.ndim))
+    coeff = dctn(error, type=1, axes=grid_axes, norm="ortho")
+    low = np.indices(error.shape[-dims:]).sum(axis=0) <= k_max
+    per_sample = tuple(range(1, coeff.ndim - dims + 1))  # after the mask the grid is one axis, last
+    total = np.square(coeff).sum(axis=tuple(range(1, coeff.ndim)))
+    return np.square(coeff[..., low]).sum(axis=per_sample) / np.maximum(total, 1e-300)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -52,17 +55,23 @@ def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np
     generator, problem = level_models(cfg, model)(0)
     coarse = predict(generator, problem, params)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
-        # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use.
-        coarse = prolong(torch.as_tensor(coarse)[:, None], tuple(shape))[:, 0].numpy()
+        # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use; several unknown
+        # fields are the channels.
+        several = len(problem.unknowns) > 1
+        grid = tuple(shape[1:]) if several else tuple(shape)
+        fields = torch.as_tensor(coarse) if several else torch.as_tensor(coarse)[:, None]
+        coarse = prolong(fields, grid).numpy()
+        coarse = coarse if several else coarse[:, 0]
     return coarse
 
 
 def error_structure(pred: np.ndarray, truth: np.ndarray, optimum: np.ndarray | None,
-                    coarse: np.ndarray | None) -> dict:
+                    coarse: np.ndarray | None, dims: int | None = None) -> dict:
     """The diagnostics ``eval.json`` carries: the low-mode share of the error against the truth,
     and, for multigrid runs, the cosine between the network's distance from the grid's optimum
-    and the coarse imprint (prolonged coarse output minus that optimum), with the imprint's size."""
-    share = low_mode_share(pred - truth)
+    and the coarse imprint (prolonged coarse output minus that optimum), with the imprint's size.
+    ``dims``: the grid's axes, where the fields are (S, C, *grid)."""
+    share = low_mode_share(pred - truth, dims=dims)
     out = {"low_mode_k_max": LOW_MODES, "low_mode_share": share.tolist(), "mean_low_mode_share": float(share.mean())}
     if coarse is not None and optimum is not None:
         imprint = coarse - optimum

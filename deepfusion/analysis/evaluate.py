@@ -57,20 +57,25 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
         pred = (predict(model, generator, test), time.perf_counter() - t0)
     pred, infer_seconds = pred
     coords, domain = problem.coordinates(), domain_of(problem, test)
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain)
+    layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain,
+                 **layout)
     if not problem.has("reference"):
         return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
     acc = against_floor(problem, test, pred)
-    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]))
+    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]),
+                                dims=len(coords))
     write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
-                 field_attrs(cfg, "reference") | {"reference": acc.truth_name}, domain)
+                 field_attrs(cfg, "reference") | {"reference": acc.truth_name}, domain, **layout)
+    per_field = _per_field(problem, pred, acc)
     estimate = _estimated_error(cfg, problem, test, pred, acc)
     first = _first_stage(generator, model, test, acc)
     report = {"parameter": pname, pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
               "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
-              "inference_seconds": infer_seconds, **structure, **estimate, **first}
+              "inference_seconds": infer_seconds, **structure, **estimate, **first,
+              **({"fields": per_field} if per_field else {})}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     names = _labels(problem, test)
     width = max(10, max(len(n) for n in names))
@@ -79,6 +84,9 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
         print(f"{name:>{width}}   {ek:.4f}               {fk:.4f}   {ek / fk:5.2f}")
     print(f"{'mean':>{width}}   {acc.error.mean():.4f}               {acc.floor.mean():.4f}   {acc.ratio:5.2f}"
           f"   (max error {acc.error.max():.4f})")
+    for name, row in per_field.items():
+        print(f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
+              f"{row['ratio_to_floor']:5.2f}   (each field alone, mean over the instances)")
     print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
           f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not problem.has("floor") else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
@@ -102,9 +110,23 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
              if cfg.model.coarse_correction and infer_seconds > 0 else "")
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if cfg.output.plots:
-        _plots(cfg, problem, test, pred, acc, names, run_dir / "plots")
+        _plots(problem, test, pred, acc, names, run_dir / "plots")
     print(f"run directory: {run_dir}")
     return acc
+
+
+def _per_field(problem, pred: np.ndarray, acc: FloorReport) -> dict:
+    """For a family of several unknowns, each field's error against the truth, floor and ratio (the
+    table's rows are all fields together); a vector's magnitude is not a field of its own here."""
+    if len(problem.unknowns) < 2 or acc.optimum is None:
+        return {}
+    out = {}
+    for i, name in enumerate(problem.unknowns):
+        error = relative_l2(pred[:, i], acc.truth[:, i])
+        floor = relative_l2(acc.optimum[:, i], acc.truth[:, i])
+        out[name] = {"rel_l2": error.tolist(), "mean_rel_l2": float(error.mean()), "floor_rel_l2": floor.tolist(),
+                     "mean_floor": float(floor.mean()), "ratio_to_floor": float(error.mean() / floor.mean())}
+    return out
 
 
 def _first_stage(problem, model: torch.nn.Module, test: np.ndarray, acc: FloorReport) -> dict:
@@ -139,26 +161,38 @@ def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train
     return None
 
 
-def _plots(cfg, problem, test, pred, acc, names, plots: Path) -> None:
+def _by_field(problem, fields: np.ndarray) -> dict[str, np.ndarray]:
+    """Fields (S, C, *grid) of several unknowns by name, each (S, *grid), and each vector's magnitude."""
+    out = {name: fields[:, i] for i, name in enumerate(problem.unknowns)}
+    for name, parts in problem.vectors.items():
+        out[f"|{name}|"] = np.sqrt(sum(out[p] ** 2 for p in parts))
+    return out
+
+
+def _plots(problem, test, pred, acc, names, plots: Path) -> None:
     from deepfusion.files.plots import mid_plane, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
     coords = problem.coordinates()
-    shown = min(len(test), 6)
+    several = len(problem.unknowns) > 1
+    shown = min(len(test), 2 if several else 6)  # several fields: a row per field and sample
     labels = names[:shown]
     pred, truth = pred[:shown], acc.truth[:shown]
+    errors = list(acc.error[:shown])
+    if several:
+        pred, truth = _by_field(problem, pred), _by_field(problem, truth)
+        errors = {k: list(relative_l2(pred[k], truth[k])) for k in pred}
     inputs = input_labels = None
     if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
         inputs, input_labels = problem.input_fields(test[:shown])
     domain = domain_of(problem, test[:shown])
     if len(coords) == 3:  # 3-D: the mid-plane (the field files hold the volumes, for ParaView)
         mid, plane, coords = mid_plane(coords)
-        pred, truth = pred[:, mid], truth[:, mid]
+        pred, truth = ({k: v[:, mid] for k, v in f.items()} if several else f[:, mid] for f in (pred, truth))
         inputs = None if inputs is None else inputs[:, mid]
         domain = None if domain is None else domain[:, mid]
         labels = [f"{label}, {plane}" for label in labels]
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
-                inputs=None if inputs is None else (inputs, input_labels), domain=domain,
-                errors=list(acc.error[:shown]))
+                inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors)
     print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")

@@ -39,8 +39,9 @@ def run(args: argparse.Namespace, comm) -> int:
     if comm.rank != 0:
         return 0
     attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
-    out = write_fields(args.out, u, surrogate.problem.coordinates(), {dataset_name(surrogate.problem, params): params},
-                       attrs, domain_of(surrogate.problem, params))
+    problem = surrogate.problem
+    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
+                       domain_of(problem, params), problem.unknowns, problem.vectors)
     n = len(params)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, comm) -> int:
     # The file says which of the two it holds: the evaluation's truth or the family's same-grid reference.
     attrs = field_attrs(cfg, "truth" if args.truth else "reference") | {"reference": name}
     out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
-                       domain_of(problem, params))
+                       domain_of(problem, params), problem.unknowns, problem.vectors)
     n = len(params)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
           f"family ({'the independent reference: ' if args.truth else ''}{name}) in {seconds:.2f} s")

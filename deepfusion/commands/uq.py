@@ -66,6 +66,9 @@ def run(args: argparse.Namespace, comm) -> int:
     for w in caught:
         warn(str(w.message))
     spec = surrogate.problem.parameters
+    if len(surrogate.problem.unknowns) > 1:
+        raise InputError(f"uq: the {surrogate.problem.name} family has {len(surrogate.problem.unknowns)} unknown fields; "
+                         "statistics per field are not built yet (infer writes each field)")
     if args.classical:
         require(surrogate.problem, "classical", "--classical")
         require(surrogate.problem, "reference", "--classical")

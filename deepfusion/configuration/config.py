@@ -178,6 +178,44 @@ def _first_inputs(configured: Any) -> None:
     configured.inputs(torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None])
 
 
+def _first_field(configured: Any) -> None:
+    """One instance's field of a zero network output, one channel per declared unknown, checked for the
+    shape the engine takes ((1, *grid) for one unknown, (1, C, *grid) for several): a family that packs
+    several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
+    import torch
+
+    names, grid = tuple(configured.unknowns), tuple(configured.resolution)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"unknowns: need distinct names, got {list(names)}")
+    for name, parts in configured.vectors.items():
+        if name in names or len(parts) != len(grid) or any(p not in names for p in parts):
+            raise ValueError(f"vectors: {name!r} needs {len(grid)} components among the unknowns {list(names)} "
+                             f"under another name, got {list(parts)}")
+    low, high = configured.parameters.bounds()
+    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), params)
+    expected = (1, *grid) if len(names) == 1 else (1, len(names), *grid)
+    if tuple(u.shape) != expected:
+        raise ValueError(f"field returned shape {list(u.shape)} for unknowns {list(names)} on {list(grid)}; "
+                         f"the engine needs {list(expected)} (declare each unknown field in `unknowns`)")
+
+
+def _several_unknowns(cfg: Config, family: type) -> None:
+    """What is not built yet for a family of several unknown fields, refused in one line each."""
+    n = len(family.unknowns)
+    if n == 1:
+        return
+    what = f"the {family.name} family has {n} unknown fields, and"
+    if cfg.train.loss == "preconditioned" or cfg.model.coarse_correction or cfg.train.second_stage_epochs:
+        raise ConfigError(f"train.loss / model.coarse_correction / train.second_stage_epochs: {what} the vector "
+                          "Hessian they need is not built; use train.loss = 'family', model.coarse_correction = 0, "
+                          "train.second_stage_epochs = 0")
+    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError(f"parallel.domain: {what} a domain split of several fields is not built; use []")
+    if cfg.parallel.cuda_graphs:
+        raise ConfigError(f"parallel.cuda_graphs: {what} the captured step is not built for it; use false")
+
+
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -191,6 +229,8 @@ def _cross_checks(cfg: Config, family: type) -> None:
         family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
         configured = family.from_options(cfg.family, resolution)  # the family as this run has it
         _first_inputs(configured)
+        _first_field(configured)
+    _several_unknowns(cfg, family)
     try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
         configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
     except ValueError as e:

@@ -25,6 +25,7 @@ _BUILTIN = {
     "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
     "plate": "diffnet.problems.plate:PlateWithHole",
     "torsion": "diffnet.problems.torsion:StarTorsion",
+    "elasticity": "diffnet.problems.elasticity:Elasticity",
 }
 
 DEFAULT_FAMILY = "burgers"

@@ -104,7 +104,7 @@ def build_model(cfg: Config, problem):
     model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
                           cfg.model.checkpoint_activations,
                           levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
-                          output=cfg.model.output, dims=len(problem.resolution))
+                          output=cfg.model.output, dims=len(problem.resolution), out_channels=len(problem.unknowns))
     if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
         from diffnet.stages import Correction, TwoStage
 

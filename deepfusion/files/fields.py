@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import h5py
 import numpy as np
@@ -24,8 +24,11 @@ def write_fields(
     params: dict[str, np.ndarray],
     attrs: dict[str, Any],
     domain: np.ndarray | None = None,
+    unknowns: Sequence[str] = ("u",),
+    vectors: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
-    """Write ``u`` (S, N_0, N_1) or (S, N_0, N_1, N_2) with its coordinates and instance parameters, and an XDMF.
+    """Write ``u`` (S, N_0, N_1) or (S, N_0, N_1, N_2) with its coordinates and instance parameters, and an XDMF;
+    for a family with several unknown fields, ``u`` (S, C, *grid) as one dataset per field.
 
     Parameters
     ----------
@@ -44,31 +47,52 @@ def write_fields(
         the nodes, u's shape. Written as ``sdf`` and as the mask ``inside`` (1 at the domain's nodes),
         both also in the XDMF, so ParaView's Threshold on ``inside`` shows the domain alone and a
         Contour of ``sdf`` at 0 its boundary.
+    unknowns : sequence of str
+        The family's unknown fields (:attr:`diffnet.family.Family.unknowns`): with one, ``u`` is the
+        dataset ``u``; with several, ``u`` holds them along axis 1 and each is written as its own
+        dataset of that name (S, *grid), listed in the attribute ``unknowns``.
+    vectors : mapping, optional
+        Unknowns that form a vector (name -> components, x first): each is written into the XDMF as a
+        vector attribute of that name, which ParaView shows as arrows or warps by (a 2-D vector is
+        padded with a zero z-component, as ParaView's vectors have three).
 
     Both files are written to temporaries and renamed into place, so a reader never sees
     half a file.
     """
     path = Path(path)
     u = np.asarray(u)
-    if u.ndim not in (3, 4):
+    unknowns, vectors = tuple(unknowns), dict(vectors or {})
+    several = len(unknowns) > 1
+    if several and (u.ndim not in (4, 5) or u.shape[1] != len(unknowns)):
+        raise ValueError(f"u must be (S, {len(unknowns)}, *grid) for the unknowns {list(unknowns)}, got shape {u.shape}")
+    if not several and u.ndim not in (3, 4):
         raise ValueError(f"u must be (S, N0, N1) or (S, N0, N1, N2), got shape {u.shape}")
+    grid = u.shape[2:] if several else u.shape[1:]
     names = list(coords)
-    if len(names) != u.ndim - 1 or tuple(len(coords[n]) for n in names) != u.shape[1:]:
+    if len(names) != len(grid) or tuple(len(coords[n]) for n in names) != grid:
         raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
-    datasets = {"u": u, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
+    for name, parts in vectors.items():
+        if name in unknowns or any(p not in unknowns for p in parts) or len(parts) != len(grid):
+            raise ValueError(f"vector {name!r}: need {len(grid)} components among the unknowns {list(unknowns)} "
+                             f"under another name, got {list(parts)}")
+    fields = {k: u[:, i] for i, k in enumerate(unknowns)} if several else {"u": u}
+    datasets = {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
     for name, value in params.items():
         value = np.asarray(value)
         if value.shape[:1] != u.shape[:1]:
             raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
         datasets[name] = value
-    nodal = {"u": u.dtype}
+    nodal = {k: v.dtype for k, v in fields.items()}
     if domain is not None:
         domain = np.asarray(domain, dtype=np.float64)
-        if domain.shape != u.shape:
-            raise ValueError(f"domain has shape {domain.shape}, expected u's {u.shape}")
+        if domain.shape != (u.shape[0], *grid):
+            raise ValueError(f"domain has shape {domain.shape}, expected {(u.shape[0], *grid)}")
         datasets["sdf"], datasets["inside"] = domain, (domain <= 0).astype(np.uint8)
         nodal.update(sdf=domain.dtype, inside=np.dtype(np.uint8))
-    _write_atomic(path, datasets, names, u.shape[1:], attrs, _xdmf(path.name, u.shape, nodal, names))
+    if several:
+        attrs = {**attrs, "unknowns": ",".join(unknowns)}
+    text = _xdmf(path.name, (u.shape[0], *grid), nodal, names, {k: tuple(v) for k, v in vectors.items()})
+    _write_atomic(path, datasets, names, grid, attrs, text)
     return path
 
 
@@ -105,9 +129,11 @@ def _geometry(h5name: str, names: list[str], shape: tuple[int, ...], indent: str
             f'{indent}<Geometry GeometryType="{"VXVYVZ" if d == 3 else "VXVY"}">\n{items}\n{indent}</Geometry>')
 
 
-def _xdmf(h5name: str, shape: tuple[int, ...], nodal: dict[str, np.dtype], names: list[str]) -> str:
+def _xdmf(h5name: str, shape: tuple[int, ...], nodal: dict[str, np.dtype], names: list[str],
+          vectors: dict[str, tuple[str, ...]] | None = None) -> str:
     """XDMF 3 for ParaView: one rectilinear grid (2-D or 3-D) per sample, as a collection over samples,
-    with the ``nodal`` datasets (name -> dtype, each of ``shape``) as its node attributes.
+    with the ``nodal`` datasets (name -> dtype, each of ``shape``) as its node attributes and each of
+    ``vectors`` (name -> component datasets, x first) as a vector attribute joined from its components.
 
     ParaView steps through a temporal collection, so the sample index is written as the
     collection's "time"; the last axis name is the grid's X, the one before its Y (then Z).
@@ -118,14 +144,29 @@ def _xdmf(h5name: str, shape: tuple[int, ...], nodal: dict[str, np.dtype], names
     grids = []
     for k in range(s):
         start, stride, count = " ".join([str(k)] + ["0"] * d), " ".join(["1"] * (d + 1)), f"1 {dims}"
+
+        def slab(name: str, indent: str) -> str:  # sample k of the dataset ``name``
+            dtype = nodal[name]
+            return (f"""{indent}<DataItem ItemType="HyperSlab" Dimensions="{dims}">
+{indent}  <DataItem Dimensions="3 {d + 1}" Format="XML">{start}  {stride}  {count}</DataItem>
+{indent}  <DataItem Dimensions="{s} {dims}" NumberType="{'UChar' if dtype.kind == 'u' else 'Float'}" \
+Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
+{indent}</DataItem>""")
+
         attributes = "\n".join(
             f"""        <Attribute Name="{name}" AttributeType="Scalar" Center="Node">
-          <DataItem ItemType="HyperSlab" Dimensions="{dims}">
-            <DataItem Dimensions="3 {d + 1}" Format="XML">{start}  {stride}  {count}</DataItem>
-            <DataItem Dimensions="{s} {dims}" NumberType="{'UChar' if dtype.kind == 'u' else 'Float'}" \
-Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
+{slab(name, "          ")}
+        </Attribute>""" for name in nodal)
+        for name, parts in (vectors or {}).items():
+            # ParaView's vectors have three components: a 2-D one gets a zero z, 0 * its x.
+            join = ", ".join(f"${i}" for i in range(len(parts))) + (", 0 * $0" if len(parts) == 2 else "")
+            items = "\n".join(slab(p, "            ") for p in parts)
+            attributes += f"""
+        <Attribute Name="{name}" AttributeType="Vector" Center="Node">
+          <DataItem ItemType="Function" Function="JOIN({join})" Dimensions="{dims} 3">
+{items}
           </DataItem>
-        </Attribute>""" for name, dtype in nodal.items())
+        </Attribute>"""
         grids.append(
             f"""      <Grid Name="sample{k}" GridType="Uniform">
         <Time Value="{k}"/>
@@ -181,20 +222,29 @@ def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
     """Read a field file written by :func:`write_fields`, checking its layout first.
 
     Shapes are checked before any data is read, so a crafted file that claims a huge
-    dataset is refused without allocating it.
+    dataset is refused without allocating it. A file of several unknown fields (attribute
+    ``unknowns``) gives ``u`` as (S, C, *grid) in that order, and each field by its name too.
     """
     path = Path(path)
     try:
         with h5py.File(path, "r") as f:
-            if "u" not in f or not isinstance(f["u"], h5py.Dataset):
-                raise FieldFileError(f"{path}: no dataset 'u'")
-            du = f["u"]
+            unknowns = str(f.attrs.get("unknowns", "u")).split(",")
+            if any(k not in f or not isinstance(f[k], h5py.Dataset) for k in unknowns):
+                raise FieldFileError(f"{path}: no dataset " + ("'u'" if unknowns == ["u"] else f"of {unknowns}"))
+            du = f[unknowns[0]]
             if du.ndim not in (3, 4) or du.size > max_elements or du.dtype.kind != "f":
                 raise FieldFileError(f"{path}: 'u' must be a float array (S, N0, N1[, N2]), got {du.shape} {du.dtype}")
             axes = str(f.attrs.get("axes", "")).split(",")
             if len(axes) != du.ndim - 1 or any(a not in f for a in axes):
                 raise FieldFileError(f"{path}: coordinate datasets missing (axes attribute {axes})")
-            out: dict[str, Any] = {"u": du[()], "attrs": {k: f.attrs[k] for k in f.attrs}}
+            if any(f[k].shape != du.shape or f[k].dtype.kind != "f" for k in unknowns):
+                raise FieldFileError(f"{path}: the unknowns {unknowns} differ in shape or type")
+            if du.size * len(unknowns) > max_elements:
+                raise FieldFileError(f"{path}: {len(unknowns)} fields of {du.shape} exceed the size limit")
+            u = du[()] if len(unknowns) == 1 else np.stack([f[k][()] for k in unknowns], axis=1)
+            out: dict[str, Any] = {"u": u, "attrs": {k: f.attrs[k] for k in f.attrs}}
+            if len(unknowns) > 1:
+                out.update({k: u[:, i] for i, k in enumerate(unknowns)})
             for a, n in zip(axes, du.shape[1:]):
                 if f[a].shape != (n,):
                     raise FieldFileError(f"{path}: coordinate {a} has shape {f[a].shape}, expected ({n},)")

@@ -97,16 +97,18 @@ def _loss_figure(records: list[dict]):
 
 
 def plot_fields(
-    pred: np.ndarray,
-    ref: np.ndarray,
+    pred: np.ndarray | dict[str, np.ndarray],
+    ref: np.ndarray | dict[str, np.ndarray],
     coords: dict[str, np.ndarray],
     labels: list[str],
     out: Path,
     inputs: tuple[np.ndarray, list[str]] | None = None,
     domain: np.ndarray | None = None,
-    errors: list[float] | None = None,
+    errors: list[float] | dict[str, list[float]] | None = None,
 ) -> Path:
     """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
+    For a family of several fields, ``pred``, ``ref`` (and ``errors``) are dicts by field name, each
+    (S, *grid): one row per sample and field, each row with its own colour scale.
 
     ``labels`` name each sample's instance (its parameters); ``errors``, the network's relative L2
     error per sample, go in the network's panel only.
@@ -126,29 +128,35 @@ def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, err
     (vertical, ys), (horizontal, xs) = coords.items()
     extent, axis_names = (xs[0], xs[-1], ys[0], ys[-1]), (horizontal, vertical)
     plt = _pyplot()
-    s = len(pred)
+    if not isinstance(pred, dict):  # one field: rows are samples
+        pred, ref, errors = {"u": pred}, {"u": ref}, None if errors is None else {"u": errors}
+    rows = [(k, name) for k in range(len(next(iter(pred.values())))) for name in pred]
+    several = len(pred) > 1
     cols = 3 + (inputs is not None)
-    fig, axes = plt.subplots(s, cols, figsize=(3.7 * cols, 2.9 * s), squeeze=False)
-    for k in range(s):
-        vmin, vmax = float(ref[k].min()), float(ref[k].max())
-        diff = pred[k] - ref[k]
+    fig, axes = plt.subplots(len(rows), cols, figsize=(3.7 * cols, 2.9 * len(rows)), squeeze=False)
+    for row, (k, name) in enumerate(rows):
+        p, r = pred[name][k], ref[name][k]
+        vmin, vmax = float(r.min()), float(r.max())
+        diff = p - r
         outside = None if domain is None else domain[k] > 0
+        label_k = f"{name}, {labels[k]}" if several else labels[k]
+        error = None if errors is None else errors[name][k]
         peak = float(np.abs(diff).max())
         # The edges are left out of the scale: at 64² one outflow column is 1.6 % of the
         # pixels, more than a 99th percentile alone would clip.
         core = diff[1:-1, 1:-1] if min(diff.shape) > 2 else diff
         dmax = float(np.percentile(np.abs(core), 99)) or peak or 1.0
         panels = [
-            (pred[k], f"DiffNet, {labels[k]}" + ("" if errors is None else f"\nrel. L2 {errors[k]:.3g}"),
-             "viridis", vmin, vmax, "u"),
-            (ref[k], f"{ref_name}, {labels[k]}", "viridis", vmin, vmax, "u"),
+            (p, f"DiffNet, {label_k}" + ("" if error is None else f"\nrel. L2 {error:.3g}"),
+             "viridis", vmin, vmax, name),
+            (r, f"{ref_name}, {label_k}", "viridis", vmin, vmax, name),
             (diff, f"DiffNet − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
         ]
         if inputs is not None:
             data, titles = inputs[0][k], inputs[1]
             panels.insert(0, (data, titles[k] if titles else "input", "cividis", float(data.min()),
                               float(data.max()), "log10 ν"))
-        for ax, (data, title, cmap, lo, hi, label) in zip(axes[k], panels):
+        for ax, (data, title, cmap, lo, hi, label) in zip(axes[row], panels):
             if outside is not None and label != "log10 ν":  # the field lives inside the domain only
                 data = np.ma.masked_where(outside, data)
             im = ax.imshow(data, origin="lower", extent=extent, aspect="auto", cmap=cmap, vmin=lo, vmax=hi)

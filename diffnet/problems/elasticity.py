@@ -1,0 +1,199 @@
+"""Linear elasticity of a body on the unit square (plane strain or plane stress) or cube: a family with a
+vector unknown, the displacement u = (u_x, u_y[, u_z]).
+
+An instance is a log Young's modulus from the Karhunen-Loève family of the diffusivity families (m
+coefficients) and the Poisson ratio nu: E = exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k)). Each side
+of the box is held ("u=0", "u=V_X,V_Y"), loaded ("traction=T_X,T_Y") or free
+(:func:`diffnet.boundary.parse_vector_side`). The loss is the Q1 total potential energy
+(:mod:`diffnet.elasticity`), the floor the same-grid Q1 solution and the truth the Q1 solution on a
+grid ``truth_refine`` times finer, both by AMG-preconditioned CG with the rigid-body modes
+(:mod:`diffnet.solvers.elasticity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from diffnet.boundary import SIDES, component_boundaries, vector_side_check
+from diffnet.constants import constant
+from diffnet.elasticity import PLANES, elasticity_energy
+from diffnet.family import Family, ParameterSpec
+from diffnet.kl import kl_basis
+from diffnet.options import integer_in, interval, one_of, option, positive
+from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system
+
+__all__ = ["ElasticityOptions", "Elasticity"]
+
+
+def _poisson_ratio(v: tuple[float, ...]) -> str | None:
+    bad = interval(v)
+    if bad is None and not (-1.0 < v[0] and v[1] < 0.5):
+        return f"need -1 < low < high < 0.5 (nu = 0.5 is incompressible: the Q1 element locks), got {list(v)}"
+    return bad
+
+
+@dataclass(frozen=True)
+class ElasticityOptions:
+    """``[elasticity]``: the body's modulus and ratio, its sides, and the evaluation's reference."""
+
+    kl_terms: int = option(4, "m, KL terms of log E", integer_in(1, 64))
+    kl_eta: float = option(0.5, "correlation length η of log E", positive)
+    coeff_range: tuple[float, ...] = option((-1.5, 1.5), "range of each coefficient a_i of log E", interval)
+    nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", _poisson_ratio)
+    plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
+    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
+                     vector_side_check(2))
+    x1: str = option("traction=0,-1", "the side x = 1 (as x0)", vector_side_check(2))
+    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(2))
+    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
+    truth_refine: int = option(4, "evaluation: the independent reference is the Q1 solution on a grid with this "
+                               "many times the intervals (2..16)", integer_in(2, 16))
+
+
+@dataclass(frozen=True)
+class Elasticity(Family):
+    """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
+
+    resolution: tuple[int, ...]
+    kl_terms: int = 4
+    eta: float = 0.5
+    coeff_range: tuple[float, float] = (-1.5, 1.5)
+    nu_range: tuple[float, float] = (0.2, 0.4)
+    plane: str = "stress"
+    sides: tuple[str, ...] = ("u=0", "traction=0,-1", "free", "free")
+    truth_refine: int = 4
+
+    name = "elasticity"
+    Options = ElasticityOptions
+    in_channels = 4  # log E, nu, and the coordinates
+    unknowns = ("u_x", "u_y")
+    vectors = {"u": ("u_x", "u_y")}
+    capabilities = frozenset({"reference", "floor", "input_fields"})
+
+    def __post_init__(self) -> None:
+        if len(self.resolution) != self.dims or min(self.resolution) < 3:
+            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
+                             f"each, got {list(self.resolution)}")
+        if not any(b.dirichlet for b in self.boundaries):
+            raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
+
+    @classmethod
+    def from_options(cls, options: ElasticityOptions, resolution: tuple[int, ...]) -> "Elasticity":
+        o = options
+        return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
+                   nu_range=tuple(o.nu_range), plane=o.plane, truth_refine=o.truth_refine,
+                   sides=tuple(getattr(o, k) for k in SIDES[: 2 * cls.dims]))
+
+    def describe(self) -> str:
+        sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+        return (f"plane {self.plane} " if self.dims == 2 else "") + \
+            f"E=exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), nu in {list(self.nu_range)}, {sides}"
+
+    @property
+    def boundaries(self):
+        """One :class:`~diffnet.boundary.BoxBoundary` per displacement component, x first."""
+        return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
+
+    # -- instances ------------------------------------------------------------------------
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        m = self.kl_terms
+        return ParameterSpec("a", (m + 1,), (lo,) * m + (self.nu_range[0],), (hi,) * m + (self.nu_range[1],),
+                             names=tuple(f"a{i + 1}" for i in range(m)) + ("nu",),
+                             description="log E's KL coefficients and the Poisson ratio")
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        names = ("z", "y", "x")[-self.dims:]
+        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
+
+    @property
+    def spacing(self) -> tuple[float, ...]:
+        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+
+    def young(self, params: torch.Tensor) -> torch.Tensor:
+        """Nodal Young's modulus (S, *resolution) of instances (S, m + 1)."""
+        modes = constant(("kl", self.eta, self.kl_terms, self.resolution),
+                         lambda: kl_basis(self.eta, self.kl_terms, list(self.coordinates().values()), self.dims / 2),
+                         params)
+        return torch.exp(torch.einsum("sm,m...->s...", params[:, : self.kl_terms], modes))
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 E of each instance, its ratio in the label."""
+        p = np.asarray(params, dtype=np.float64)
+        return np.log10(self.young(torch.as_tensor(p)).numpy()), [f"E, nu = {row[-1]:.3f}" for row in p]
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """(S, 2 + d, *resolution): log E, nu as a constant field, then the coordinates, outermost first."""
+        log_e = torch.log(self.young(params))
+        s = params.shape[0]
+        nu = params[:, -1].reshape(s, *([1] * self.dims)).expand(s, *self.resolution)
+        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_e) for k in self.coordinates()]
+        grids = torch.meshgrid(*axes, indexing="ij")
+        return torch.stack([log_e, nu, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+
+    # -- the field and the loss ---------------------------------------------------------
+    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load."""
+        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
+        host = torch.zeros((), dtype=like.dtype)
+        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
+                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
+                constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
+        free, lift, _ = self._box(raw)
+        return lift + raw * free
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The total potential energy per sample: the strain energy less the tractions' work."""
+        load = self._box(u)[2]
+        young = self.young(params.to(u.dtype))
+        strain = elasticity_energy(u, young, params[:, -1].to(u.dtype), self.spacing, self.plane)
+        return {"energy": strain - (load * u).flatten(1).sum(1)}
+
+    # -- references ---------------------------------------------------------------------
+    def system(self, params: np.ndarray) -> ElasticitySystem:
+        """The assembled Q1 system of one instance (m + 1,)."""
+        p = np.asarray(params, dtype=np.float64)
+        young = self.young(torch.as_tensor(p[None]))[0].numpy()
+        return elasticity_system(young, float(p[-1]), self.boundaries, self.plane)
+
+    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """Q1 solutions on this grid (S, d, *resolution) by AMG-CG with the rigid-body modes, to 1e-10."""
+        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+
+    def reference_name(self) -> str:
+        return "the Q1 solution on this grid"
+
+    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
+        every = (slice(None),) + (slice(None, None, stride),) * self.dims
+        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
+        for k in range(len(params)):
+            out[k] = self.system(params[k]).solve("amg")[every]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The same-grid Q1 solution, the exact minimiser of the trained energy: the grid's floor."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def floor_name(self) -> str:
+        return "the Q1 solution on this grid"
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The Q1 solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
+        r = self.truth_refine
+        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
+        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
+
+    def truth_name(self) -> str:
+        r = self.truth_refine
+        return "Q1 solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"

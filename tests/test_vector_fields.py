@@ -1,0 +1,141 @@
+"""Families with several unknown fields (issue 55): the protocol's ``unknowns`` and ``vectors``, the network's
+output channels, the evaluation per field, field files with one dataset per field and a ParaView vector, and
+the refusals of what is not built for them yet. The family is the built-in elasticity (configs/elasticity.toml)."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, run_cli, run_cli_jobs
+from deepfusion.parallel.runtime import find_mpiexec
+
+CONFIG = str(ROOT / "configs" / "elasticity.toml")
+QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[3,3]",
+         "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
+         "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
+         "--set", "train.checkpoint_every=3", "--set", "parallel.threads_per_rank=1"]
+
+
+@pytest.fixture(scope="module")
+def vector_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("elasticity") / "run"
+    proc = run_cli("train", CONFIG, "--out", str(run_dir), *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, proc.stdout
+
+
+def test_a_vector_family_trains_and_is_evaluated_per_field(vector_run):
+    run_dir, stdout = vector_run
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert set(report["fields"]) == {"u_x", "u_y"}
+    for row in report["fields"].values():
+        assert row["ratio_to_floor"] == pytest.approx(row["mean_rel_l2"] / row["mean_floor"])
+        assert 0 < row["mean_floor"] < row["mean_rel_l2"]
+    assert "u_x" in stdout and "(each field alone, mean over the instances)" in stdout
+    assert (run_dir / "plots" / "fields.png").stat().st_size > 0
+
+
+def test_the_field_files_hold_one_dataset_per_field_and_a_paraview_vector(vector_run):
+    import h5py
+
+    from deepfusion.files.fields import read_fields
+    from deepfusion.surrogate import Surrogate
+
+    run_dir, _ = vector_run
+    path = run_dir / "test_prediction.h5"
+    with h5py.File(path) as f:
+        assert f.attrs["unknowns"] == "u_x,u_y" and f["u_x"].shape == f["u_y"].shape == (2, 17, 17)
+        assert "u" not in f
+        params = f["a"][()]
+    read = read_fields(path)
+    assert read["u"].shape == (2, 2, 17, 17) and np.array_equal(read["u"][:, 1], read["u_y"])
+    # The XDMF: u_x and u_y as scalars, u as a vector joined from them with a zero z (ParaView's vectors are 3-D).
+    grid = ET.parse(path.with_suffix(".xdmf")).getroot().find("Domain/Grid/Grid")
+    kinds = {a.get("Name"): a.get("AttributeType") for a in grid.findall("Attribute")}
+    assert kinds == {"u_x": "Scalar", "u_y": "Scalar", "u": "Vector"}
+    joined = next(a for a in grid.findall("Attribute") if a.get("Name") == "u").find("DataItem")
+    assert joined.get("Function") == "JOIN($0, $1, 0 * $0)" and joined.get("Dimensions") == "17 17 3"
+    assert [d.findall("DataItem")[1].text.split(":/")[1] for d in joined.findall("DataItem")] == ["u_x", "u_y"]
+    # The Python API gives (S, C, *grid), the fields of the file.
+    fields = Surrogate.load(run_dir).fields(params)
+    assert fields.shape == (2, 2, 17, 17) and np.allclose(fields, read["u"], rtol=0, atol=1e-6 * np.abs(fields).max())
+
+
+def test_infer_and_reference_write_each_field(vector_run, tmp_path):
+    import h5py
+
+    run_dir, _ = vector_run
+    a = np.array([[0.5, -0.5, 1.0, 0.0, 0.3]])
+    np.save(tmp_path / "a.npy", a)
+    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("reference", "elasticity", "--set", "elasticity.plane=strain", "--resolution", "17",
+                   "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "ref.h5"))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "u.h5") as f, h5py.File(tmp_path / "ref.h5") as g:
+        assert f["u_x"].shape == g["u_y"].shape == (1, 17, 17) and g.attrs["unknowns"] == "u_x,u_y"
+        assert g["u_y"][0, :, -1].max() < 0 and np.all(g["u_x"][0, :, 0] == 0)  # clamped at x = 0, pushed down at x = 1
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["train.loss=preconditioned"], "the vector Hessian they need is not built"),
+    (["model.coarse_correction=5"], "the vector Hessian they need is not built"),
+    (["parallel.domain=[2]"], "a domain split of several fields is not built"),
+    (["elasticity.x0=free"], "elasticity.x0: no side holds the body"),
+    (["elasticity.x1=traction=1"], "give 2 components (x first)"),
+])
+def test_what_a_vector_family_cannot_take_is_refused_in_one_line(tmp_path, sets, message):
+    proc = run_cli("train", CONFIG, "--out", str(tmp_path / "r"), *QUICK, *[a for s in sets for a in ("--set", s)])
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_uq_refuses_a_vector_family_in_one_line(vector_run, tmp_path):
+    run_dir, _ = vector_run
+    proc = run_cli("uq", str(run_dir), "--samples", "4", "--out", str(tmp_path / "uq.h5"))
+    assert proc.returncode == 2 and "statistics per field are not built yet" in proc.stderr, proc.stderr
+
+
+def test_a_family_that_packs_two_fields_into_one_grid_is_refused(tmp_path):
+    # The work-around of a user before the protocol had unknowns: (u_x, u_y) side by side in one field.
+    (tmp_path / "packed.py").write_text(
+        "import torch\n"
+        "from diffnet.problems.elasticity import Elasticity\n\n\n"
+        "class Packed(Elasticity):\n"
+        "    unknowns = ('u',)\n"
+        "    vectors = {}\n\n"
+        "    def field(self, raw, params):\n"
+        "        return torch.cat([raw[:, 0], raw[:, 0]], dim=-1)\n")
+    proc = run_cli("train", CONFIG, "--out", str(tmp_path / "r"), *QUICK, "--set", 'problem.family="packed:Packed"',
+                   path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "field returned shape [1, 17, 34] for unknowns ['u'] on [17, 17]" in proc.stderr
+
+
+def test_the_network_has_one_output_channel_per_unknown_and_a_scalar_family_one():
+    from diffnet.networks import build_network
+
+    vector = build_network("unet", 4, (4, 8), levels=(9, 17), top_channels=4, out_channels=2)
+    scalar = build_network("unet", 3, (4, 8), levels=(9, 17), top_channels=4)
+    x = torch.zeros(1, 4, 17, 17)
+    assert vector(x).shape == (1, 2, 17, 17) and scalar(torch.zeros(1, 3, 17, 17)).shape == (1, 1, 17, 17)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
+def test_one_and_two_ranks_train_one_vector_model(tmp_path):
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+
+    args = ["train", CONFIG, *QUICK, "--set", "train.dtype=float64", "--set", "output.plots=false"]
+    one = run_cli(*args, "--out", str(tmp_path / "p1"))
+    (two,) = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")], timeout=250)
+    for proc in (one, two):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    a, b = (load_checkpoint(checkpoint_files(tmp_path / p / "checkpoints")[0]) for p in ("p1", "p2"))
+    assert a.step == b.step == 12 and b.ranks == 2
+    assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
