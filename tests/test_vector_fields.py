@@ -139,3 +139,16 @@ def test_one_and_two_ranks_train_one_vector_model(tmp_path):
     a, b = (load_checkpoint(checkpoint_files(tmp_path / p / "checkpoints")[0]) for p in ("p1", "p2"))
     assert a.step == b.step == 12 and b.ranks == 2
     assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
+
+
+def test_the_3d_body_trains_and_writes_a_three_component_vector(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", str(ROOT / "configs" / "elasticity3d.toml"), "--out", str(run_dir),
+                   "--set", "problem.resolution=[9,9,9]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
+                   "--set", "data.n_train=8", "--set", "data.n_test=1", "--set", "model.channels=[4,8]",
+                   "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads((run_dir / "eval.json").read_text())["fields"]) == {"u_x", "u_y", "u_z"}
+    grid = ET.parse(run_dir / "test_prediction.xdmf").getroot().find("Domain/Grid/Grid")
+    vector = next(a for a in grid.findall("Attribute") if a.get("Name") == "u")
+    assert vector.get("AttributeType") == "Vector" and vector.find("DataItem").get("Function") == "JOIN($0, $1, $2)"

@@ -26,6 +26,7 @@ _BUILTIN = {
     "plate": "diffnet.problems.plate:PlateWithHole",
     "torsion": "diffnet.problems.torsion:StarTorsion",
     "elasticity": "diffnet.problems.elasticity:Elasticity",
+    "elasticity3d": "diffnet.problems.elasticity:Elasticity3D",
 }
 
 DEFAULT_FAMILY = "burgers"

@@ -27,7 +27,7 @@ from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system
 
-__all__ = ["ElasticityOptions", "Elasticity"]
+__all__ = ["ElasticityOptions", "Elasticity", "Elasticity3DOptions", "Elasticity3D"]
 
 
 def _poisson_ratio(v: tuple[float, ...]) -> str | None:
@@ -197,3 +197,36 @@ class Elasticity(Family):
     def truth_name(self) -> str:
         r = self.truth_refine
         return "Q1 solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+
+
+@dataclass(frozen=True)
+class Elasticity3DOptions(ElasticityOptions):
+    """``[elasticity3d]``: as ``[elasticity]`` for a body on the unit cube, with the sides z = 0, 1 (``plane`` unused:
+    a 3-D body is its own model); the truth 2x finer (4x at 33^3 would be 129^3 x 3 = 6.4 M unknowns per instance)."""
+
+    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
+                     vector_side_check(3))
+    x1: str = option("traction=0,0,-1", "the side x = 1 (as x0)", vector_side_check(3))
+    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(3))
+    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(3))
+    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
+    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
+    plane: str = option("strain", "unused in 3-D (\"strain\")", one_of("strain"))
+    truth_refine: int = option(2, "evaluation: the independent reference is the Q1 solution on a grid with this "
+                               "many times the intervals (2..8)", integer_in(2, 8))
+
+
+@dataclass(frozen=True)
+class Elasticity3D(Elasticity):
+    """Linear elasticity on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
+
+    plane: str = "strain"
+    sides: tuple[str, ...] = ("u=0", "traction=0,0,-1", "free", "free", "free", "free")
+    truth_refine: int = 2
+
+    name = "elasticity3d"
+    Options = Elasticity3DOptions
+    dims = 3
+    in_channels = 5  # log E, nu, and the three coordinates
+    unknowns = ("u_x", "u_y", "u_z")
+    vectors = {"u": ("u_x", "u_y", "u_z")}
