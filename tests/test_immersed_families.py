@@ -315,3 +315,23 @@ def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypa
     assert probes == [3] and torch.equal(again, kept[[2, 0]])
     fresh = original(family, fields[1], params)  # probed at another field: the same (a quadratic energy)
     assert torch.allclose(kept, fresh, rtol=0, atol=1e-9 * float(fresh.abs().max()))
+
+
+def test_each_instances_multigrid_is_kept_within_its_byte_budget(monkeypatch):
+    # The preconditioned loss's B g and the polish build an assembled multigrid per instance; kept by count they
+    # took a rank past 11 GB at 128^2. Bounded in bytes, least recently used first, like the discretisations.
+    import diffnet.problems.immersed_family as immersed_family
+
+    family = StarTorsion((17, 17))
+    family.clear_caches()
+    shapes = family.sample(3, "random", 4)
+    rows = [tuple(map(float, p)) for p in shapes]
+    first = immersed_family._multigrid(family, rows[0])
+    assert immersed_family._multigrid(family, rows[0]) is first
+    one = immersed_family._nbytes(first)
+    assert one > 0 and immersed_family._MULTIGRIDS.nbytes == one
+    monkeypatch.setattr(immersed_family, "MULTIGRID_BYTES", int(1.5 * one))
+    immersed_family._multigrid(family, rows[1])  # the budget holds one: rows[0] goes
+    assert list(immersed_family._MULTIGRIDS) == [(family, rows[1])] and immersed_family._MULTIGRIDS.nbytes <= 1.5 * one
+    family.clear_caches()
+    assert not immersed_family._MULTIGRIDS and immersed_family._MULTIGRIDS.nbytes == 0

@@ -29,11 +29,11 @@ the polish, the preconditioned loss's B g and the classical sweep. A family may 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from diffnet.boundary import BoxBoundary, Side
@@ -62,20 +62,33 @@ class _Cache(OrderedDict):
 # level, the coarse correction's coarse grid: a new object each step) finds what the last one built.
 _DISCRETISATIONS = _Cache()
 _HESSIANS = _Cache()
+# The assembled multigrid of an instance (the preconditioned loss's B g, the polish): a 128^2 hierarchy is
+# 4 MB, and kept by count (4096 of them) with the caches above it took a rank past 11 GB at 128^2 and
+# was killed (2026-11-26). Bounded by bytes instead, twice the others': a rank's shard of 1024 instances
+# at 128^2 fits, and one built again costs 0.4 s.
+MULTIGRID_BYTES = 2 * CACHE_BYTES
+_MULTIGRIDS = _Cache()
 
 
-def _keep(cache: _Cache, key: bytes, value) -> None:
-    """Remember ``value`` under ``key``, forgetting the least recently used past :data:`CACHE_BYTES`."""
+def _keep(cache: _Cache, key, value, limit: int | None = None) -> None:
+    """Remember ``value`` under ``key``, forgetting the least recently used past ``limit`` bytes (default
+    :data:`CACHE_BYTES`, read when called)."""
+    limit = CACHE_BYTES if limit is None else limit
     cache[key] = (value, value.nbytes if isinstance(value, torch.Tensor) else _nbytes(value))
     cache.nbytes += cache[key][1]
-    while cache.nbytes > CACHE_BYTES and len(cache) > 1:
+    while cache.nbytes > limit and len(cache) > 1:
         cache.nbytes -= cache.popitem(last=False)[1][1]
 
 
 def _nbytes(obj) -> int:
-    """The bytes of the arrays in a dataclass of arrays (an Immersed and its CutCells)."""
+    """The bytes of the arrays in a dataclass of arrays, lists and sparse matrices (an Immersed and its
+    CutCells, a multigrid hierarchy)."""
     if isinstance(obj, np.ndarray):
         return obj.nbytes
+    if sp.issparse(obj):
+        return sum(getattr(obj, k).nbytes for k in ("data", "indices", "indptr", "row", "col") if hasattr(obj, k))
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
     if dataclasses.is_dataclass(obj):
         return sum(_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     return 0
@@ -164,10 +177,9 @@ class ImmersedFamily(Q1Classical):
     def clear_caches(self) -> None:
         """Forget every instance's discretisation, Hessian and assembled multigrid (a timed solve then builds
         its own)."""
-        for cache in (_DISCRETISATIONS, _HESSIANS):
+        for cache in (_DISCRETISATIONS, _HESSIANS, _MULTIGRIDS):
             cache.clear()
             cache.nbytes = 0
-        _multigrid.cache_clear()
 
     # -- geometry, inputs, field ---------------------------------------------------------
     def _data(self, params: torch.Tensor | np.ndarray) -> list[Immersed]:
@@ -330,7 +342,13 @@ class ImmersedFamily(Q1Classical):
         return dataclasses.replace(self, resolution=tuple(resolution))
 
 
-@functools.lru_cache(maxsize=4096)
 def _multigrid(family: ImmersedFamily, params: tuple[float, ...]):
-    """One instance's multigrid on its immersed system (training revisits every instance)."""
-    return family.fem_system(np.asarray(params)).multigrid()
+    """One instance's multigrid on its immersed system, kept (training revisits every instance) within
+    :data:`CACHE_BYTES`."""
+    key = (family, params)
+    if key in _MULTIGRIDS:
+        _MULTIGRIDS.move_to_end(key)
+        return _MULTIGRIDS[key][0]
+    multigrid = family.fem_system(np.asarray(params)).multigrid()
+    _keep(_MULTIGRIDS, key, multigrid, MULTIGRID_BYTES)
+    return multigrid
