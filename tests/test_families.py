@@ -454,3 +454,38 @@ def test_the_docs_cut_domain_family_trains_infers_compares_and_runs_uq_as_writte
     proc = run_cli("reference", "heat_lplate:HeatLPlate", "--coeffs", str(tmp_path / "holes.npy"), "--resolution", "17",
                    "--truth", "--out", str(tmp_path / "truth.h5"), path=[tmp_path])
     assert proc.returncode == 0 and "the independent reference: body-fitted" in proc.stdout, proc.stderr
+
+
+def _two_species(tmp_path):
+    """docs/families.md's family with two unknowns and its config, written from the page as they stand."""
+    text = (ROOT / "docs" / "families.md").read_text().split("## Several unknowns: two coupled species", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    toml = re.findall(r"```toml\n(\[problem\].*?)```", text, re.S)[0]
+    # One text: the page's module is the example package's.
+    assert code == (ROOT / "examples" / "families" / "two_species" / "two_species.py").read_text()
+    (tmp_path / "two_species.py").write_text(code)
+    (tmp_path / "two.toml").write_text(toml)
+    return tmp_path / "two.toml"
+
+
+def test_the_two_species_family_of_the_docs_is_minimised_by_its_coupled_solution_and_trains(tmp_path, monkeypatch):
+    import json
+
+    config = _two_species(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from two_species import TwoSpecies
+
+    family = TwoSpecies((17, 17))
+    p = np.array([[1.5, 0.8], [8.0, 0.3]])
+    u = torch.tensor(family.reference(p), requires_grad=True)
+    (grad,) = torch.autograd.grad(family.loss_terms(u, torch.as_tensor(p))["energy"].sum(), u)
+    assert u.shape == (2, 2, 17, 17) and grad[..., 1:-1, 1:-1].abs().max() < 1e-12  # the exact minimiser
+    assert (u[:, 1].abs().max() > 0).all()  # the second species is driven by the coupling alone
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", str(config), "--out", str(run_dir), "--set", "problem.resolution=[17,17]",
+                   "--set", "data.n_train=16", "--set", "data.n_test=2", "--set", "train.epochs=2",
+                   "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
+                   "--set", "output.plots=false", path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert set(report["fields"]) == {"u1", "u2"} and "u2" in proc.stdout
