@@ -83,7 +83,6 @@ def test_infer_and_reference_write_each_field(vector_run, tmp_path):
 @pytest.mark.parametrize("sets, message", [
     (["train.loss=preconditioned"], "the vector Hessian they need is not built"),
     (["model.coarse_correction=5"], "the vector Hessian they need is not built"),
-    (["parallel.domain=[2]"], "a domain split of several fields is not built"),
     (["elasticity.x0=free"], "elasticity.x0: no side holds the body"),
     (["elasticity.x1=traction=1"], "give 2 components (x first)"),
 ])
@@ -128,17 +127,23 @@ def test_the_network_has_one_output_channel_per_unknown_and_a_scalar_family_one(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
-def test_one_and_two_ranks_train_one_vector_model(tmp_path):
+def test_one_and_two_ranks_and_a_domain_split_train_one_vector_model(tmp_path):
+    # Data parallel over 2 ranks, and each sample's grid split over 2 ranks (the tiles' halos and the gathered
+    # field carry both components), give the serial run's model.
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
-    args = ["train", CONFIG, *QUICK, "--set", "train.dtype=float64", "--set", "output.plots=false"]
+    args = ["train", CONFIG, *QUICK, "--set", "train.dtype=float64", "--set", "output.plots=false",
+            "--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2"]
     one = run_cli(*args, "--out", str(tmp_path / "p1"))
-    (two,) = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")], timeout=250)
-    for proc in (one, two):
+    two, split = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")],
+                              [*args, "--set", "parallel.domain=[2]", "--out", str(tmp_path / "d2")], timeout=250)
+    for proc in (one, two, split):
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    a, b = (load_checkpoint(checkpoint_files(tmp_path / p / "checkpoints")[0]) for p in ("p1", "p2"))
-    assert a.step == b.step == 12 and b.ranks == 2
-    assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
+    a, b, c = (load_checkpoint(checkpoint_files(tmp_path / p / "checkpoints")[0]) for p in ("p1", "p2", "d2"))
+    assert a.step == b.step == c.step == 4 and b.ranks == 2
+    for other in (b, c):
+        assert max(float(np.abs(a.model[k] - other.model[k]).max()) for k in a.model) < 1e-9
+    assert "u_y" in split.stdout
 
 
 def test_the_3d_body_trains_and_writes_a_three_component_vector(tmp_path):

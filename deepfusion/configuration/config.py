@@ -210,8 +210,6 @@ def _several_unknowns(cfg: Config, family: type) -> None:
         raise ConfigError(f"train.loss / model.coarse_correction / train.second_stage_epochs: {what} the vector "
                           "Hessian they need is not built; use train.loss = 'family', model.coarse_correction = 0, "
                           "train.second_stage_epochs = 0")
-    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError(f"parallel.domain: {what} a domain split of several fields is not built; use []")
     if cfg.parallel.cuda_graphs:
         raise ConfigError(f"parallel.cuda_graphs: {what} the captured step is not built for it; use false")
 
