@@ -92,10 +92,20 @@ def test_what_a_vector_family_cannot_take_is_refused_in_one_line(tmp_path, sets,
     assert not (tmp_path / "r").exists()
 
 
-def test_uq_refuses_a_vector_family_in_one_line(vector_run, tmp_path):
+def test_uq_gives_each_fields_statistics(vector_run, tmp_path):
+    import h5py
+
+    from deepfusion.surrogate import Surrogate
+
     run_dir, _ = vector_run
-    proc = run_cli("uq", str(run_dir), "--samples", "4", "--out", str(tmp_path / "uq.h5"))
-    assert proc.returncode == 2 and "statistics per field are not built yet" in proc.stderr, proc.stderr
+    proc = run_cli("uq", str(run_dir), "--samples", "6", "--batch", "4", "--out", str(tmp_path / "uq.h5"))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "uq.json").read_text())
+    assert set(summary["fields"]) == {"mean_u_x", "mean_u_y", "std_u_x", "std_u_y"}
+    with h5py.File(tmp_path / "uq.h5") as f:
+        mean_y, params = f["mean_u_y"][()], f["a"][()]
+    fields = Surrogate.load(run_dir).fields(params)
+    np.testing.assert_allclose(mean_y, fields[:, 1].mean(axis=0), rtol=0, atol=1e-6 * np.abs(fields).max())
 
 
 def test_a_family_that_packs_two_fields_into_one_grid_is_refused(tmp_path):

@@ -66,9 +66,6 @@ def run(args: argparse.Namespace, comm) -> int:
     for w in caught:
         warn(str(w.message))
     spec = surrogate.problem.parameters
-    if len(surrogate.problem.unknowns) > 1:
-        raise InputError(f"uq: the {surrogate.problem.name} family has {len(surrogate.problem.unknowns)} unknown fields; "
-                         "statistics per field are not built yet (infer writes each field)")
     if args.classical:
         require(surrogate.problem, "classical", "--classical")
         require(surrogate.problem, "reference", "--classical")
@@ -108,6 +105,9 @@ def run(args: argparse.Namespace, comm) -> int:
                "diffnet_seconds": diffnet.seconds}
     if args.classical:
         summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir, inside))
+    mean = diffnet.moments.mean_inside
+    nodes_inside = int(np.isfinite(mean if mean.ndim == len(surrogate.grid) else mean[0]).sum())
+    fields = _per_field(fields, surrogate.problem.unknowns, len(surrogate.grid))
     summary["fields"] = field_summary(fields, surrogate.grid)
     attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
                                            "distribution": args.distribution, "seed": args.seed,
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, comm) -> int:
     axes = list(surrogate.grid)[-2:]  # the plotted plane's axes (3-D: its mid-plane)
     figure = plot_statistics(fields, surrogate.grid, (axes[1], axes[0]), Path(args.out).with_suffix(".png"))
     if inside is not None:
-        print(f"statistics over the nodes inside each instance's domain ({int(np.isfinite(fields['mean']).sum())} "
+        print(f"statistics over the nodes inside each instance's domain ({nodes_inside} "
               f"nodes inside at least one; inside_fraction holds, per node, the share of the samples)")
     print(f"DiffNet: {args.samples} instances in {diffnet.seconds:.2f} s "
           f"({diffnet.seconds / args.samples * 1e3:.3f} ms each)")
@@ -136,6 +136,18 @@ def run(args: argparse.Namespace, comm) -> int:
             else "unknown (no training time recorded)" if n_star is None else f"{n_star:.3g} instances"))
     print(f"wrote {out}, {out.with_suffix('.xdmf')}, {report}, {figure}")
     return 0
+
+
+def _per_field(fields: dict[str, np.ndarray], unknowns: tuple[str, ...], dims: int) -> dict[str, np.ndarray]:
+    """Statistics of several unknown fields, (C, *grid) each, as one field per unknown: ``mean_u_x``, ``std_u_x``,
+    ...; a statistic of the grid alone (``inside_fraction``) and a single unknown's stay as they are."""
+    out = {}
+    for stat, value in fields.items():
+        if len(unknowns) > 1 and value.ndim > dims:
+            out.update({f"{stat}_{name}": value[i] for i, name in enumerate(unknowns)})
+        else:
+            out[stat] = value
+    return out
 
 
 def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, inside) -> dict:

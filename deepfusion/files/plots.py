@@ -231,9 +231,14 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
     fraction = fields.get("inside_fraction")
     names = [k for k in fields if k != "inside_fraction"]
     fig, axes = plt.subplots(1, len(names), figsize=(3.9 * len(names), 3.2), squeeze=False)
+    def statistic(name: str) -> tuple[str, str]:  # "classical_std_u_x" -> ("std", "u_x"); "mean" -> ("mean", "u")
+        rest = name.removeprefix("classical_")
+        kind = "std" if rest.startswith("std") else "mean"
+        return kind, rest[len(kind) + 1:] or "u"
+
     for ax, name in zip(axes[0], names):
-        kind = "std" if name.endswith("std") else "mean"
-        group = [fields[k] for k in names if k.endswith(kind)]
+        kind, of = statistic(name)
+        group = [fields[k] for k in names if statistic(k) == (kind, of)]
         lo, hi = min(float(np.nanmin(g)) for g in group), max(float(np.nanmax(g)) for g in group)
         im = ax.imshow(fields[name], origin="lower", extent=extent, aspect="auto", vmin=lo, vmax=hi,
                        cmap="viridis" if kind == "mean" else "magma")
@@ -244,7 +249,7 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
             if fraction.max() >= 1.0 > fraction.min():
                 ax.contour(xs, ys, fraction, levels=[1.0 - 1e-9], colors="k", linewidths=0.6, linestyles="--")
         who = "classical" if name.startswith("classical") else "DiffNet"
-        ax.set_title(f"{who}: {'mean of u' if kind == 'mean' else 'standard deviation of u'}{plane}", fontsize=8)
+        ax.set_title(f"{who}: {'mean' if kind == 'mean' else 'standard deviation'} of {of}{plane}", fontsize=8)
         ax.set_xlabel(axis_names[0])
         ax.set_ylabel(axis_names[1])
         fig.colorbar(im, ax=ax, fraction=0.046).set_label(kind, fontsize=8)
