@@ -20,12 +20,13 @@ import numpy as np
 import torch
 
 from diffnet.boundary import SIDES, component_boundaries, vector_side_check
+from diffnet.classical import q1_configurations, q1_to_grid
 from diffnet.constants import constant
 from diffnet.elasticity import PLANES, elasticity_energy
 from diffnet.family import Family, ParameterSpec
 from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, one_of, option, positive
-from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system
+from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
 
 __all__ = ["ElasticityOptions", "Elasticity", "Elasticity3DOptions", "Elasticity3D"]
 
@@ -73,7 +74,12 @@ class Elasticity(Family):
     in_channels = 4  # log E, nu, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish"})
+    # The classical side of ``compare``: the same Q1 system on a sweep of grids, AMG-CG with the rigid-body modes.
+    classical_methods = {"sa-rbm": "pyamg smoothed aggregation with the rigid-body modes + CG to 1e-8",
+                         "sa-rbm-4": "the same, to 1e-4"}
+    classical_baseline = "sa-rbm"
+    polish_step = "AMG V-cycle"
 
     def __post_init__(self) -> None:
         if len(self.resolution) != self.dims or min(self.resolution) < 3:
@@ -197,6 +203,33 @@ class Elasticity(Family):
     def truth_name(self) -> str:
         r = self.truth_refine
         return "Q1 solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+
+    # -- the classical side and the polish ------------------------------------------------
+    def classical_configurations(self) -> dict[str, list[int]]:
+        """Nodes per side, coarse to fine, below the truth's grid (the scalar Q1 families' sweep)."""
+        grids = q1_configurations(self)["fmg"]
+        return {method: grids for method in self.classical_methods}
+
+    def classical_solver(self, method: str, grid: int):
+        """One instance's Q1 solution (d, *grid) on ``grid`` nodes per side; assembly and AMG set-up inside the call."""
+        if method not in self.classical_methods:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
+        coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
+        tol = 1e-4 if method == "sa-rbm-4" else 1e-8
+        return lambda params: coarse.system(params).solve("amg", tol=tol)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """A Q1 solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
+        return np.stack([q1_to_grid(self, component) for component in native])
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` V-cycles of the instance's smoothed-aggregation hierarchy (rigid-body modes) from the network's
+        fields (S, d, *grid): "DiffNet + k AMG V-cycles". The held dofs keep their values."""
+        out = np.empty_like(np.asarray(fields, dtype=np.float64))
+        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+            system = self.system(p)
+            out[k] = multigrid(system).vcycles(to_dofs(fields[k]), cycles)
+        return out
 
 
 @dataclass(frozen=True)

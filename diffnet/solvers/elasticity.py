@@ -24,7 +24,7 @@ from diffnet.energy import element_nodes, gauss_basis
 from diffnet.solvers.fem import grid_spacing
 
 __all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
-           "solve_elasticity", "ElasticitySystem", "elasticity_system"]
+           "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
 
 
 def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strain") -> tuple[np.ndarray, np.ndarray]:
@@ -151,22 +151,13 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
         Filled with the solve's iterations, relative residual and set-up seconds.
     """
     stats = {} if stats is None else stats
-    fixed = np.asarray(fixed, dtype=bool)
-    if not fixed.any():
-        raise ValueError("a body held nowhere moves freely: hold at least one side (the rigid-body modes)")
-    free = ~fixed
-    g = np.where(fixed, values, 0.0)
-    rhs = load[free] - K[free][:, fixed] @ g[fixed]
-    k_ff = K[free][:, free].tocsr()
+    k_ff, rhs, g, free = _reduced(K, load, fixed, values)
     u = g.copy()
     if method == "direct":
         u[free] = spla.spsolve(k_ff.tocsc(), rhs)
     elif method == "amg":
-        import pyamg
-
         t0 = time.perf_counter()
-        near_null = rigid_body_modes(shape)[free]
-        ml = pyamg.smoothed_aggregation_solver(k_ff, B=near_null, symmetry="hermitian")
+        ml = _hierarchy(k_ff, shape, free)
         stats["amg_setup_s"] = time.perf_counter() - t0
         residuals: list[float] = []
         u[free] = ml.solve(rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
@@ -178,6 +169,46 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
     else:
         raise ValueError(f"method must be 'amg' or 'direct', got {method!r}")
     return from_dofs(u, shape)
+
+
+def _reduced(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, values: np.ndarray):
+    """K on the free dofs, the load less the held dofs' work, the held values (zero elsewhere), the free mask."""
+    fixed = np.asarray(fixed, dtype=bool)
+    if not fixed.any():
+        raise ValueError("a body held nowhere moves freely: hold at least one side (the rigid-body modes)")
+    free = ~fixed
+    g = np.where(fixed, values, 0.0)
+    return K[free][:, free].tocsr(), load[free] - K[free][:, fixed] @ g[fixed], g, free
+
+
+def _hierarchy(k_ff: sp.csr_matrix, shape: tuple[int, ...], free: np.ndarray):
+    """pyamg's smoothed aggregation of K on the free dofs, the rigid-body modes there as its near-null space."""
+    import pyamg
+
+    return pyamg.smoothed_aggregation_solver(k_ff, B=rigid_body_modes(shape)[free], symmetry="hermitian")
+
+
+@dataclass(frozen=True)
+class ElasticityMultigrid:
+    """One body's smoothed-aggregation hierarchy, for V-cycles from a given displacement (the polish)."""
+
+    system: "ElasticitySystem"
+    hierarchy: object
+    rhs: np.ndarray
+    free: np.ndarray
+
+    def vcycles(self, x: np.ndarray, cycles: int) -> np.ndarray:
+        """``cycles`` V-cycles from node-major dofs ``x`` (the held dofs set to their values), as (d, *grid)."""
+        u = np.where(self.system.fixed, self.system.values, x)
+        if cycles:
+            u[self.free] = self.hierarchy.solve(self.rhs, x0=u[self.free], tol=1e-300, maxiter=cycles, accel=None)
+        return from_dofs(u, self.system.shape)
+
+
+def multigrid(system: "ElasticitySystem") -> ElasticityMultigrid:
+    """The smoothed-aggregation hierarchy of ``system`` on its free dofs."""
+    k_ff, rhs, _, free = _reduced(system.K, system.load, system.fixed, system.values)
+    return ElasticityMultigrid(system, _hierarchy(k_ff, system.shape, free), rhs, free)
 
 
 @dataclass(frozen=True)
