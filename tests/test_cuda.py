@@ -160,3 +160,26 @@ def test_the_coarse_correction_on_cuda_is_the_cpus(dims):
         results.append((out.detach().cpu(), grad.cpu()))
     for a, b in zip(*results):
         assert torch.allclose(b, a, rtol=0, atol=1e-10 * float(a.abs().max()))
+
+
+@pytest.mark.timeout(600)
+def test_a_vector_family_trains_on_cuda_as_on_the_cpu(tmp_path):
+    # Several unknown fields (configs/elasticity.toml: two output channels, the vector energy) on the GPU in
+    # float64: the CPU's model after the same steps, and the field files per component.
+    import h5py
+
+    config = str(ROOT / "configs" / "elasticity.toml")
+    quick = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,2]",
+             "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
+             "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "output.plots=false",
+             "--set", "train.dtype=float64", "--set", "train.checkpoint_every=100"]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        proc = run_cli("train", config, "--out", str(tmp_path / device), *quick, "--set", f"parallel.device={device}")
+        assert proc.returncode == 0, proc.stderr
+        runs[device] = load_checkpoint(sorted((tmp_path / device / "checkpoints").glob("step-*.h5"))[-1]).model
+    for name, ref in runs["cpu"].items():
+        rel = np.abs(runs["cuda"][name] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-8, (name, rel)
+    with h5py.File(tmp_path / "cuda" / "test_prediction.h5") as f:
+        assert f.attrs["unknowns"] == "u_x,u_y" and f["u_x"].shape == (2, 17, 17)
