@@ -35,7 +35,7 @@ def test_a_vector_family_trains_and_is_evaluated_per_field(vector_run):
         assert row["ratio_to_floor"] == pytest.approx(row["mean_rel_l2"] / row["mean_floor"])
         assert 0 < row["mean_floor"] < row["mean_rel_l2"]
     assert "u_x" in stdout and "(each field alone, mean over the instances)" in stdout
-    assert (run_dir / "plots" / "fields.png").stat().st_size > 0
+    assert (run_dir / "plots" / "fields.png").stat().st_size > 0 and (run_dir / "plots" / "deformed.png").stat().st_size > 0
 
 
 def test_the_field_files_hold_one_dataset_per_field_and_a_paraview_vector(vector_run):

@@ -170,7 +170,7 @@ def _by_field(problem, fields: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _plots(problem, test, pred, acc, names, plots: Path) -> None:
-    from deepfusion.files.plots import mid_plane, plot_fields, plot_loss
+    from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
@@ -195,4 +195,10 @@ def _plots(problem, test, pred, acc, names, plots: Path) -> None:
         labels = [f"{label}, {plane}" for label in labels]
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
                 inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors)
-    print(f"plots: {plots / 'loss.png'} {plots / 'fields.png'}")
+    shown_plots = [plots / "loss.png", plots / "fields.png"]
+    displacement = [parts for parts in problem.vectors.values() if len(parts) == 2 == len(coords)]
+    if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
+        shown_plots.append(plot_deformed(np.stack([pred[p] for p in displacement[0]], axis=1),
+                                         np.stack([truth[p] for p in displacement[0]], axis=1), coords, labels,
+                                         plots / "deformed.png"))
+    print("plots: " + " ".join(map(str, shown_plots)))

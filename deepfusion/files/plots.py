@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_pareto", "plot_statistics", "mid_plane"]
+__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_deformed", "plot_pareto", "plot_statistics", "mid_plane"]
 
 
 def _pyplot():
@@ -170,6 +170,35 @@ def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, err
             extend = "both" if label == "difference" and peak > dmax else "neither"
             fig.colorbar(im, ax=ax, fraction=0.046, extend=extend).set_label(label, fontsize=8)
     return fig
+
+
+def plot_deformed(pred: np.ndarray, ref: np.ndarray, coords: dict[str, np.ndarray], labels: list[str],
+                  out: Path) -> Path:
+    """The deformed shape: per sample, the grid moved by the network's displacement and by the reference's,
+    coloured by the displacement's magnitude, the undeformed outline dashed. ``pred``, ``ref``: (S, 2, N_y, N_x)
+    displacements (x component first); one magnification for the whole figure, the largest displacement drawn
+    as a tenth of the body's size (the title says by how much)."""
+    plt = _pyplot()
+    (vertical, ys), (horizontal, xs) = coords.items()
+    x, y = np.meshgrid(xs, ys)
+    size = max(float(np.ptp(xs)), float(np.ptp(ys)))
+    peak = max(float(np.sqrt((ref**2).sum(axis=1)).max()), 1e-300)
+    scale = 0.1 * size / peak
+    magnitude = [np.sqrt((f**2).sum(axis=1)) for f in (pred, ref)]
+    lo, hi = 0.0, max(float(m.max()) for m in magnitude)
+    fig, axes = plt.subplots(len(pred), 2, figsize=(7.4, 3.2 * len(pred)), squeeze=False)
+    for k in range(len(pred)):
+        for ax, field, norm, who in zip(axes[k], (pred, ref), magnitude, ("DiffNet", "reference")):
+            mesh = ax.pcolormesh(x + scale * field[k, 0], y + scale * field[k, 1], norm[k], shading="gouraud",
+                                 cmap="viridis", vmin=lo, vmax=hi)
+            ax.plot([xs[0], xs[-1], xs[-1], xs[0], xs[0]], [ys[0], ys[0], ys[-1], ys[-1], ys[0]], "k--", lw=0.6)
+            ax.set_aspect("equal")
+            ax.set_title(f"{who}, {labels[k]}", fontsize=8)
+            ax.set_xlabel(horizontal)
+            ax.set_ylabel(vertical)
+            fig.colorbar(mesh, ax=ax, fraction=0.046).set_label("|u|", fontsize=8)
+    fig.suptitle(f"deformed shape: displacements drawn ×{scale:.3g} (the largest a tenth of the body)", fontsize=9)
+    return _save(fig, out, 110)
 
 
 def plot_pareto(report: dict, out: Path) -> Path:
