@@ -136,6 +136,8 @@ class Surrogate:
         ranks) the generator runs on this rank's tile of each field and every rank gets the
         gathered fields.
 
+        The fields are (S, *grid), or (S, C, *grid) for a family of several unknowns (by name: :meth:`by_name`).
+
         ``polish`` > 0 improves them by that many classical iterations from the network's
         output (multigrid V-cycles for Poisson and reaction-diffusion, Newton sweeps of the
         conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
@@ -153,6 +155,12 @@ class Surrogate:
             except ValueError as e:
                 raise InputError(str(e)) from None
         return u
+
+    def by_name(self, fields: np.ndarray) -> dict[str, np.ndarray]:
+        """Fields from :meth:`fields` by unknown: ``{"u": (S, *grid)}`` for one, ``{"u_x": ..., "u_y": ...}`` for
+        several (the family's ``unknowns``, each (S, *grid)), the names the field files use."""
+        names = self.problem.unknowns
+        return {names[0]: fields} if len(names) == 1 else {k: fields[:, i] for i, k in enumerate(names)}
 
     def __repr__(self) -> str:
         p = self.config.problem

@@ -60,8 +60,11 @@ def test_the_field_files_hold_one_dataset_per_field_and_a_paraview_vector(vector
     assert joined.get("Function") == "JOIN($0, $1, 0 * $0)" and joined.get("Dimensions") == "17 17 3"
     assert [d.findall("DataItem")[1].text.split(":/")[1] for d in joined.findall("DataItem")] == ["u_x", "u_y"]
     # The Python API gives (S, C, *grid), the fields of the file.
-    fields = Surrogate.load(run_dir).fields(params)
+    surrogate = Surrogate.load(run_dir)
+    fields = surrogate.fields(params)
     assert fields.shape == (2, 2, 17, 17) and np.allclose(fields, read["u"], rtol=0, atol=1e-6 * np.abs(fields).max())
+    named = surrogate.by_name(fields)
+    assert list(named) == ["u_x", "u_y"] and np.array_equal(named["u_y"], fields[:, 1])
 
 
 def test_infer_and_reference_write_each_field(vector_run, tmp_path):
