@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, run_cli_jobs
+from conftest import PLAIN, ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.geometry import Disc, grid_points
 from diffnet.problems.plate import PlateWithHole
@@ -27,7 +27,7 @@ PLATE = str(ROOT / "configs" / "plate.toml")
 # A run of a few seconds: 24^2 (two cells are then under the smallest radius the shapes reach), one level.
 TINY = ["--set", "problem.resolution=[24,24]", "--set", "multigrid.levels=[]", "--set", "model.channels=[4,8]",
         "--set", "data.n_train=8", "--set", "data.n_test=2", "--set", "train.batch_size=4", "--set", "train.epochs=2",
-        "--set", "train.log_every=1", "--set", "parallel.threads_per_rank=1", "--set", "train.dtype=float64"]
+        "--set", "train.log_every=1", "--set", "parallel.threads_per_rank=1", "--set", "train.dtype=float64", *PLAIN]
 
 
 def test_body_fitted_reference_converges_to_the_torsion_of_a_disc():
