@@ -20,8 +20,10 @@ import scipy.sparse.linalg as spla
 
 from diffnet.boundary import BoxBoundary
 from diffnet.elasticity import lame
-from diffnet.energy import element_nodes, gauss_basis
+from diffnet.energy import gauss_basis
+from diffnet.geometry import grid_points
 from diffnet.solvers.fem import grid_spacing
+from diffnet.solvers.q1 import element_slices
 
 __all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
            "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
@@ -47,19 +49,14 @@ def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strai
 def _element_dofs(shape: tuple[int, ...]) -> np.ndarray:
     """(cells, 2^d d) global dofs of every element's local dofs (a, i), node-major."""
     dims = len(shape)
-    cells = tuple(n - 1 for n in shape)
     index = np.arange(int(np.prod(shape))).reshape(shape)
-    corners = [index[tuple(slice(o, o + c) for o, c in zip(offset, cells))].ravel() for offset in element_nodes(dims)]
-    node = np.stack(corners, axis=1)  # (cells, a)
+    node = np.stack([index[at].ravel() for at in element_slices(shape)], axis=1)  # (cells, a)
     return (node[:, :, None] * dims + np.arange(dims)).reshape(len(node), -1)
 
 
 def _at_gauss_points(field: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(cells, Q): a nodal field interpolated to every element's Gauss points."""
-    cells = tuple(n - 1 for n in field.shape)
-    corners = np.stack([field[tuple(slice(o, o + c) for o, c in zip(offset, cells))].ravel()
-                        for offset in element_nodes(field.ndim)], axis=1)
-    return corners @ values.T
+    return np.stack([field[at].ravel() for at in element_slices(field.shape)], axis=1) @ values.T
 
 
 def elasticity_matrix(young: np.ndarray, nu: float, plane: str = "strain") -> sp.csr_matrix:
@@ -95,9 +92,8 @@ def body_load(force, shape: tuple[int, ...]) -> np.ndarray:
     spacing = grid_spacing(shape)
     values, *_, w = gauss_basis(*spacing)
     if callable(force):
-        axes = [np.linspace(0.0, 1.0, n) for n in shape]
-        coords = np.meshgrid(*axes, indexing="ij")[::-1]  # x first
-        f_q = force(*[_at_gauss_points(c, values) for c in coords])
+        points = grid_points(shape)  # (*shape, d), x first
+        f_q = force(*[_at_gauss_points(points[..., i], values) for i in range(dims)])
     else:
         f_q = [_at_gauss_points(np.asarray(force[i], dtype=np.float64), values) for i in range(dims)]
     load = np.zeros(int(np.prod(shape)) * dims)
@@ -111,8 +107,8 @@ def rigid_body_modes(shape: tuple[int, ...]) -> np.ndarray:
     """The rigid-body motions on the grid, node-major, (d N, 3) in 2-D (two translations, one rotation) and
     (d N, 6) in 3-D: the near-null space of K, for smoothed aggregation."""
     dims = len(shape)
-    coords = [c.ravel() for c in np.meshgrid(*[np.linspace(0.0, 1.0, n) for n in shape], indexing="ij")[::-1]]
-    nodes = coords[0].size
+    points = grid_points(shape).reshape(-1, dims)
+    coords, nodes = points.T, len(points)
     modes = []
     for i in range(dims):  # translations
         m = np.zeros((nodes, dims))

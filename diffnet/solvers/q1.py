@@ -14,7 +14,13 @@ import numpy as np
 from diffnet.energy import element_nodes, gauss_basis
 from diffnet.solvers.matrix_stencil import q1_galerkin, q1_stencil
 
-__all__ = ["element_matrices", "q1_matrix_stencil", "coarse_q1_stencil", "q1_load"]
+__all__ = ["element_matrices", "element_slices", "q1_matrix_stencil", "coarse_q1_stencil", "q1_load"]
+
+
+def element_slices(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """Per element node (:func:`~diffnet.energy.element_nodes` order), the slice of a node array of ``shape``
+    that holds that corner of every element: gathering through it gives (cells) arrays, adding into it scatters."""
+    return [tuple(slice(o, n - 1 + o) for o, n in zip(offset, shape)) for offset in element_nodes(len(shape))]
 
 
 def element_matrices(spacing: tuple[float, ...], kappa: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,14 +72,10 @@ def q1_load(f: np.ndarray | float, shape: tuple[int, ...], spacing: tuple[float,
         return b
     values, *_, w = gauss_basis(*spacing)
     f = np.broadcast_to(np.asarray(f, dtype=np.float64), shape)
-    nodes = element_nodes(len(shape))
-
-    def at(offset):  # the element array at corner ``offset`` of every element
-        return tuple(slice(o, n - 1 + o) for o, n in zip(offset, shape))
-
-    corners = np.stack([f[at(offset)].ravel() for offset in nodes])
+    slices = element_slices(shape)
+    corners = np.stack([f[at].ravel() for at in slices])
     fe = (w * values.T @ values) @ corners  # (a, element): sum_q w f_q N_a(q)
     cells = tuple(n - 1 for n in shape)
-    for a, offset in enumerate(nodes):
-        b[at(offset)] += fe[a].reshape(cells)
+    for a, at in enumerate(slices):
+        b[at] += fe[a].reshape(cells)
     return b
