@@ -159,8 +159,9 @@ class Surrogate:
     def by_name(self, fields: np.ndarray) -> dict[str, np.ndarray]:
         """Fields from :meth:`fields` by unknown: ``{"u": (S, *grid)}`` for one, ``{"u_x": ..., "u_y": ...}`` for
         several (the family's ``unknowns``, each (S, *grid)), the names the field files use."""
-        names = self.problem.unknowns
-        return {names[0]: fields} if len(names) == 1 else {k: fields[:, i] for i, k in enumerate(names)}
+        from deepfusion.files.fields import by_unknown
+
+        return by_unknown(fields, self.problem.unknowns)
 
     def __repr__(self) -> str:
         p = self.config.problem

@@ -48,7 +48,7 @@ import torch
 
 from diffnet.capabilities import PROTOCOLS
 
-__all__ = ["CAPABILITIES", "Family", "ParameterSpec", "sample_box"]
+__all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "sample_box"]
 
 CAPABILITIES = tuple(PROTOCOLS)
 
@@ -140,6 +140,15 @@ class ParameterSpec:
         low, high = self.bounds()
         mask = (params < low) | (params > high)
         return mask.reshape(len(params), -1).any(axis=1)
+
+
+def check_vectors(unknowns: tuple[str, ...], vectors: Mapping[str, tuple[str, ...]], dims: int) -> None:
+    """Raise ``ValueError`` unless each of ``vectors`` names ``dims`` components among ``unknowns`` under a name
+    of its own (:attr:`Family.vectors`)."""
+    for name, parts in vectors.items():
+        if name in unknowns or len(parts) != dims or any(p not in unknowns for p in parts):
+            raise ValueError(f"vectors: {name!r} needs {dims} components among the unknowns {list(unknowns)} "
+                             f"under another name, got {list(parts)}")
 
 
 def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: int) -> np.ndarray:

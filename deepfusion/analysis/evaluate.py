@@ -16,7 +16,7 @@ import torch
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, predict, relative_l2
 from deepfusion.configuration.wiring import field_attrs, generator_problem, heldout_parameters
-from deepfusion.files.fields import write_fields
+from deepfusion.files.fields import by_unknown, write_fields
 from diffnet.preconditioned import error_estimate
 from diffnet.stages import TwoStage
 
@@ -163,7 +163,7 @@ def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train
 
 def _by_field(problem, fields: np.ndarray) -> dict[str, np.ndarray]:
     """Fields (S, C, *grid) of several unknowns by name, each (S, *grid), and each vector's magnitude."""
-    out = {name: fields[:, i] for i, name in enumerate(problem.unknowns)}
+    out = by_unknown(fields, problem.unknowns)
     for name, parts in problem.vectors.items():
         out[f"|{name}|"] = np.sqrt(sum(out[p] ** 2 for p in parts))
     return out

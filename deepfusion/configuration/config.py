@@ -184,13 +184,12 @@ def _first_field(configured: Any) -> None:
     several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
     import torch
 
+    from diffnet.family import check_vectors
+
     names, grid = tuple(configured.unknowns), tuple(configured.resolution)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"unknowns: need distinct names, got {list(names)}")
-    for name, parts in configured.vectors.items():
-        if name in names or len(parts) != len(grid) or any(p not in names for p in parts):
-            raise ValueError(f"vectors: {name!r} needs {len(grid)} components among the unknowns {list(names)} "
-                             f"under another name, got {list(parts)}")
+    check_vectors(names, configured.vectors, len(grid))
     low, high = configured.parameters.bounds()
     params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
     u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), params)

@@ -9,12 +9,18 @@ from typing import Any, Mapping, Sequence
 import h5py
 import numpy as np
 
-__all__ = ["write_statistics", "FieldFileError", "write_fields", "read_fields"]
+__all__ = ["write_statistics", "FieldFileError", "by_unknown", "write_fields", "read_fields"]
 
 
 
 class FieldFileError(ValueError):
     """A field file is unreadable or does not have the documented layout."""
+
+
+def by_unknown(u: np.ndarray, unknowns: Sequence[str]) -> dict[str, np.ndarray]:
+    """Fields by the dataset names of a field file: ``{"u": u}`` for one unknown, ``{"u_x": u[:, 0], ...}`` for
+    several (``u`` (S, C, *grid), the family's ``unknowns`` in order)."""
+    return {k: u[:, i] for i, k in enumerate(unknowns)} if len(unknowns) > 1 else {"u": u}
 
 
 def write_fields(
@@ -71,11 +77,11 @@ def write_fields(
     names = list(coords)
     if len(names) != len(grid) or tuple(len(coords[n]) for n in names) != grid:
         raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
-    for name, parts in vectors.items():
-        if name in unknowns or any(p not in unknowns for p in parts) or len(parts) != len(grid):
-            raise ValueError(f"vector {name!r}: need {len(grid)} components among the unknowns {list(unknowns)} "
-                             f"under another name, got {list(parts)}")
-    fields = {k: u[:, i] for i, k in enumerate(unknowns)} if several else {"u": u}
+    if vectors:
+        from diffnet.family import check_vectors
+
+        check_vectors(unknowns, vectors, len(grid))
+    fields = by_unknown(u, unknowns)
     datasets = {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
     for name, value in params.items():
         value = np.asarray(value)
@@ -242,9 +248,7 @@ def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
             if du.size * len(unknowns) > max_elements:
                 raise FieldFileError(f"{path}: {len(unknowns)} fields of {du.shape} exceed the size limit")
             u = du[()] if len(unknowns) == 1 else np.stack([f[k][()] for k in unknowns], axis=1)
-            out: dict[str, Any] = {"u": u, "attrs": {k: f.attrs[k] for k in f.attrs}}
-            if len(unknowns) > 1:
-                out.update({k: u[:, i] for i, k in enumerate(unknowns)})
+            out: dict[str, Any] = {"u": u, "attrs": {k: f.attrs[k] for k in f.attrs}, **by_unknown(u, unknowns)}
             for a, n in zip(axes, du.shape[1:]):
                 if f[a].shape != (n,):
                     raise FieldFileError(f"{path}: coordinate {a} has shape {f[a].shape}, expected ({n},)")
