@@ -24,8 +24,8 @@ from diffnet.classical import q1_configurations, q1_to_grid
 from diffnet.constants import constant
 from diffnet.elasticity import PLANES, elasticity_energy
 from diffnet.family import Family, ParameterSpec
-from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, one_of, option, positive
+from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
 
 __all__ = ["ElasticityOptions", "Elasticity", "Elasticity3DOptions", "Elasticity3D"]
@@ -124,10 +124,7 @@ class Elasticity(Family):
 
     def young(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal Young's modulus (S, *resolution) of instances (S, m + 1)."""
-        modes = constant(("kl", self.eta, self.kl_terms, self.resolution),
-                         lambda: kl_basis(self.eta, self.kl_terms, list(self.coordinates().values()), self.dims / 2),
-                         params)
-        return torch.exp(torch.einsum("sm,m...->s...", params[:, : self.kl_terms], modes))
+        return torch.exp(kl_log_field(params[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
 
     def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """log10 E of each instance, its ratio in the label."""

@@ -24,7 +24,16 @@ from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, option, positive
 from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
-__all__ = ["KLOptions", "KLFamily"]
+__all__ = ["KLOptions", "KLFamily", "kl_log_field"]
+
+
+def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple[int, ...]) -> torch.Tensor:
+    """sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k) on the unit square's or cube's node grid ``resolution``,
+    (S, *resolution), for coefficient rows (S, terms); the modes are built once per process (diffnet.constants)."""
+    resolution = tuple(resolution)
+    axes = [np.linspace(0.0, 1.0, n) for n in resolution]
+    modes = constant(("kl", eta, terms, resolution), lambda: kl_basis(eta, terms, axes, len(resolution) / 2), coeffs)
+    return torch.einsum("sm,m...->s...", coeffs, modes)
 
 
 @dataclass(frozen=True)
@@ -136,18 +145,13 @@ class KLFamily(Q1Classical, Family):
         names = ("z", "y", "x")[-self.dims:]
         return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
 
-    def log_modes(self) -> np.ndarray:
-        """lambda_i^{d/2} prod_k phi_i(x_k) on the grid, shape (m, *resolution)."""
-        return kl_basis(self.eta, self.kl_terms, list(self.coordinates().values()), self.dims / 2)
-
     def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal nu, shape (S, *resolution), for coefficient rows (S, m) or nu fields (S, *resolution)."""
         if params.ndim == 1 + self.dims:
             return params
         if self.constant > 0:
             return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype, device=params.device)
-        modes = constant(("kl", self.eta, self.kl_terms, self.resolution), self.log_modes, params)
-        return torch.exp(torch.einsum("sm,m...->s...", params, modes))
+        return torch.exp(kl_log_field(params, self.eta, self.kl_terms, self.resolution))
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """Network input (S, 1 + d, *resolution): log nu, then the coordinates, outermost first."""
