@@ -48,7 +48,7 @@ def main() -> None:
         row = {"delta": delta, "true_rel_error": float(true.mean())}
         for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
             g = loss_gradient(family, u.to(dtype), params.to(dtype)).double()
-            d = B(g * B.levels[0].free)
+            d = B(g * B.free)
             row[f"estimate_{name}"] = float(((d.square().sum((1, 2)) / (u - d).square().sum((1, 2))).sqrt()).mean())
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)

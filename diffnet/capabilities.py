@@ -94,8 +94,9 @@ class Precondition(Protocol):
     (:func:`diffnet.preconditioned.correction` asks for it first; the ``target`` form only)."""
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil
-        (default: read off the loss by 3^d probes)."""
+        """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil; for C
+        unknowns, at u (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) (default: read off the loss by
+        C 3^d probes)."""
 
     def at_resolution(self, resolution: tuple[int, ...]) -> Any:
         """The same family on another grid (the V-cycle's coarse levels)."""

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import along_axes, apply_stencil, dense_interpolation, fixed_nodes, loss_gradient
+from diffnet.vcycle import along_axes, apply_stencil, components, dense_interpolation, fixed_nodes, loss_gradient
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -70,32 +70,36 @@ class CoarseSpace:
     """
 
     transfers: list[torch.Tensor]  # per axis, (n_fine, n_coarse) interpolation
-    free: torch.Tensor  # (S, *grid) bool
-    coarse_free: torch.Tensor  # (S, *coarse) bool
-    hessian: torch.Tensor  # (S, 3^d, *grid): A at every node (the backward pass's transpose)
-    factor: torch.Tensor  # (S, n, n): Cholesky factor of A_c
+    free: torch.Tensor  # (S, C, *grid) bool (C = 1 for one unknown)
+    coarse_free: torch.Tensor  # (S, C, *coarse) bool
+    hessian: torch.Tensor  # (S, C, C, 3^d, *grid): A at every node (the backward pass's transpose)
+    factor: torch.Tensor  # (S, C n, C n): Cholesky factor of A_c
+    vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
 
     @classmethod
     def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int) -> "CoarseSpace":
-        """The coarse space of ``family`` at the float64 field ``u`` (S, *grid) with ``nodes`` coarse nodes a side.
+        """The coarse space of ``family`` at the float64 field ``u`` (S, [C,] *grid) with ``nodes`` coarse nodes a side.
 
         The family's Hessian is formed in float64 too: from float32 coefficients A_c's rounding, times its
         condition number (about 1e3 for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
         from diffnet.vcycle import _on_free_nodes
 
-        grid = tuple(u.shape[1:])
+        vector = components(family) > 1
+        grid = tuple(u.shape[2:] if vector else u.shape[1:])
         coarse = coarse_grid(grid, nodes)
         transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
         free = fixed_nodes(family, params, u.dtype).logical_not()
         coarse_free = fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not()
         hessian = family.hessian(u, params).to(u.dtype)
+        if not vector:  # one unknown: the block layout with C = 1 (the same arithmetic)
+            free, coarse_free, hessian = free[:, None], coarse_free[:, None], hessian[:, None, None]
         stencil = _on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
-        space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device))
+        space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device), vector)
         dense = space._coarse_operator(stencil)
         # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.
         diagonal = dense.diagonal(dim1=1, dim2=2)
-        empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(coarse_free.shape)
-        space.coarse_free = coarse_free & ~empty
+        empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
+        space.coarse_free = space.coarse_free & ~empty
         keep = space.coarse_free.reshape(len(dense), -1).to(u.dtype)
         # In place: at 17² with a batch of 32 the out-of-place masking and symmetrising of these (S, n, n)
         # matrices cost as much as the factorisation (2026-11-26). The factorisation reads the lower
@@ -105,33 +109,44 @@ class CoarseSpace:
         space.factor = torch.linalg.cholesky(dense)
         return space
 
+    def _blocks(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.vector else x[:, None]
+
+    def _fields(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.vector else x[:, 0]
+
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
-        """P x: a coarse field (S, *coarse) on the fine grid, zero at the fixed nodes."""
-        return along_axes(coarse * self.coarse_free, self.transfers, False) * self.free
+        """P x: a coarse field (S, [C,] *coarse) on the fine grid, zero at the fixed nodes."""
+        return self._fields(along_axes(self._blocks(coarse) * self.coarse_free, self.transfers, False) * self.free)
 
     def restrict(self, fine: torch.Tensor) -> torch.Tensor:
-        """Pᵀ r: a fine residual (S, *grid) on the coarse grid, zero at the coarse fixed nodes."""
-        return along_axes(fine * self.free, self.transfers, True) * self.coarse_free
+        """Pᵀ r: a fine residual (S, [C,] *grid) on the coarse grid, zero at the coarse fixed nodes."""
+        return self._fields(along_axes(self._blocks(fine) * self.free, self.transfers, True) * self.coarse_free)
 
     def project(self, r: torch.Tensor) -> torch.Tensor:
-        """P A_c⁻¹ Pᵀ r for a batch r (S, *grid)."""
+        """P A_c⁻¹ Pᵀ r for a batch r (S, [C,] *grid)."""
         rc = self.restrict(r)
         x = torch.cholesky_solve(rc.reshape(rc.shape[0], -1, 1), self.factor).reshape(rc.shape)
         return self.prolong(x)
 
-    def _coarse_operator(self, stencil: torch.Tensor) -> torch.Tensor:
-        """A_c = Pᵀ A P (S, n, n), dense, A the stencil on the free nodes (S, 3^d, *grid).
+    def apply_hessian(self, x: torch.Tensor) -> torch.Tensor:
+        """A x with the family's Hessian (every node) for fields x (S, [C,] *grid)."""
+        return self._fields(apply_stencil(self.hessian, self._blocks(x)))
 
-        Entry (I, I + O) is sum_o sum_i P[i, I] a_o[i] P[i + o, I + O] over the fine offsets o and
-        nodes i; P is a product of per-axis interpolations, so for each o the sum over i is one
-        contraction per axis with Q_a[i, I, O_a] = p_a[i, I] p_a[i + o_a, I + O_a] (|O_a| <= 2: grids that
-        do not nest couple coarse nodes two apart), a few matrix products instead of a probe per coupling."""
-        coarse = tuple(self.coarse_free.shape[1:])
+    def _coarse_operator(self, stencil: torch.Tensor) -> torch.Tensor:
+        """A_c = Pᵀ A P (S, C n, C n), dense, A the block stencil on the free nodes (S, C, C, 3^d, *grid):
+        one block of (S, n, n) per pair of components, the components outermost as in the fields.
+
+        Entry (I, I + O) of block (a, b) is sum_o sum_i P[i, I] a_o[i] P[i + o, I + O] over the fine
+        offsets o and nodes i; P is a product of per-axis interpolations, so for each o the sum over i is
+        one contraction per axis with Q_a[i, I, O_a] = p_a[i, I] p_a[i + o_a, I + O_a] (|O_a| <= 2: grids
+        that do not nest couple coarse nodes two apart), a few matrix products instead of a probe per coupling."""
+        coarse = tuple(self.coarse_free.shape[2:])
         dims = len(coarse)
-        s, n = stencil.shape[0], math.prod(coarse)
+        s, c, n = stencil.shape[0], stencil.shape[1], math.prod(coarse)
         # Rows at fixed fine nodes and couplings to them are out of A on the free nodes; P's rows there are
         # zero, so the identity rows of the stencil must not count: keep the free rows only.
-        stencil = stencil * self.free[:, None].to(stencil.dtype)
+        stencil = stencil * self.free[:, :, None, None].to(stencil.dtype)
         spans = []  # per axis and fine offset: (n_fine, n_coarse * 5)
         for p in self.transfers:
             nf, nc = p.shape
@@ -145,27 +160,28 @@ class CoarseSpace:
                         p[:, max(-big, 0): nc - max(big, 0)] * shifted[:, max(big, 0): nc - max(-big, 0)])
                 by_offset[o] = q.reshape(nf, nc * 5)
             spans.append(by_offset)
-        # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
-        # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
-        # instead of d 3^d (2.6x fewer operations in 3-D).
-        level = {offset: stencil[:, k] for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims))}
-        for axis in range(dims):
-            summed: dict[tuple[int, ...], torch.Tensor] = {}
-            for offset, x in level.items():  # offset: the offsets of the axes not yet contracted
-                y = torch.movedim(x, 1, -1) @ spans[axis][offset[0]]
-                summed[offset[1:]] = summed[offset[1:]] + y if offset[1:] in summed else y
-            level = summed
-        total = level[()]
-        # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
-        total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
-        total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims)
         index = torch.arange(n, device=stencil.device).reshape(coarse)
-        dense = torch.zeros(s, n, n, dtype=stencil.dtype, device=stencil.device)
-        for j, big in enumerate(itertools.product(range(-2, 3), repeat=dims)):
-            rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(big, coarse))].reshape(-1)
-            cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(big, coarse))].reshape(-1)
-            if rows.numel():
-                dense[:, rows, cols] = total[:, rows, j]
+        dense = torch.zeros(s, c * n, c * n, dtype=stencil.dtype, device=stencil.device)
+        for a, b in itertools.product(range(c), repeat=2):
+            # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
+            # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
+            # instead of d 3^d (2.6x fewer operations in 3-D).
+            level = {offset: stencil[:, a, b, k] for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims))}
+            for axis in range(dims):
+                summed: dict[tuple[int, ...], torch.Tensor] = {}
+                for offset, x in level.items():  # offset: the offsets of the axes not yet contracted
+                    y = torch.movedim(x, 1, -1) @ spans[axis][offset[0]]
+                    summed[offset[1:]] = summed[offset[1:]] + y if offset[1:] in summed else y
+                level = summed
+            total = level[()]
+            # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
+            total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
+            total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims)
+            for j, big in enumerate(itertools.product(range(-2, 3), repeat=dims)):
+                rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(big, coarse))].reshape(-1)
+                cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(big, coarse))].reshape(-1)
+                if rows.numel():
+                    dense[:, a * n + rows, b * n + cols] = total[:, rows, j]
         return dense
 
 
@@ -182,7 +198,7 @@ class _Correct(torch.autograd.Function):
         t0 = time.perf_counter()
         space = ctx.space
         g = grad.double()
-        back = g - apply_stencil(space.hessian, space.project(g))
+        back = g - space.apply_hessian(space.project(g))
         ctx.clock[0] += time.perf_counter() - t0
         return back.to(grad.dtype), None, None, None
 
@@ -212,7 +228,7 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
         u64 = u.detach().clone().double()
         p64 = _float64(params.detach().clone())
         space = CoarseSpace.build(family, u64, p64, nodes)
-        delta = -space.project(loss_gradient(family, u64, p64) * space.free)
+        delta = -space.project(loss_gradient(family, u64, p64) * space._fields(space.free))
     delta = delta.to(u.dtype)
     out = _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
     clock[0] += time.perf_counter() - t0

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from diffnet.energy import at_gauss_points, gauss_basis
+from diffnet.energy import at_gauss_points, element_stencils, gauss_basis
 
-__all__ = ["PLANES", "lame", "elasticity_energy", "displacement_gradients"]
+__all__ = ["PLANES", "lame", "elasticity_energy", "elasticity_stencil", "displacement_gradients"]
 
 # "strain": plane strain (and every 3-D body); "stress": a thin plate loaded in its plane.
 PLANES = ("strain", "stress")
@@ -95,3 +95,38 @@ def elasticity_energy(u: torch.Tensor, young: torch.Tensor, nu: float | torch.Te
     density = lam * divergence**2 + mu * shear
     e_q = at_gauss_points(young.to(u.dtype), values)
     return 0.5 * w * (e_q * density).flatten(1).sum(1)
+
+
+def elasticity_stencil(young: torch.Tensor, nu: float | torch.Tensor, spacing: tuple[float, ...],
+                       plane: str = "strain") -> torch.Tensor:
+    """The Hessian of :func:`elasticity_energy` in u as a block stencil (S, d, d, 3^d, *grid).
+
+    Entry [a, b, k] at node i couples component a at i to component b at i + o_k (:mod:`diffnet.vcycle`'s
+    layout). Per element and Gauss point the block (a, b) of the element matrix is
+    E_q [lambda_1 G_a G_bᵀ + mu_1 (delta_ab sum_j G_j G_jᵀ + G_b G_aᵀ)] w, G_j the basis' x_j-derivatives
+    there: the second derivatives of lambda (div u)^2 / 2 and of mu ε:ε.
+
+    Parameters
+    ----------
+    young : torch.Tensor
+        Nodal Young's modulus (S, *grid).
+    nu : float or torch.Tensor
+        Poisson ratio, a number or one per sample (S,).
+    spacing : tuple of float
+        Node spacings, x first.
+    plane : str
+        "strain" or "stress", as for :func:`elasticity_energy`.
+    """
+    dims = young.ndim - 1
+    values, *grads, w = gauss_basis(*spacing)
+    g = np.stack(grads)  # (d, Q, nodes)
+    outer = np.einsum("aqm,bqn->abqmn", g, g)  # [a, b] = G_a G_bᵀ per Gauss point
+    laplace = np.einsum("jqm,jqn->qmn", g, g)
+    volumetric = outer.reshape(dims * dims, *outer.shape[2:])
+    shear = (np.eye(dims)[:, :, None, None, None] * laplace + outer.transpose(1, 0, 2, 3, 4)).reshape(volumetric.shape)
+    lam, mu = lame(torch.as_tensor(nu, dtype=young.dtype, device=young.device), plane)
+    lam, mu = (x.reshape(-1, *([1] * dims)) if x.ndim else x for x in (lam, mu))
+    # Two coefficient fields, w lambda E and w mu E, into one product: the blocks (a, b) once, not per field.
+    stencils = element_stencils(torch.stack([w * lam * young, w * mu * young], dim=1), values,
+                                np.stack([volumetric, shear], axis=1))
+    return stencils.reshape(young.shape[0], dims, dims, *stencils.shape[2:])

@@ -32,6 +32,7 @@ __all__ = [
     "at_gauss_points",
     "quadratic_energy",
     "quadratic_stencil",
+    "element_stencils",
     "dirichlet_energy",
     "dirichlet_stencil",
     "reaction_diffusion_energy",
@@ -211,29 +212,56 @@ def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndar
         (S, 3^d, *grid): entry k at node i is H[i, i + o_k], the offsets o_k in
         ``itertools.product((-1, 0, 1), repeat=d)`` order (:mod:`diffnet.vcycle`'s layout).
     """
-    dims = coeff.ndim - 1
+    pairs = np.einsum("dqa,dqb->qab", np.stack(ops), np.stack(ops))  # (Q, nodes, nodes): sum_d D_qa D_qb
+    return element_stencils(coeff[:, None], interp, pairs[None, None])[:, 0]
+
+
+def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray) -> torch.Tensor:
+    """The operators H_p = sum over elements, coefficients g and Gauss points q of c_gq B_pgq, as 3^d-point stencils.
+
+    Each element adds sum_g c_gq B_pgq[a, b] to the coupling of its node a to its node b (a, b in
+    :func:`element_nodes` order), c_gq the nodal coefficient g interpolated by ``interp``'s rows.
+
+    Parameters
+    ----------
+    coeff : torch.Tensor
+        Nodal coefficients (S, G, *grid), ``grid`` 2-D or 3-D.
+    interp : numpy.ndarray
+        (Q, 2^d): a coefficient's weights at each Gauss point.
+    pairs : numpy.ndarray
+        (P, G, Q, 2^d, 2^d): the element matrices B_pgq per operator p, coefficient g and Gauss point q
+        (not necessarily symmetric: an off-diagonal block of a vector Hessian).
+
+    Returns
+    -------
+    torch.Tensor
+        (S, P, 3^d, *grid) in :mod:`diffnet.vcycle`'s layout.
+    """
+    dims = coeff.ndim - 2
     corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order
     offsets = list(itertools.product((-1, 0, 1), repeat=dims))
-    pairs = np.einsum("dqa,dqb->qab", np.stack(ops), np.stack(ops))  # (Q, nodes, nodes): sum_d D_qa D_qb
     convolve, _ = _conv(dims)
     kernel = (2,) * dims
-    c = coeff[:, None]
+    s, groups = coeff.shape[:2]
+    c = coeff.reshape(s * groups, 1, *coeff.shape[2:])
     with no_tf32():
         c_q = [convolve(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
                for row in interp]
-    grid = coeff.shape[1:]
-    # Every element's (nodes x nodes) block at once, one matrix product over the Gauss points, each
-    # added into its nodes' slice in place: in 3-D (64 blocks of 8 points) summing the blocks one by one
-    # and padding each to the node grid took 5x as long (2026-11-26).
-    s, cells = coeff.shape[0], c_q[0].shape[1:]
-    pair_rows = torch.as_tensor(pairs.reshape(len(c_q), -1).T, dtype=coeff.dtype, device=coeff.device)
-    blocks = (pair_rows @ torch.stack(c_q, dim=1).reshape(s, len(c_q), -1)).reshape(s, len(corners), len(corners), *cells)
-    stencil = coeff.new_zeros(s, len(offsets), *grid)
+    grid = coeff.shape[2:]
+    # Every element's (nodes x nodes) block at once, one matrix product over the coefficients and Gauss
+    # points, each added into its nodes' slice in place: in 3-D (64 blocks of 8 points) summing the blocks
+    # one by one and padding each to the node grid took 5x as long (2026-11-26).
+    cells, n_ops = c_q[0].shape[1:], pairs.shape[0]
+    pair_rows = torch.as_tensor(np.moveaxis(pairs, (1, 2), (-2, -1)).reshape(-1, groups * len(c_q)),
+                                dtype=coeff.dtype, device=coeff.device)  # (P a b, g q)
+    values = torch.stack(c_q, dim=1).reshape(s, groups * len(c_q), -1)  # (S, g q, cells)
+    blocks = (pair_rows @ values).reshape(s, n_ops, len(corners), len(corners), *cells)
+    stencil = coeff.new_zeros(s, n_ops, len(offsets), *grid)
     for a, ca in enumerate(corners):
         at = tuple(slice(o, o + n) for o, n in zip(ca, cells))  # the element at e sits at node e + ca
         for b, cb in enumerate(corners):
             k = offsets.index(tuple(j - i for i, j in zip(ca, cb)))
-            stencil[(slice(None), k, *at)] += blocks[:, a, b]
+            stencil[(slice(None), slice(None), k, *at)] += blocks[:, :, a, b]
     return stencil
 
 

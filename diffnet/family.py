@@ -30,8 +30,9 @@ capability      members
                 network's output ("DiffNet + k cycles")
 ``input_fields`` ``input_fields(params)``: fields that show an instance in plots (e.g. log10 nu)
 ``precondition`` ``hessian(u, params)``: the Hessian of the summed loss in the field at u as a
-                3^d-point stencil (default: read off the loss by 3^d probes, valid where the
-                loss couples each node to its 3^d neighbours only); with it the engine trains
+                3^d-point stencil, a block stencil (S, C, C, 3^d, *grid) for C unknowns (default:
+                read off the loss by C 3^d probes, valid where the loss couples each node to its
+                3^d neighbours only); with it the engine trains
                 on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
                 or ``assembled_correction(u, params, cycles)``, B g itself (the immersed families)
 ==============  ===============================================================================
@@ -325,9 +326,11 @@ class Family:
     # -- defaults of optional members -------------------------------------------------
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The Hessian of the summed loss terms in the field at ``u`` (S, *resolution), as a stencil
-        (S, 3^d, *resolution) (capability ``precondition``; layout of :func:`diffnet.vcycle.apply_stencil`).
+        (S, 3^d, *resolution) (capability ``precondition``; layout of :func:`diffnet.vcycle.apply_stencil`);
+        for several :attr:`unknowns`, at fields (S, C, *resolution), a block stencil (S, C, C, 3^d,
+        *resolution) whose entry [a, b, k] at node i couples component a at i to component b at i + o_k.
 
-        The default reads it off the loss with 3^d Hessian-vector products
+        The default reads it off the loss with 3^d Hessian-vector products (C 3^d for C unknowns)
         (:func:`diffnet.vcycle.probe_stencil`): right for any loss that couples each node to its
         3^d neighbours only, linear or not (then it is the linearisation at ``u``). A family whose
         loss is a known quadratic form returns its stencil directly, at a tenth of the cost.

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import VCycle, apply_stencil, loss_gradient
+from diffnet.vcycle import VCycle, loss_gradient
 
 __all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
 
@@ -48,7 +48,7 @@ def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -
     if own is not None:
         return None, own(u64, p64, cycles)
     precondition = VCycle.build(family, u64, p64, cycles=cycles)
-    return precondition, precondition(loss_gradient(family, u64, p64) * precondition.levels[0].free)
+    return precondition, precondition(loss_gradient(family, u64, p64) * precondition.free)
 
 
 def error_estimate(family: Any, u: torch.Tensor, params: torch.Tensor, cycles: int = 1) -> torch.Tensor:
@@ -101,7 +101,7 @@ class PreconditionedLoss:
             if precondition is None:
                 raise ValueError("precondition_form 'loss' needs the torch V-cycle of the family's Hessian; "
                                  "this family gives B g from its assembled system: use 'target'")
-            push = apply_stencil(precondition.levels[0].stencil, precondition(d))
+            push = precondition.operator(precondition(d))
             value = 0.5 * d.square().sum(dims) + ((u.double() - u64) * push).sum(dims)
         return {"preconditioned": value / scale}
 

@@ -5,8 +5,8 @@ docs/physics.md). Multi-stage networks (Wang & Lai, J. Comput. Phys. 2024) fit w
 with a second network on a rescaled target. Here the target comes from no data: the first
 stage's correction d1 = B g1 (``B`` V-cycles of the loss's Hessian, ``g1`` the loss's gradient
 at u1, :mod:`diffnet.preconditioned`) is about its error, so ``eps = rms(d1)`` per sample sets
-the scale, the second network sees the family's inputs and d1 / eps, and its field v (with the
-family's homogeneous boundary conditions) is of order one:
+the scale, the second network sees the family's inputs and d1 / eps (one channel per unknown field),
+and its field v (with the family's homogeneous boundary conditions) is of order one:
 
     u = u1 + eps (field(v) - field(0)).
 
@@ -28,20 +28,31 @@ import torch
 from torch import nn
 
 from diffnet.preconditioned import correction
+from diffnet.vcycle import components
 
 __all__ = ["TwoStage", "SecondStage", "Correction"]
 
 
 class Correction(nn.Module):
-    """The second network: ``net`` on the family's inputs and the scaled correction; the two last input
-    channels (u1 and eps) pass through to its output unchanged."""
+    """The second network: ``net`` on the family's inputs and the scaled correction; the last input
+    channels (u1, one per unknown field, and eps) pass through to its output unchanged.
 
-    def __init__(self, net: nn.Module) -> None:
+    Parameters
+    ----------
+    net : nn.Module
+        The network; it takes the family's input channels plus ``unknowns`` and gives ``unknowns``.
+    unknowns : int
+        The family's number of unknown fields C.
+    """
+
+    def __init__(self, net: nn.Module, unknowns: int = 1) -> None:
         super().__init__()
         self.net = net
+        self.unknowns = unknowns
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.net(x[:, :-2]).to(x.dtype), x[:, -2:]], dim=1)
+        carried = self.unknowns + 1
+        return torch.cat([self.net(x[:, :-carried]).to(x.dtype), x[:, -carried:]], dim=1)
 
 
 class TwoStage(nn.Module):
@@ -53,7 +64,7 @@ class TwoStage(nn.Module):
     Parameters
     ----------
     first, second : nn.Module
-        The two networks; ``second`` takes the family's input channels plus one.
+        The two networks; ``second`` takes the family's input channels plus one per unknown field.
     cycles : int
         V-cycles in the B that gives the second network its input.
     """
@@ -80,9 +91,10 @@ def _rows(values: torch.Tensor, ndim: int) -> torch.Tensor:
 class SecondStage:
     """The problem the second network runs under: ``family``'s parameters, u = u1 + eps v, ``loss``'s terms.
 
-    ``inputs(p)`` (S, C + 3, *grid): the family's C channels, d1 / eps, then u1 and eps (broadcast),
-    which :class:`Correction` passes through; ``field(raw, p)`` reads them back. ``in_channels`` is
-    C + 1, what the second network itself sees. Every other member is the family's.
+    ``inputs(p)`` (S, I + 2 C + 1, *grid) for I input channels and C unknown fields: the family's I
+    channels, d1 / eps (C), then u1 (C) and eps (broadcast), which :class:`Correction` passes through;
+    ``field(raw, p)`` reads them back. ``in_channels`` is I + C, what the second network itself sees.
+    Every other member is the family's.
     """
 
     family: Any
@@ -97,7 +109,7 @@ class SecondStage:
 
     @property
     def in_channels(self) -> int:
-        return self.family.in_channels + 1
+        return self.family.in_channels + components(self.family)
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         x = self.family.inputs(params)
@@ -107,16 +119,20 @@ class SecondStage:
         with torch.inference_mode(False), torch.enable_grad():
             p64 = params.clone().double() if params.is_floating_point() else params.clone()
             d = correction(self.family, u1.clone().double(), p64, self.cycles)[1]
-        if d.shape[1:] != x.shape[2:]:
+        grid = d.shape[d.ndim - len(self.family.resolution):]
+        if grid != x.shape[2:]:
             raise ValueError(f"a second stage needs the family's inputs on its field's grid: inputs "
-                             f"{tuple(x.shape[2:])}, field {tuple(d.shape[1:])}")
+                             f"{tuple(x.shape[2:])}, field {tuple(grid)}")
         eps = d.square().mean(dim=tuple(range(1, d.ndim))).sqrt().clamp_min(1e-30)
         scaled = (d / _rows(eps, d.ndim)).to(x.dtype)
-        return torch.cat([x, scaled[:, None], u1[:, None].to(x.dtype),
-                          _rows(eps, d.ndim).expand_as(d)[:, None].to(x.dtype)], dim=1)
+        if components(self.family) == 1:  # one unknown: fields (S, *grid), one channel each
+            scaled, u1 = scaled[:, None], u1[:, None]
+        return torch.cat([x, scaled, u1.to(x.dtype), _rows(eps, x.ndim).expand_as(x[:, :1]).to(x.dtype)], dim=1)
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        v, u1, eps = raw[:, :1], raw[:, 1], raw[:, 2].flatten(1)[:, :1]
+        c = components(self.family)
+        v, u1, eps = raw[:, :c], raw[:, c : 2 * c], raw[:, 2 * c].flatten(1)[:, :1]
+        u1 = u1 if c > 1 else u1[:, 0]
         zero = self.family.field(torch.zeros_like(v), params)  # the lift: v carries homogeneous conditions
         return u1 + _rows(eps, u1.ndim) * (self.family.field(v, params) - zero)
 

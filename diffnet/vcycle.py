@@ -18,7 +18,13 @@ Hessian in the field, one per instance, applied to the whole batch at once (CPU 
 * **Dirichlet nodes** are the nodes the family's ``field`` does not take from the network; the
   operators act on the other nodes only (identity rows on the fixed ones), as the numpy multigrid's
   Dirichlet rows do.
-* **Smoothing**: ``sweeps`` damped-Jacobi sweeps (omega = 2/3) before and after the coarse
+* **Several unknown fields** (a family with C > 1 :attr:`~diffnet.family.Family.unknowns`, fields
+  (S, C, *grid)): the Hessian is a block stencil (S, C, C, 3^d, *grid), entry [a, b, k] at node i
+  coupling component a at i to component b at i + o_k; the probes colour nodes *and* components
+  (C 3^d products). Internally every field is (S, C, *grid) (C = 1 for a scalar family, whose fields
+  and stencils keep their own shapes outside and the same arithmetic inside).
+* **Smoothing**: ``sweeps`` damped-Jacobi sweeps (omega = 2/3; for several unknowns at most
+  4 / (3 rho), rho the Gershgorin bound of D⁻¹A per instance and level) before and after the coarse
   correction, with bilinear prolongation P and restriction Pᵀ, so that B is symmetric. Jacobi and
   not Gauss-Seidel: it is one stencil application for the whole batch, where Gauss-Seidel is a
   sequential sweep. :class:`diffnet.solvers.gmg.GMGSolver` with ``smoother="jacobi"`` on the same
@@ -34,7 +40,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient"]
+__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient", "components"]
 
 _OMEGA = 2.0 / 3.0
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
@@ -52,31 +58,48 @@ def _offsets(dims: int) -> list[tuple[int, ...]]:
     return list(itertools.product((-1, 0, 1), repeat=dims))
 
 
+def components(family: Any) -> int:
+    """C, the family's number of unknown fields: a field is (S, *grid) for C = 1, (S, C, *grid) otherwise."""
+    return len(getattr(family, "unknowns", ("u",)))
+
+
 def _shifted(x: torch.Tensor, offset: tuple[int, ...]) -> torch.Tensor:
-    """y[i] = x[i + offset] (zero outside the grid), for x (S, *grid)."""
+    """y[..., i] = x[..., i + offset] (zero outside the grid) along x's last len(offset) axes."""
     pad = []
     for o in reversed(offset):
         pad += [max(-o, 0), max(o, 0)]
     padded = torch.nn.functional.pad(x, pad)
     # Along each axis the padding before it is max(-o, 0): node i + o sits at i + o + max(-o, 0).
-    index = tuple(slice(max(-o, 0) + o, max(-o, 0) + o + n) for o, n in zip(offset, x.shape[1:]))
-    return padded[(slice(None), *index)]
+    grid = x.shape[x.ndim - len(offset):]
+    index = tuple(slice(max(-o, 0) + o, max(-o, 0) + o + n) for o, n in zip(offset, grid))
+    return padded[(Ellipsis, *index)]
 
 
-def apply_stencil(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A x for a 3^d-point stencil (S, 3^d, *grid) (offsets in :func:`itertools.product` order) and x (S, *grid)."""
+def _apply_blocks(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A x for a block stencil (S, C, C, 3^d, *grid) and fields x (S, C, *grid)."""
     # x padded once with a layer of zeros; each neighbour is then a view into it (a pad per
-    # offset cost 27 copies of the field in 3-D). The same products summed in the same order.
-    dims = x.ndim - 1
+    # offset cost 27 copies of the field in 3-D). For C = 1 the products and their order are the
+    # scalar stencil's.
+    dims = x.ndim - 2
     padded = torch.nn.functional.pad(x, (1, 1) * dims)
     out = torch.zeros_like(x)
     for k, offset in enumerate(_offsets(dims)):
-        out += stencil[:, k] * padded[(slice(None), *(slice(1 + o, 1 + o + n) for o, n in zip(offset, x.shape[1:])))]
+        view = padded[(slice(None), slice(None), *(slice(1 + o, 1 + o + n) for o, n in zip(offset, x.shape[2:])))]
+        for b in range(x.shape[1]):
+            out += stencil[:, :, b, k] * view[:, b : b + 1]
     return out
 
 
+def apply_stencil(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A x for a 3^d-point stencil (S, 3^d, *grid) (offsets in :func:`itertools.product` order) and x (S, *grid),
+    or a block stencil (S, C, C, 3^d, *grid) and fields x (S, C, *grid)."""
+    if stencil.ndim == x.ndim + 2:
+        return _apply_blocks(stencil, x)
+    return _apply_blocks(stencil[:, None, None], x[:, None])[:, 0]
+
+
 def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(S, *grid) bool: the nodes the family's field does not take from the network's output.
+    """(S, *grid) bool ((S, C, *grid) for C unknowns): the nodes the family's field does not take from the network's output.
 
     Found by comparing two fields, unless the problem says itself (a ``fixed_nodes(params, dtype)``
     member: a field corrected on a coarse space, :class:`diffnet.coarse.CoarseCorrected`, moves every
@@ -84,7 +107,7 @@ def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.
     own = getattr(family, "fixed_nodes", None)
     if own is not None:
         return own(params, dtype)
-    raw = torch.zeros(params.shape[0], 1, *family.resolution, dtype=dtype, device=params.device)
+    raw = torch.zeros(params.shape[0], components(family), *family.resolution, dtype=dtype, device=params.device)
     return family.field(raw + 1.0, params) == family.field(raw, params)
 
 
@@ -107,42 +130,53 @@ def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
 
 def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """The Hessian of the family's summed loss at the field u (S, *grid) as a stencil (S, 3^d, *grid),
-    read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype).
+    read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype);
+    for C unknowns, fields (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) from C 3^d products
+    (each probe one colour of one component).
 
     Valid where the loss couples each node to its 3^d neighbours only (a family's ``hessian`` default)."""
-    dims = u.ndim - 1
-    grid = tuple(u.shape[1:])
+    vector = components(family) > 1
+    blocks = u if vector else u[:, None]
+    grid = tuple(blocks.shape[2:])
+    dims = len(grid)
     colour = _colours(grid, u.device)
     step = _PROBE_STEP * max(1.0, float(u.abs().max()))
-    products = []
-    for c in range(3**dims):
-        e = (colour == c).to(u.dtype).expand_as(u)
-        products.append((loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params))
-                        / (2 * step))
-    stencil = torch.empty(u.shape[0], 3**dims, *grid, dtype=u.dtype, device=u.device)
-    for k, offset in enumerate(_offsets(dims)):
-        # The neighbour i + offset has colour(i + offset): read that probe's product at i.
-        target = _shifted(colour[None].to(u.dtype), offset)[0].round().long()
-        inside = _shifted(torch.ones(1, *grid, dtype=u.dtype, device=u.device), offset)[0] > 0
-        entry = torch.zeros_like(u)
+    stencil = torch.empty(u.shape[0], blocks.shape[1], blocks.shape[1], 3**dims, *grid, dtype=u.dtype, device=u.device)
+    for b in range(blocks.shape[1]):
+        products = []
         for c in range(3**dims):
-            entry = torch.where((target == c) & inside, products[c], entry)
-        stencil[:, k] = entry
-    return stencil
+            e = torch.zeros_like(blocks)
+            e[:, b] = (colour == c).to(u.dtype)
+            e = e if vector else e[:, 0]
+            g = (loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params)) / (2 * step)
+            products.append(g if vector else g[:, None])
+        for k, offset in enumerate(_offsets(dims)):
+            # The neighbour i + offset has colour(i + offset): read that probe's product at i.
+            target = _shifted(colour[None].to(u.dtype), offset)[0].round().long()
+            inside = _shifted(torch.ones(1, *grid, dtype=u.dtype, device=u.device), offset)[0] > 0
+            entry = torch.zeros_like(blocks)
+            for c in range(3**dims):
+                entry = torch.where((target == c) & inside, products[c], entry)
+            stencil[:, :, b, k] = entry
+    return stencil if vector else stencil[:, 0, 0]
 
 
 def _on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
-    """The operator on the free nodes: couplings to fixed nodes cut, identity rows on them, and
-    symmetrised ((i, i + o) and (i + o, i) are one coupling; a probed stencil holds both to rounding)."""
-    dims = free.ndim - 1
+    """The operator on the free nodes of a block stencil (S, C, C, 3^d, *grid) and free (S, C, *grid):
+    couplings to fixed nodes cut, identity rows on them, and symmetrised ((a, i; b, i + o) and
+    (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding)."""
+    dims = free.ndim - 2
     offsets = _offsets(dims)
     mask = free.to(stencil.dtype)
-    cut = torch.stack([stencil[:, k] * mask * _shifted(mask, o) for k, o in enumerate(offsets)], dim=1)
+    cut = torch.stack([stencil[:, :, :, k] * mask[:, :, None] * _shifted(mask, o)[:, None] for k, o in enumerate(offsets)],
+                      dim=3)
     mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
-    twin = torch.stack([_shifted(cut[:, mirror[k]], o) for k, o in enumerate(offsets)], dim=1)
+    swapped = cut.transpose(1, 2)
+    twin = torch.stack([_shifted(swapped[:, :, :, mirror[k]], o) for k, o in enumerate(offsets)], dim=3)
     out = 0.5 * (cut + twin)
     centre = offsets.index((0,) * dims)
-    out[:, centre] = torch.where(free, out[:, centre], torch.ones_like(out[:, centre]))
+    for a in range(free.shape[1]):
+        out[:, a, a, centre] = torch.where(free[:, a], out[:, a, a, centre], torch.ones_like(out[:, a, a, centre]))
     return out
 
 
@@ -155,8 +189,9 @@ def dense_interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch
 
 
 def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
-    """x (S, *grid) times one matrix per axis: a separable transfer P x (coarse to fine) or, transposed, Pᵀ x."""
-    for axis, mat in enumerate(mats, start=1):
+    """x (S, [C,] *grid) times one matrix per grid axis (the last len(mats)): a separable transfer P x
+    (coarse to fine) or, transposed, Pᵀ x."""
+    for axis, mat in enumerate(mats, start=x.ndim - len(mats)):
         m = mat.T if transpose else mat
         x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
     return x
@@ -164,50 +199,82 @@ def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> to
 
 @dataclass
 class _Level:
-    stencil: torch.Tensor  # (S, 3^d, *grid)
-    free: torch.Tensor  # (S, *grid) bool
-    diagonal: torch.Tensor  # (S, *grid)
+    stencil: torch.Tensor  # (S, C, C, 3^d, *grid)
+    free: torch.Tensor  # (S, C, *grid) bool
+    diagonal: torch.Tensor  # (S, C, *grid)
     down: list[torch.Tensor] | None = None  # per axis, interpolation from the next coarser grid
+    omega: float | torch.Tensor = _OMEGA  # the Jacobi damping, or one per instance (S, 1, ..., 1)
+
+
+def _damping(stencil: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
+    """Jacobi's damping for a block stencil, per instance: omega = min(2/3, 4 / (3 rho)), rho >= rho(D⁻¹A)
+    the largest row sum of |D⁻¹A| (Gershgorin). A scalar Q1 operator (an M-matrix: rho <= 2) keeps 2/3; a
+    vector Hessian's coupled components reach rho of 3-4, and at 2/3 the 3-D elasticity V-cycle diverged
+    (the error grew 8x per cycle at 17^3; 2026-11-26)."""
+    rho = (stencil.abs().sum(dim=(2, 3)) / diagonal).flatten(1).amax(dim=1)
+    return (4.0 / 3.0 / rho).clamp(max=_OMEGA).reshape(-1, *([1] * (diagonal.ndim - 1)))
+
+
+def _blocks(family: Any, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The family's Hessian at u and its free nodes, as a block stencil (S, C, C, 3^d, *grid) and (S, C, *grid)."""
+    free = fixed_nodes(family, params, u.dtype).logical_not()
+    hessian = family.hessian(u, params).to(u.dtype)
+    if components(family) == 1:
+        free, hessian = free[:, None], hessian[:, None, None]
+    return _on_free_nodes(hessian, free), free
 
 
 @dataclass
 class VCycle:
     """B: ``cycles`` symmetric V-cycles for the Hessian of a family's loss, one hierarchy per instance.
 
-    Build it with :meth:`build` at the current field; ``vcycle(r)`` is B r for a batch r (S, *grid)
-    that is zero on the fixed nodes.
+    Build it with :meth:`build` at the current field; ``vcycle(r)`` is B r for a batch r of fields
+    (S, *grid), or (S, C, *grid) for C unknowns, that is zero on the fixed nodes.
     """
 
     levels: list[_Level]
     coarse_factor: torch.Tensor  # (S, n, n) Cholesky factor of the coarsest operator
     sweeps: int = 2
     cycles: int = 1
+    vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
 
     @classmethod
     def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
-        """The hierarchy of ``family`` (on ``u``'s grid) linearised at the field ``u`` (S, *grid), float64 advised."""
+        """The hierarchy of ``family`` (on ``u``'s grid) linearised at the field ``u`` (S, [C,] *grid), float64 advised."""
         if sweeps < 1 or cycles < 1:
             raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")
-        grids = coarse_grids(tuple(u.shape[1:]))
+        vector = components(family) > 1
+        grids = coarse_grids(tuple(u.shape[2:] if vector else u.shape[1:]))
         # Per level but the coarsest, per axis: the interpolation from the next coarser grid (P; Pᵀ restricts).
         transfers = [[dense_interpolation(n, m, u) for n, m in zip(fine, coarse)] for fine, coarse in zip(grids, grids[1:])]
-        centre = len(_offsets(u.ndim - 1)) // 2
+        centre = len(_offsets(len(grids[0]))) // 2
         levels = []
         field = u
         for k, grid in enumerate(grids):
             level_family = family if k == 0 else family.at_resolution(grid)
             if k > 0:  # the linearisation's field, interpolated to this level's nodes
-                field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, field.shape[1:])], False)
-            free = fixed_nodes(level_family, params, u.dtype).logical_not()
-            stencil = _on_free_nodes(level_family.hessian(field, params).to(u.dtype), free)
-            levels.append(_Level(stencil, free, stencil[:, centre], transfers[k] if k < len(transfers) else None))
+                previous = field.shape[field.ndim - len(grid):]
+                field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, previous)], False)
+            stencil, free = _blocks(level_family, field, params)
+            diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
+            levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
+                                 _damping(stencil, diagonal) if vector else _OMEGA))
         coarsest = levels[-1]
         n = math.prod(coarsest.free.shape[1:])
         basis = torch.eye(n, dtype=u.dtype, device=u.device).reshape(n, *coarsest.free.shape[1:])
-        columns = [apply_stencil(coarsest.stencil[s : s + 1].expand(n, *coarsest.stencil.shape[1:]), basis)
+        columns = [_apply_blocks(coarsest.stencil[s : s + 1].expand(n, *coarsest.stencil.shape[1:]), basis)
                    for s in range(u.shape[0])]
         dense = torch.stack([c.reshape(n, n).T for c in columns])
-        return cls(levels, torch.linalg.cholesky(dense), sweeps, cycles)
+        return cls(levels, torch.linalg.cholesky(dense), sweeps, cycles, vector)
+
+    @property
+    def free(self) -> torch.Tensor:
+        """(S, *grid) bool ((S, C, *grid) for C unknowns): the free nodes of the finest level."""
+        return self.levels[0].free if self.vector else self.levels[0].free[:, 0]
+
+    def operator(self, x: torch.Tensor) -> torch.Tensor:
+        """A x: the finest level's operator (the Hessian on the free nodes, identity on the fixed) on fields x."""
+        return apply_stencil(self.levels[0].stencil if self.vector else self.levels[0].stencil[:, 0, 0], x)
 
     def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
         fine = self.levels[k]
@@ -218,7 +285,7 @@ class VCycle:
 
     def _smooth(self, level: _Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         for _ in range(self.sweeps):
-            x = x + _OMEGA * (b - apply_stencil(level.stencil, x)) / level.diagonal
+            x = x + level.omega * (b - _apply_blocks(level.stencil, x)) / level.diagonal
         return x
 
     def _cycle(self, k: int, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -227,14 +294,15 @@ class VCycle:
             return torch.cholesky_solve(b.reshape(shape[0], -1, 1), self.coarse_factor).reshape(shape)
         level = self.levels[k]
         x = self._smooth(level, x, b)
-        rc = self._restrict(k, b - apply_stencil(level.stencil, x))
+        rc = self._restrict(k, b - _apply_blocks(level.stencil, x))
         correction = self._cycle(k + 1, torch.zeros_like(rc), rc)
         x = x + self._prolong(k, correction)
         return self._smooth(level, x, b)
 
     def __call__(self, r: torch.Tensor) -> torch.Tensor:
         """B r: ``cycles`` V-cycles on A x = r from x = 0."""
-        x = torch.zeros_like(r)
+        b = r if self.vector else r[:, None]
+        x = torch.zeros_like(b)
         for _ in range(self.cycles):
-            x = self._cycle(0, x, r)
-        return x
+            x = self._cycle(0, x, b)
+        return x if self.vector else x[:, 0]

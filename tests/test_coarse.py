@@ -14,6 +14,7 @@ import torch
 from conftest import ROOT, float32_atol, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.coarse import CoarseCorrected, CoarseSpace, coarse_correction, coarse_grid
+from diffnet.problems.elasticity import Elasticity, Elasticity3D
 from diffnet.problems.plate import PlateWithHole
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
@@ -36,7 +37,8 @@ def _dense_minimiser(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes:
     """u~ + P c with c minimising the family's summed loss over the coarse space, by a dense Newton step in c
     (autograd's Hessian in c; exact for a quadratic loss): an oracle that shares nothing with the code's A_c."""
     space = CoarseSpace.build(family, u_tilde, params, nodes)
-    coarse, grid = coarse_grid(family.resolution, nodes), family.resolution
+    fields = tuple(u_tilde.shape[1 : u_tilde.ndim - len(family.resolution)])  # (C,) for C unknowns, () for one
+    coarse, grid = fields + coarse_grid(family.resolution, nodes), tuple(u_tilde.shape[1:])
     n, out = int(np.prod(coarse)), []
     for k in range(len(params)):
         columns = []
@@ -67,10 +69,15 @@ def _dense_minimiser(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes:
     (ReactionDiffusionProblem((17, 17)), _drawn, 5),
     (StarTorsion((24, 24)), _drawn, 7),  # a cut domain: nodes outside are fixed
     (PlateWithHole((24, 24)), _drawn, 7),
-], ids=["poisson-20-7", "poisson-17-5", "poisson3d-11-4", "reaction_diffusion", "torsion", "plate"])
+    (Elasticity((14, 13)), _drawn, 5),  # two unknowns: the block Hessian, P on each component
+    (Elasticity3D((7, 7, 6)), _drawn, 4),
+], ids=["poisson-20-7", "poisson-17-5", "poisson3d-11-4", "reaction_diffusion", "torsion", "plate", "elasticity",
+        "elasticity3d"])
 def test_the_correction_is_the_energys_minimiser_over_the_coarse_space(family, params, nodes):
     p = params(family, 2)
-    u_tilde = family.field(torch.randn(2, 1, *family.resolution, dtype=torch.float64, generator=torch.Generator().manual_seed(1)), p)
+    raw = torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    u_tilde = family.field(raw, p)
     corrected = coarse_correction(family, u_tilde, p, nodes)
     expected = _dense_minimiser(family, u_tilde, p, nodes)
     scale = float(expected.abs().max())
@@ -91,6 +98,26 @@ def test_a_nonlinear_loss_gets_one_coarse_newton_step():
     expected = _dense_minimiser(family, u_tilde, p, 5)  # one Newton step in c, the exact Hessian
     # The family's Hessian is probed by central differences: exact for a quadratic, O(step^2) for u^3.
     assert float((corrected - expected).abs().max()) <= 1e-6 * float(expected.abs().max())
+
+
+def test_a_plugins_two_unknowns_take_the_probed_block_hessian():
+    # docs/families.md's two coupled species declare `precondition` and write no `hessian`: the default
+    # probes read the 2 x 2 block stencil off the loss, and the correction is the energy's coarse minimiser.
+    sys.path.insert(0, str(ROOT / "examples" / "families" / "two_species"))
+    try:
+        from two_species import TwoSpecies
+    finally:
+        sys.path.pop(0)
+    family = TwoSpecies((13, 13))
+    p = torch.tensor([[2.0, 0.8], [7.0, 0.4]], dtype=torch.float64)
+    u_tilde = family.field(torch.randn(2, 2, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
+    stencil = family.hessian(u_tilde, p)
+    assert stencil.shape == (2, 2, 2, 9, 13, 13) and stencil[:, 0, 1].abs().max() > 0  # the species are coupled
+    corrected = coarse_correction(family, u_tilde, p, 5)
+    expected = _dense_minimiser(family, u_tilde, p, 5)
+    assert float((corrected - expected).abs().max()) <= 1e-9 * float(expected.abs().max())
+    fem = torch.as_tensor(family.reference(p.numpy()))  # and the grid's own solution is left alone
+    assert float((coarse_correction(family, fem, p, 5) - fem).abs().max()) <= 1e-10 * float(fem.abs().max())
 
 
 @pytest.mark.parametrize("family", [PoissonProblem((17, 17)), Poisson3D((9, 9, 9))], ids=["2-D", "3-D"])

@@ -123,35 +123,37 @@ def test_compare_adds_a_labelled_gpu_row(tmp_path):
     assert "a different machine's figure" in proc.stdout
 
 
-@pytest.mark.parametrize("dims", [2, 3])
-def test_the_vcycle_on_cuda_is_the_cpu_vcycle(dims):
+@pytest.mark.parametrize("case", ["2-D", "3-D", "elasticity3d"])
+def test_the_vcycle_on_cuda_is_the_cpu_vcycle(case):
     # The preconditioner of train.loss = "preconditioned" runs on the batch's device: float64 on
-    # the GPU gives the CPU's B r to float64 rounding.
+    # the GPU gives the CPU's B r to float64 rounding (three unknowns: the block V-cycle).
+    from diffnet.problems.elasticity import Elasticity3D
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.problems.poisson3d import Poisson3D
     from diffnet.vcycle import VCycle
 
-    family = PoissonProblem((40, 40)) if dims == 2 else Poisson3D((17, 17, 17))
-    params = torch.rand(2, 6, dtype=torch.float64) * 6 - 3
-    u = family.field(torch.randn(2, 1, *family.resolution, dtype=torch.float64), params)
+    family = {"2-D": PoissonProblem((40, 40)), "3-D": Poisson3D((17, 17, 17)), "elasticity3d": Elasticity3D((13, 13, 13))}[case]
+    params = torch.as_tensor(family.sample(2, "random", 0)) if case == "elasticity3d" else torch.rand(2, 6, dtype=torch.float64) * 6 - 3
+    u = family.field(torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64), params)
     cpu = VCycle.build(family, u, params)
-    r = torch.randn_like(u) * cpu.levels[0].free
+    r = torch.randn_like(u) * cpu.free
     gpu = VCycle.build(family, u.cuda(), params.cuda())
     expected = cpu(r)
     assert torch.allclose(gpu(r.cuda()).cpu(), expected, rtol=0, atol=1e-10 * float(expected.abs().max()))
 
 
-@pytest.mark.parametrize("dims", [2, 3])
-def test_the_coarse_correction_on_cuda_is_the_cpus(dims):
+@pytest.mark.parametrize("case", ["2-D", "3-D", "elasticity"])
+def test_the_coarse_correction_on_cuda_is_the_cpus(case):
     # model.coarse_correction runs in float64 on the field's device: the GPU's corrected field and the
-    # gradient through it are the CPU's to float64 rounding.
+    # gradient through it are the CPU's to float64 rounding (two unknowns: the block Hessian's).
     from diffnet.coarse import coarse_correction
+    from diffnet.problems.elasticity import Elasticity
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.problems.poisson3d import Poisson3D
 
-    family = PoissonProblem((65, 65)) if dims == 2 else Poisson3D((17, 17, 17))
-    params = torch.rand(2, 6, dtype=torch.float64) * 6 - 3
-    u = family.field(torch.randn(2, 1, *family.resolution, dtype=torch.float64), params)
+    family = {"2-D": PoissonProblem((65, 65)), "3-D": Poisson3D((17, 17, 17)), "elasticity": Elasticity((33, 33))}[case]
+    params = torch.as_tensor(family.sample(2, "random", 0)) if case == "elasticity" else torch.rand(2, 6, dtype=torch.float64) * 6 - 3
+    u = family.field(torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64), params)
     results = []
     for device in ("cpu", "cuda"):
         v = u.to(device).requires_grad_(True)

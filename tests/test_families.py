@@ -80,9 +80,11 @@ def test_builtin_families_keep_the_protocol(name):
         from diffnet.vcycle import probe_stencil
 
         p = torch.as_tensor(params)
-        v = problem.field(torch.randn(4, 1, *grid, dtype=torch.float64), p)
+        v = problem.field(torch.randn(4, channels, *grid, dtype=torch.float64), p)
         stencil, probed = problem.hessian(v, p), probe_stencil(problem, v, p)
-        assert stencil.shape == (4, 3**cls.dims, *grid) and torch.allclose(stencil, probed, rtol=0, atol=1e-9 * probed.abs().max())
+        blocks = (channels, channels) if channels > 1 else ()  # several unknowns: a block stencil
+        assert stencil.shape == (4, *blocks, 3**cls.dims, *grid)
+        assert torch.allclose(stencil, probed, rtol=0, atol=1e-9 * probed.abs().max())
 
 
 def _tutorial(tmp_path):

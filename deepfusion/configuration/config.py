@@ -128,8 +128,9 @@ def _quadratic(configured: Any) -> bool:
     params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
     grid = tuple(min(n, 17) for n in configured.resolution)
     configured = configured.at_resolution(grid)
-    rows = [torch.zeros(1, 1, *grid, dtype=torch.float64),
-            torch.as_tensor(np.random.default_rng(0).normal(size=(1, 1, *grid)))]
+    channels = len(configured.unknowns)
+    rows = [torch.zeros(1, channels, *grid, dtype=torch.float64),
+            torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
     with torch.no_grad():
         fields = [configured.field(raw, params).detach() for raw in rows]
     a = configured.hessian(fields[0], params).detach()
@@ -205,10 +206,6 @@ def _several_unknowns(cfg: Config, family: type) -> None:
     if n == 1:
         return
     what = f"the {family.name} family has {n} unknown fields, and"
-    if cfg.train.loss == "preconditioned" or cfg.model.coarse_correction or cfg.train.second_stage_epochs:
-        raise ConfigError(f"train.loss / model.coarse_correction / train.second_stage_epochs: {what} the vector "
-                          "Hessian they need is not built; use train.loss = 'family', model.coarse_correction = 0, "
-                          "train.second_stage_epochs = 0")
     if cfg.parallel.cuda_graphs:
         raise ConfigError(f"parallel.cuda_graphs: {what} the captured step is not built for it; use false")
 

@@ -108,9 +108,11 @@ def build_model(cfg: Config, problem):
     if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
         from diffnet.stages import Correction, TwoStage
 
-        second = build_network(cfg.model.name, problem.in_channels + 1, tuple(cfg.model.channels),
-                               cfg.model.checkpoint_activations, output=cfg.model.output, dims=len(problem.resolution))
-        model = TwoStage(model, Correction(second), cfg.train.precondition_cycles)
+        fields = len(problem.unknowns)
+        second = build_network(cfg.model.name, problem.in_channels + fields, tuple(cfg.model.channels),
+                               cfg.model.checkpoint_activations, output=cfg.model.output, dims=len(problem.resolution),
+                               out_channels=fields)
+        model = TwoStage(model, Correction(second, fields), cfg.train.precondition_cycles)
     return model.to(getattr(torch, cfg.train.dtype))
 
 

@@ -22,7 +22,7 @@ import torch
 from diffnet.boundary import SIDES, component_boundaries, vector_side_check
 from diffnet.classical import q1_configurations, q1_to_grid
 from diffnet.constants import constant
-from diffnet.elasticity import PLANES, elasticity_energy
+from diffnet.elasticity import PLANES, elasticity_energy, elasticity_stencil
 from diffnet.family import Family, ParameterSpec
 from diffnet.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
@@ -74,7 +74,7 @@ class Elasticity(Family):
     in_channels = 4  # log E, nu, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition"})
     # The classical side of ``compare``: the same Q1 system on a sweep of grids, AMG-CG with the rigid-body modes.
     classical_methods = {"sa-rbm": "pyamg smoothed aggregation with the rigid-body modes + CG to 1e-8",
                          "sa-rbm-4": "the same, to 1e-4"}
@@ -160,6 +160,10 @@ class Elasticity(Family):
         young = self.young(params.to(u.dtype))
         strain = elasticity_energy(u, young, params[:, -1].to(u.dtype), self.spacing, self.plane)
         return {"energy": strain - (load * u).flatten(1).sum(1)}
+
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The energy's Hessian, the Q1 stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
+        return elasticity_stencil(self.young(params.to(u.dtype)), params[:, -1].to(u.dtype), self.spacing, self.plane)
 
     # -- references ---------------------------------------------------------------------
     def system(self, params: np.ndarray) -> ElasticitySystem:

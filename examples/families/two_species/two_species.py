@@ -36,7 +36,7 @@ class TwoSpecies(Family):
     Options = TwoSpeciesOptions
     in_channels = 4
     unknowns = ("u1", "u2")  # two output channels; field returns (S, 2, N_y, N_x)
-    capabilities = frozenset({"reference", "floor"})
+    capabilities = frozenset({"reference", "floor", "precondition"})  # the Hessian: read off the loss by probes
 
     @property
     def parameters(self) -> ParameterSpec:
