@@ -173,6 +173,27 @@ def test_one_and_two_ranks_and_a_domain_split_train_one_vector_model(tmp_path):
     assert "u_y" in split.stdout
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
+def test_one_and_two_ranks_train_one_model_through_the_vector_hessian(tmp_path):
+    # The coarse correction, the preconditioned loss and a second stage on two unknowns: 2 data ranks give the
+    # serial run's model (each rank's V-cycles and coarse solves are its own samples').
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+
+    args = ["train", CONFIG, *QUICK, "--set", "train.dtype=float64", "--set", "output.plots=false",
+            "--set", "train.loss=preconditioned", "--set", "model.coarse_correction=5",
+            "--set", "train.second_stage_epochs=1", "--set", "train.checkpoint_every=100"]
+    one = run_cli(*args, "--out", str(tmp_path / "p1"))
+    (two,) = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")], timeout=250)
+    for proc in (one, two):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    a, b = (load_checkpoint(checkpoint_files(tmp_path / p / "checkpoints")[0]) for p in ("p1", "p2"))
+    assert a.step == b.step and b.ranks == 2 and any(k.startswith("second.") for k in a.model)
+    assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
+
+
 def test_the_3d_body_trains_and_writes_a_three_component_vector(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("train", str(ROOT / "configs" / "elasticity3d.toml"), "--out", str(run_dir),
