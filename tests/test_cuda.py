@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT, TINY, run_cli
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
-from deepfusion.parallel.runtime import find_mpiexec, select_device
+from deepfusion.parallel.runtime import find_mpiexec, mpiexec_mismatch, select_device
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -30,6 +30,51 @@ def _train(tmp_path, name, *extra):
     proc = run_cli("train", CONFIG, "--out", str(out), *RUN, *extra, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return out, proc.stdout
+
+
+# (config, overrides): each family and output basis as a one-level step on a small grid, the energy loss.
+CAPTURED = {
+    "burgers": ("burgers.toml", []),
+    "poisson-multilevel": ("poisson_128.toml", ["problem.resolution=[33,33]"]),
+    "poisson-nodal": ("poisson_128.toml", ["problem.resolution=[33,33]", "model.output=nodal"]),
+    "reaction_diffusion": ("reaction_diffusion.toml", ["problem.resolution=[33,33]"]),
+    "poisson3d": ("poisson3d.toml", ["problem.resolution=[17,17,17]"]),
+    "elasticity": ("elasticity.toml", ["problem.resolution=[17,17]"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CAPTURED))
+def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(case):
+    # parallel.cuda_graphs: the step's forward and backward captured once and replayed (float64: the replay is
+    # the eager step to rounding), for every family and output basis, or refused in one line by the config.
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters, training_problem
+    from deepfusion.parallel.gradsync import GradSync
+    from deepfusion.training.stepper import make_local_step
+
+    config, overrides = CAPTURED[case]
+    cfg = load_config(ROOT / "configs" / config, [*overrides, "multigrid.levels=[]", "train.loss=family",
+                                                  "model.coarse_correction=0", "train.second_stage_epochs=0",
+                                                  "parallel.device=cuda", "train.dtype=float64"])
+    family = build_problem(cfg)
+    problem = training_problem(cfg, family)
+    params = torch.as_tensor(training_parameters(cfg)[:4], dtype=torch.float64, device="cuda")
+    grads = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        model = build_model(cfg, family)
+        with torch.no_grad():
+            for p in model.parameters():  # the zero-initialised heads would make the gradients trivial
+                p.add_(0.05 * torch.randn_like(p))
+        model = model.to("cuda")
+        sync = GradSync(model, SerialCommunicator(), "flat")
+        step = make_local_step(model, problem, sync, 4, cuda_graph=graphed, example=params)
+        for _ in range(2):
+            sums = step(params)
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).cpu())
+        grads.append({k: float(v) for k, v in sums.items()})
+    assert grads[3] == pytest.approx(grads[1], rel=1e-10)
+    assert float((grads[2] - grads[0]).abs().max()) <= 1e-10 * float(grads[0].abs().max())
 
 
 def test_select_device_takes_the_gpu():
@@ -69,7 +114,7 @@ def test_mixed_precision_trains(tmp_path, extra):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
+@pytest.mark.skipif(find_mpiexec() is None, reason=mpiexec_mismatch() or "no mpiexec")
 def test_gpu_gradients_summed_on_two_ranks():
     # Both ranks share the one GPU here; the staged transport (and CUDA-aware MPI where
     # the library says it is) must give the serial gradient to 1e-12 in float64.
@@ -86,6 +131,18 @@ def test_gpu_gradients_summed_on_two_ranks():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK ") == 3 * len(transports) + 2, proc.stdout
     assert "transport=nccl" not in proc.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_mpiexec() is None, reason=mpiexec_mismatch() or "no mpiexec")
+def test_a_sample_split_over_two_ranks_on_the_gpu_is_the_whole_grid():
+    # A domain split on CUDA tensors: the halos, the tile gather and the domain sums are staged through host
+    # memory (no CUDA-aware MPI needed); every float64 case of tiles.py equals the whole grid to 1e-10.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_scripts" / "tiles.py"),
+                           "float64", "cuda"], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK ") == 12, proc.stdout
 
 
 def test_nccl_rendezvous_over_the_communicator():

@@ -3,10 +3,13 @@ whatever the process-wide flags say (on CUDA, a float32 loss then matches float6
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from diffnet.precision import _restore, no_tf32, set_tf32, tf32_state
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import KLFamily, PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
@@ -18,13 +21,20 @@ PROBLEMS = [PoissonProblem((12, 13)), ReactionDiffusionProblem((12, 13), kappa=1
 
 
 def _loss_and_grad(problem, dtype, device="cpu"):
+    # One draw for every dtype and device: on the CPU in float64, then cast and moved (CUDA's generator draws
+    # other numbers for float32 than for float64 under one seed, and the comparison would be of two fields).
     torch.manual_seed(0)
-    params = (torch.rand(3, 6) * 6 - 3) if isinstance(problem, (KLFamily, Poisson3D)) else torch.rand(3) * 3 + 3
+    params = (torch.rand(3, 6, dtype=torch.float64) * 6 - 3) if isinstance(problem, (KLFamily, Poisson3D)) \
+        else torch.rand(3, dtype=torch.float64) * 3 + 3
     params = params.to(dtype=dtype, device=device)
-    raw = torch.randn(3, 1, *problem.resolution, dtype=dtype, device=device, requires_grad=True)
+    raw = torch.randn(3, 1, *problem.resolution, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(True)
     loss = sum(t.sum() for t in problem.loss_terms(problem.field(raw, params), params).values())
     loss.backward()
     return loss.detach(), raw.grad
+
+
+# What tf32_state() reads with TF32 off: the fp32_precision strings on a torch that has them, else allow_tf32.
+OFF = ("ieee", "ieee") if hasattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision") else (False, False)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.name}-{getattr(p, 'stencil', '')}")
@@ -34,37 +44,77 @@ def test_loss_convolutions_run_with_tf32_off(problem, monkeypatch):
     conv, conv_input = getattr(F, f"conv{d}d"), getattr(torch.nn.grad, f"conv{d}d_input")
 
     def spy_conv(*args, **kwargs):
-        seen.append(("conv", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        seen.append(("conv", tf32_state()))
         return conv(*args, **kwargs)
 
     def spy_input(*args, **kwargs):
-        seen.append(("conv_input", torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        seen.append(("conv_input", tf32_state()))
         return conv_input(*args, **kwargs)
 
     monkeypatch.setattr(F, f"conv{d}d", spy_conv)
     monkeypatch.setattr(torch.nn.grad, f"conv{d}d_input", spy_input)
-    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    before = tf32_state()
     try:
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's default
+        set_tf32(True)  # as cuDNN's default for convolutions, and parallel.tf32 for the network
+        on = tf32_state()
+        assert on != OFF
         _loss_and_grad(problem, torch.float32)
-        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)  # restored
+        assert tf32_state() == on  # restored
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+        _restore(before)
     if getattr(problem, "stencil", "") != "conservative":  # the conservative residual has no convolutions
-        assert {name for name, *_ in seen} == {"conv", "conv_input"}  # forward and backward both seen
-    assert all(not cudnn and not matmul for _, cudnn, matmul in seen), seen
+        assert {name for name, _ in seen} == {"conv", "conv_input"}  # forward and backward both seen
+    assert all(state == OFF for _, state in seen), seen
+
+
+@pytest.mark.skipif(OFF != ("ieee", "ieee"), reason="this torch has no fp32_precision settings")
+def test_a_program_that_mixed_the_old_and_new_tf32_settings_still_gets_float32_losses():
+    # torch >= 2.9 raises on reading allow_tf32 once cuDNN's conv and RNN settings differ (a program that set the
+    # new API's conv setting alone); the switches here read and write only the settings this torch obeys.
+    before = tf32_state(), torch.backends.cudnn.rnn.fp32_precision
+    try:
+        torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision = "tf32", "ieee"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            torch.backends.cudnn.allow_tf32
+        with no_tf32():
+            assert tf32_state() == ("ieee", "ieee")
+        assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    finally:
+        _restore(before[0])
+        torch.backends.cudnn.rnn.fp32_precision = before[1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("problem", PROBLEMS[:3] + PROBLEMS[4:], ids=lambda p: f"{p.name}-{getattr(p, 'stencil', '')}")
 def test_float32_loss_on_cuda_matches_float64_with_tf32_allowed(problem):
-    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    before = tf32_state()
     try:
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        set_tf32(True)
         loss32, grad32 = _loss_and_grad(problem, torch.float32, "cuda")
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+        _restore(before)
     loss64, grad64 = _loss_and_grad(problem, torch.float64, "cuda")
     # float32 proper: ~1e-7 relative; TF32 (10 mantissa bits) would be ~1e-3.
     assert abs(loss32.double() - loss64).item() <= 1e-5 * abs(loss64).item()
     assert (grad32.double() - grad64).abs().max().item() <= 1e-5 * grad64.abs().max().item()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_tf32_is_what_makes_the_difference_on_cuda():
+    # The check above has teeth: the same Poisson loss with the loss's own convolutions left in TF32 (the flags
+    # on, the switch bypassed) is off by far more than float32 rounding on a GPU that has TF32.
+    import diffnet.precision as precision
+
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("no TF32 before Ampere")
+    problem = PROBLEMS[0]
+    loss64, _ = _loss_and_grad(problem, torch.float64, "cuda")
+    before, keep = tf32_state(), precision.no_tf32
+    try:
+        set_tf32(True)
+        precision.no_tf32 = contextlib.nullcontext
+        loss_tf32, _ = _loss_and_grad(problem, torch.float32, "cuda")
+    finally:
+        precision.no_tf32 = keep
+        _restore(before)
+    assert abs(loss_tf32.double() - loss64).item() > 1e-5 * abs(loss64).item()

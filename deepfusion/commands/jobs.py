@@ -16,9 +16,11 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, comm) -> int:
     """Print a job script for a cluster, rendered from jobs/ with validated values."""
     from deepfusion.jobs import JobError, JobRequest, render_job
-    from deepfusion.parallel.runtime import available_cores, find_mpiexec
+    from deepfusion.parallel.runtime import available_cores, find_mpiexec, mpiexec_mismatch
 
     cfg = load_config(args.config)  # a job that would fail on its config fails here instead
+    if args.cluster == "local" and (why := mpiexec_mismatch()):  # a launcher of another MPI starts singletons
+        raise InputError(why)
     try:
         domain = _domain(args, cfg)
         request = JobRequest(

@@ -116,13 +116,13 @@ class MPITiling(Tiling):
                 buf = torch.empty(shape, dtype=like.dtype)
                 received[side] = buf
                 requests.append(world.Irecv(buf.numpy(), source=peer, tag=2 * axis + side))
-            if out is not None:
-                out = out.detach().contiguous()
+            if out is not None:  # through host memory: a CUDA tile's faces are staged (no CUDA-aware MPI needed)
+                out = out.detach().cpu().contiguous()
                 received.append(out)  # keep the send buffer alive until Waitall
                 requests.append(world.Isend(out.numpy(), dest=peer, tag=2 * axis + (1 - side)))
         with self.comm._guard("a halo exchange"):
             MPI.Request.Waitall(requests)
-        return received[0], received[1]
+        return tuple(None if r is None else r.to(like.device) for r in received[:2])
 
 
 class _Exchange(torch.autograd.Function):
@@ -160,11 +160,16 @@ class _AllSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, comm):
         ctx.comm = comm
-        return comm.allreduce_(t.detach().clone().contiguous())
+        return _host_allreduce(comm, t)
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.comm.allreduce_(grad.detach().clone().contiguous()), None
+        return _host_allreduce(ctx.comm, grad), None
+
+
+def _host_allreduce(comm, t: torch.Tensor) -> torch.Tensor:
+    """The sum of ``t`` over ``comm``, staged through host memory (a CUDA tensor too), on ``t``'s device."""
+    return comm.allreduce_(t.detach().cpu().clone().contiguous()).to(t.device)
 
 
 class _Gather(torch.autograd.Function):
@@ -174,19 +179,19 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tiling):
         ctx.tiling = tiling
-        x = x.detach().contiguous()
+        device, x = x.device, x.detach().cpu().contiguous()  # through host memory, as the halos
         parts = torch.empty((tiling.tiles, *x.shape), dtype=x.dtype)
         with tiling.comm._guard("a tile gather"):
             tiling.comm.comm.Allgather(x.numpy(), parts.numpy())
         full = x.new_empty((*x.shape[:2], *tiling.grid))
         for r in range(tiling.tiles):
             full[tiling.block(r)] = parts[r]
-        return full
+        return full.to(device)
 
     @staticmethod
     def backward(ctx, grad):
         tiling = ctx.tiling
-        total = tiling.comm.allreduce_(grad.detach().clone().contiguous())
+        total = _host_allreduce(tiling.comm, grad)
         return total[tiling.block(tiling.comm.rank)].clone(), None
 
 

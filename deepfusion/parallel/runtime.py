@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["available_cores", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "DeviceError",
-           "select_device", "configure_cuda"]
+__all__ = ["available_cores", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "mpiexec_mismatch",
+           "mpi4py_vendor", "launcher_vendor", "DeviceError", "select_device", "configure_cuda"]
 
 
 def available_cores() -> int:
@@ -47,14 +48,78 @@ def use_huge_pages() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
-def find_mpiexec() -> str | None:
-    """The ``mpiexec`` matching this interpreter's mpi4py, or None.
+# What `mpiexec --version` prints, lower-cased, for each MPI family mpi4py names (``MPI.get_vendor()``).
+_LAUNCHER_MARKS = {"MPICH": ("hydra", "mpich"), "Intel MPI": ("intel(r) mpi",), "Open MPI": ("open mpi", "openrte", "open-mpi")}
 
-    The launcher must belong to the MPI that mpi4py uses: prefer the one installed beside
-    this interpreter (the ``mpich`` wheel puts it there), then the first on PATH.
+
+@functools.lru_cache(maxsize=None)
+def mpi4py_vendor(python: str = sys.executable) -> str | None:
+    """The MPI that ``python``'s mpi4py is built on ("MPICH", "Open MPI", "Intel MPI", ...), or None (no mpi4py).
+
+    Asked in a child process with MPI left uninitialised (``mpi4py.rc.initialize = False``): this process may
+    be a launcher's parent, which must not become a singleton MPI process itself."""
+    code = ("import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = False; from mpi4py import MPI; "
+            "print(MPI.get_vendor()[0])")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def launcher_vendor(mpiexec: str) -> str | None:
+    """The MPI family of an ``mpiexec`` (from its ``--version``), or None when it does not say."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout + out.stderr).lower()
+    # Intel MPI's Hydra also says "hydra": its own mark first.
+    for vendor in ("Intel MPI", "Open MPI", "MPICH"):
+        if any(mark in text for mark in _LAUNCHER_MARKS[vendor]):
+            return vendor
+    return None
+
+
+def _candidates() -> list[str]:
+    """Every ``mpiexec`` in reach, in preference order: beside this interpreter (the ``mpich`` wheel puts it
+    there), then each one on PATH in its order."""
+    found = [Path(sys.executable).parent / "mpiexec"]
+    found += [Path(d) / "mpiexec" for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    out: list[str] = []
+    for path in found:
+        if path.is_file() and os.access(path, os.X_OK) and str(path) not in out:
+            out.append(str(path))
+    return out
+
+
+def mpiexec_mismatch() -> str | None:
+    """One line when no ``mpiexec`` in reach belongs to the MPI mpi4py is built on (a site MPI's mpi4py beside
+    the ``mpich`` wheel's launcher, say), else None."""
+    vendor, candidates = mpi4py_vendor(), _candidates()
+    if vendor is None or not candidates or find_mpiexec() is not None:
+        return None
+    found = ", ".join(f"{c} ({launcher_vendor(c) or 'unknown'})" for c in candidates)
+    return (f"mpi4py is built on {vendor}, and no mpiexec in reach is {vendor}'s: {found}; put {vendor}'s mpiexec "
+            f"first on PATH (or reinstall mpi4py against the MPI whose launcher you use)")
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` of the MPI this interpreter's mpi4py is built on, or None.
+
+    A launcher of another MPI starts each rank as a singleton (every rank rank 0 of 1) or fails
+    to start: the first candidate (beside this interpreter, then along PATH) whose ``--version``
+    names mpi4py's MPI, or one that names none where mpi4py's MPI is unknown. None when no
+    candidate matches (:func:`mpiexec_mismatch` says why in one line).
     """
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
+    candidates, vendor = _candidates(), mpi4py_vendor()
+    if vendor is None:  # no mpi4py (or it cannot say): the first launcher, as before
+        return candidates[0] if candidates else None
+    for path in candidates:
+        if launcher_vendor(path) == vendor:
+            return path
+    return None
 
 
 class DeviceError(ValueError):
@@ -105,7 +170,6 @@ def select_device(requested: str, local_rank: int, local_size: int, *, cuda_avai
 
 def configure_cuda(tf32: bool) -> None:
     """TF32 for float32 matrix products and convolutions on Ampere and later, on or off."""
-    import torch
+    from diffnet.precision import set_tf32
 
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    set_tf32(tf32)

@@ -73,7 +73,7 @@ def main(comm):
             if not err < tol:
                 raise AssertionError(f"{mode} {grad_dtype} ({len(sync.buckets)} buckets, {sync.reducer.name}): "
                                      f"gradient differs by {err:.3e}")
-            same = comm.allgather(sync.buffer.numpy().tobytes())
+            same = comm.allgather(sync.buffer.cpu().numpy().tobytes())  # the buffer lives on the GPU under cuda
             if len(set(same)) != 1:
                 raise AssertionError(f"{mode} {grad_dtype}: ranks hold different summed gradients")
         sync.close()

@@ -8,7 +8,8 @@ with its block of the whole output, the loss, and the parameter gradients summed
 tiles. The split's claim is exactness, and float64 to 1e-10 is its proof. The float32 cases show
 only that nothing is wildly off, to a bound from the arithmetic (see :func:`float32_bounds`), so that
 it holds for any of oneDNN's kernel choices. Rank 0 prints one ``OK`` line per case; a mismatch
-raises (MPI_Abort through abort_on_error).
+raises (MPI_Abort through abort_on_error). With ``cuda`` among the arguments the models and fields live
+on the GPU (every rank on device 0): the halos, the tile gather and the domain sums go through host memory.
 """
 
 import copy
@@ -59,7 +60,7 @@ def float32_bounds(model, problem, params, raw, terms, grads, summed_abs) -> dic
     return {k: MARGIN * factor[k] * max(r, UNIT) for k, r in rounding.items()}
 
 
-def case(problem, params, output, splits, domain, dtype, tol) -> str:
+def case(problem, params, output, splits, domain, dtype, tol, device="cpu") -> str:
     torch.manual_seed(0)  # the same model on every rank
     channels = (4, 8, 8)
     if output == "stack":  # a deepened multigrid generator: the coarse U-Net whole, the top block tiled
@@ -71,7 +72,8 @@ def case(problem, params, output, splits, domain, dtype, tol) -> str:
     with torch.no_grad():
         for p in model.parameters():  # the zero-initialised heads would make gradients trivial
             p.add_(0.05 * torch.randn_like(p))
-    params = params.to(dtype) if params.is_floating_point() else params
+    model = model.to(device)
+    params = (params.to(dtype) if params.is_floating_point() else params).to(device)
     # The whole grid, as one rank computes it.
     x = problem.inputs(params).to(dtype)
     raw = model(x)
@@ -84,14 +86,14 @@ def case(problem, params, output, splits, domain, dtype, tol) -> str:
     terms_t = problem.tile_loss_terms(raw_t, params, tiling)
     loss_t = sum(t.sum() for t in terms_t.values())
     grads_t = torch.autograd.grad(loss_t / tiling.tiles, list(model.parameters()))
-    summed = [domain.allreduce_(g.detach().clone().contiguous()) for g in grads_t]
+    summed = [domain.allreduce_(g.detach().cpu().clone().contiguous()).to(device) for g in grads_t]
     errors = {
         "output": relative(raw_t, tiling.local(raw).detach()),
         "loss": max(relative(terms_t[k], terms[k].detach()) for k in terms),
         "gradient": max(relative(a, b) for a, b in zip(summed, grads)),
     }
     if tol is None:  # float32: a bound per quantity from the arithmetic
-        summed_abs = [domain.allreduce_(g.detach().abs().contiguous()) for g in grads_t]
+        summed_abs = [domain.allreduce_(g.detach().abs().cpu().contiguous()).to(device) for g in grads_t]
         bounds = float32_bounds(model, problem, params, raw.detach(), terms, grads, summed_abs)
     else:
         bounds = dict.fromkeys(errors, tol)
@@ -102,7 +104,7 @@ def case(problem, params, output, splits, domain, dtype, tol) -> str:
     return label + " " + " ".join(f"{k}={v:.1e}/{bounds[k]:.1e}" for k, v in errors.items())
 
 
-def main(comm, dtypes: set[str]) -> None:
+def main(comm, dtypes: set[str], device: str = "cpu") -> None:
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(1)
     kl = lambda n: torch.rand(n, 6, dtype=torch.float64, generator=g) * 6 - 3  # noqa: E731
@@ -129,7 +131,7 @@ def main(comm, dtypes: set[str]) -> None:
         runs.append((problems[4][0], problems[4][1], "multilevel", splits3[tiles][0], domain, torch.float32, None))
     runs = [r for r in runs if str(r[5]).split(".")[-1] in dtypes]
     for args in runs:
-        line = case(*args)
+        line = case(*args, device=device)
         if comm.rank == 0:
             print("OK", line, f"(domain groups of {math.prod(args[3])} in {comm.size} ranks)", flush=True)
 
@@ -137,4 +139,5 @@ def main(comm, dtypes: set[str]) -> None:
 if __name__ == "__main__":
     comm = world()
     with abort_on_error(comm):
-        main(comm, set(sys.argv[1:]) or {"float64", "float32"})
+        words = set(sys.argv[1:])
+        main(comm, (words - {"cuda"}) or {"float64", "float32"}, "cuda" if "cuda" in words else "cpu")
