@@ -201,10 +201,10 @@ def main() -> None:
             args.out.write_text(json.dumps(summary, indent=1))
 
     if not args.skip_tests:
-        section("tests", lambda: tests(timeout=300))
+        section("tests", lambda: tests(timeout=240))
+    section("throughput", lambda: throughput(args.steps, args.modes.split(","), t0 + args.budget_s))
     if not args.skip_accuracy:
         section("accuracy", lambda: accuracy(timeout=240))
-    section("throughput", lambda: throughput(args.steps, args.modes.split(","), t0 + args.budget_s))
     print(json.dumps(summary, indent=1))
 
 
