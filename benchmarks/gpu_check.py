@@ -84,7 +84,8 @@ def tests(timeout: int) -> dict:
     text = proc.stdout + proc.stderr
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", text.splitlines()[-1] if text else "")}
     return {"returncode": proc.returncode, **counts, "seconds": round(time.perf_counter() - t0, 1),
-            "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M), "tail": text[-1500:] if proc.returncode else ""}
+            "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M),
+            "errors": re.findall(r"^E  +(.{0,300})", text, re.M)[:60]}
 
 
 def _setup(config: str, overrides: list[str], batch: int, stage: int):

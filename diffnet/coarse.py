@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import along_axes, apply_stencil, components, dense_interpolation, fixed_nodes, loss_gradient
+from diffnet.vcycle import along_axes, apply_stencil, cholesky, components, dense_interpolation, fixed_nodes, loss_gradient
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -106,7 +106,7 @@ class CoarseSpace:
         # triangle only, so the rounding-level asymmetry of the contraction needs no averaging.
         dense.mul_(keep[:, :, None]).mul_(keep[:, None, :])
         dense.diagonal(dim1=1, dim2=2).add_(1.0 - keep)
-        space.factor = torch.linalg.cholesky(dense)
+        space.factor = cholesky(dense, "the coarse correction's A_c")
         return space
 
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:

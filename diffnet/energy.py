@@ -244,16 +244,17 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
     kernel = (2,) * dims
     s, groups = coeff.shape[:2]
     c = coeff.reshape(s * groups, 1, *coeff.shape[2:])
+    # The element's tables as constants (built once per dtype and device: no host-to-device copy in a step).
+    rows = constant(("q1 coefficient rows", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, *kernel), c)
     with no_tf32():
-        c_q = [convolve(c, torch.as_tensor(row.reshape(1, 1, *kernel), dtype=c.dtype, device=c.device))[:, 0]
-               for row in interp]
+        c_q = [convolve(c, rows[q])[:, 0] for q in range(len(interp))]
     grid = coeff.shape[2:]
     # Every element's (nodes x nodes) block at once, one matrix product over the coefficients and Gauss
     # points, each added into its nodes' slice in place: in 3-D (64 blocks of 8 points) summing the blocks
     # one by one and padding each to the node grid took 5x as long (2026-11-26).
     cells, n_ops = c_q[0].shape[1:], pairs.shape[0]
-    pair_rows = torch.as_tensor(np.moveaxis(pairs, (1, 2), (-2, -1)).reshape(-1, groups * len(c_q)),
-                                dtype=coeff.dtype, device=coeff.device)  # (P a b, g q)
+    pair_rows = constant(("q1 pairs", pairs.shape, pairs.tobytes()),  # (P a b, g q)
+                         lambda: np.moveaxis(pairs, (1, 2), (-2, -1)).reshape(-1, groups * len(c_q)), coeff)
     values = torch.stack(c_q, dim=1).reshape(s, groups * len(c_q), -1)  # (S, g q, cells)
     blocks = (pair_rows @ values).reshape(s, n_ops, len(corners), len(corners), *cells)
     stencil = coeff.new_zeros(s, n_ops, len(offsets), *grid)

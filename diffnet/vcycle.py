@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from diffnet.constants import constant
+
 __all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient", "components"]
 
 _OMEGA = 2.0 / 3.0
@@ -140,7 +142,7 @@ def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.T
     grid = tuple(blocks.shape[2:])
     dims = len(grid)
     colour = _colours(grid, u.device)
-    step = _PROBE_STEP * max(1.0, float(u.abs().max()))
+    step = _PROBE_STEP * u.abs().max().clamp_min(1.0)  # a tensor: no host synchronisation (CUDA graphs)
     stencil = torch.empty(u.shape[0], blocks.shape[1], blocks.shape[1], 3**dims, *grid, dtype=u.dtype, device=u.device)
     for b in range(blocks.shape[1]):
         products = []
@@ -182,10 +184,23 @@ def _on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
 
 def dense_interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch.Tensor:
     """(n_fine, n_coarse) linear interpolation between uniform node grids with the same end points (nested or
-    not): the numpy multigrid's, dense, in ``like``'s dtype and device."""
+    not): the numpy multigrid's, dense, in ``like``'s dtype and device, built once (diffnet.constants: no
+    host-to-device copy in a step, which a CUDA graph could not capture)."""
     from diffnet.solvers.gmg import interpolation_1d
 
-    return torch.as_tensor(interpolation_1d(n_fine, n_coarse).toarray(), dtype=like.dtype, device=like.device)
+    return constant(("interpolation 1d", n_fine, n_coarse), lambda: interpolation_1d(n_fine, n_coarse).toarray(), like)
+
+
+def cholesky(dense: torch.Tensor, what: str) -> torch.Tensor:
+    """The Cholesky factors of a batch of symmetric positive definite matrices (S, n, n).
+
+    ``cholesky_ex``: no host synchronisation on the GPU, so that a CUDA graph can capture it; outside a
+    capture a matrix that is not positive definite is still an error (``what`` names it)."""
+    factor, info = torch.linalg.cholesky_ex(dense)
+    capturing = dense.is_cuda and torch.cuda.is_current_stream_capturing()
+    if not capturing and bool((info != 0).any()):
+        raise ValueError(f"{what} is not positive definite for instance(s) {torch.nonzero(info).flatten().tolist()}")
+    return factor
 
 
 def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:
@@ -265,7 +280,7 @@ class VCycle:
         columns = [_apply_blocks(coarsest.stencil[s : s + 1].expand(n, *coarsest.stencil.shape[1:]), basis)
                    for s in range(u.shape[0])]
         dense = torch.stack([c.reshape(n, n).T for c in columns])
-        return cls(levels, torch.linalg.cholesky(dense), sweeps, cycles, vector)
+        return cls(levels, cholesky(dense, "the V-cycle's coarsest operator"), sweeps, cycles, vector)
 
     @property
     def free(self) -> torch.Tensor:

@@ -32,14 +32,21 @@ def _train(tmp_path, name, *extra):
     return out, proc.stdout
 
 
-# (config, overrides): each family and output basis as a one-level step on a small grid, the energy loss.
+# (config, overrides, stage): each family and output basis as a one-level step on a small grid with the energy
+# loss; then the preconditioned loss with the coarse correction, and the second stage (stage 1), on Poisson.
+ENERGY = ["train.loss=family", "model.coarse_correction=0", "train.second_stage_epochs=0"]
 CAPTURED = {
-    "burgers": ("burgers.toml", []),
-    "poisson-multilevel": ("poisson_128.toml", ["problem.resolution=[33,33]"]),
-    "poisson-nodal": ("poisson_128.toml", ["problem.resolution=[33,33]", "model.output=nodal"]),
-    "reaction_diffusion": ("reaction_diffusion.toml", ["problem.resolution=[33,33]"]),
-    "poisson3d": ("poisson3d.toml", ["problem.resolution=[17,17,17]"]),
-    "elasticity": ("elasticity.toml", ["problem.resolution=[17,17]"]),
+    "burgers": ("burgers.toml", ENERGY, 0),
+    "poisson-multilevel": ("poisson_128.toml", ["problem.resolution=[33,33]", *ENERGY], 0),
+    "poisson-nodal": ("poisson_128.toml", ["problem.resolution=[33,33]", "model.output=nodal", *ENERGY], 0),
+    "reaction_diffusion": ("reaction_diffusion.toml", ["problem.resolution=[33,33]", *ENERGY], 0),
+    "poisson3d": ("poisson3d.toml", ["problem.resolution=[17,17,17]", *ENERGY], 0),
+    "elasticity": ("elasticity.toml", ["problem.resolution=[17,17]", *ENERGY], 0),
+    "poisson-preconditioned-coarse": ("poisson_128.toml", ["problem.resolution=[33,33]", "model.coarse_correction=9",
+                                                           "train.second_stage_epochs=0"], 0),
+    "poisson-second-stage": ("poisson_128.toml", ["problem.resolution=[33,33]", "model.coarse_correction=9"], 1),
+    "elasticity-preconditioned-coarse": ("elasticity.toml", ["problem.resolution=[17,17]", "model.coarse_correction=5",
+                                                             "train.loss=preconditioned"], 0),
 }
 
 
@@ -48,25 +55,22 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
     # parallel.cuda_graphs: the step's forward and backward captured once and replayed (float64: the replay is
     # the eager step to rounding), for every family and output basis, or refused in one line by the config.
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters, training_problem
+    from deepfusion.configuration.wiring import build_model, build_problem, level_models, training_parameters
     from deepfusion.parallel.gradsync import GradSync
     from deepfusion.training.stepper import make_local_step
 
-    config, overrides = CAPTURED[case]
-    cfg = load_config(ROOT / "configs" / config, [*overrides, "multigrid.levels=[]", "train.loss=family",
-                                                  "model.coarse_correction=0", "train.second_stage_epochs=0",
-                                                  "parallel.device=cuda", "train.dtype=float64"])
-    family = build_problem(cfg)
-    problem = training_problem(cfg, family)
+    config, overrides, stage = CAPTURED[case]
+    cfg = load_config(ROOT / "configs" / config, [*overrides, "multigrid.levels=[]", "parallel.device=cuda",
+                                                  "train.dtype=float64"])
     params = torch.as_tensor(training_parameters(cfg)[:4], dtype=torch.float64, device="cuda")
     grads = []
     for graphed in (False, True):
         torch.manual_seed(0)
-        model = build_model(cfg, family)
+        whole = build_model(cfg, build_problem(cfg))
         with torch.no_grad():
-            for p in model.parameters():  # the zero-initialised heads would make the gradients trivial
+            for p in whole.parameters():  # the zero-initialised heads would make the gradients trivial
                 p.add_(0.05 * torch.randn_like(p))
-        model = model.to("cuda")
+        model, problem = level_models(cfg, whole.to("cuda"))(stage)
         sync = GradSync(model, SerialCommunicator(), "flat")
         step = make_local_step(model, problem, sync, 4, cuda_graph=graphed, example=params)
         for _ in range(2):
@@ -75,6 +79,25 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
         grads.append({k: float(v) for k, v in sums.items()})
     assert grads[3] == pytest.approx(grads[1], rel=1e-10)
     assert float((grads[2] - grads[0]).abs().max()) <= 1e-10 * float(grads[0].abs().max())
+
+
+@pytest.mark.timeout(600)
+def test_graphs_train_the_two_stage_corrected_model_as_eager_steps_do(tmp_path):
+    # The winning setting (coarse correction, preconditioned loss, a second stage) trained with parallel.cuda_graphs:
+    # each stage's step captured once and replayed; in float64 the final model is the eager run's.
+    args = ["--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
+            "--set", "train.second_stage_epochs=2", "--set", "model.coarse_correction=9",
+            "--set", "train.loss=preconditioned", "--set", "model.channels=[4,8]", "--set", "data.n_train=16",
+            "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "output.plots=false",
+            "--set", "train.dtype=float64", "--set", "parallel.device=cuda", "--set", "train.checkpoint_every=100"]
+    runs = {}
+    for name, extra in (("eager", []), ("graph", ["--set", "parallel.cuda_graphs=true"])):
+        proc = run_cli("train", str(ROOT / "configs" / "poisson.toml"), "--out", str(tmp_path / name), *args, *extra)
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = load_checkpoint(sorted((tmp_path / name / "checkpoints").glob("step-*.h5"))[-1]).model
+    for key, ref in runs["eager"].items():
+        rel = np.abs(runs["graph"][key] - ref).max() / max(np.abs(ref).max(), 1e-300)
+        assert rel < 1e-9, (key, rel)
 
 
 def test_select_device_takes_the_gpu():

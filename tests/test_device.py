@@ -60,6 +60,14 @@ def test_cuda_settings_validated(override, message):
         load_config(CONFIG, [override])
 
 
+def test_cuda_graphs_refuse_a_hessian_that_lives_on_the_host():
+    # The cut-cell families give B g from their assembled numpy system: nothing a CUDA graph can capture.
+    with pytest.raises(ConfigError, match="the torsion family gives B g from its assembled system .* which a CUDA "
+                                          "graph cannot capture"):
+        load_config(ROOT / "configs" / "torsion.toml", ["multigrid.levels=[]", "problem.resolution=[33,33]",
+                                                        "parallel.device='cuda'", "parallel.cuda_graphs=true"])
+
+
 def test_cuda_graphs_need_adam():
     with pytest.raises(ConfigError, match="parallel.cuda_graphs: the graphed step is a first-order one"):
         load_config(CONFIG, ["multigrid.levels=[]", "parallel.device='cuda'", "parallel.cuda_graphs=true", "train.optimizer='lbfgs'"])

@@ -102,9 +102,6 @@ def test_a_family_without_the_capability_is_refused_in_one_line(tmp_path):
     proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), "--set", "train.loss=preconditioned",
                    "--set", "parallel.domain=[2]")
     assert proc.returncode == 2 and "needs each sample whole" in proc.stderr
-    proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), "--set", "train.loss=preconditioned",
-                   "--set", "parallel.device=cuda", "--set", "parallel.cuda_graphs=true", *PLAIN[:2], *PLAIN[4:])
-    assert proc.returncode == 2 and "builds each batch's V-cycle" in proc.stderr
     assert not Family.capabilities and "precondition" in PoissonProblem.capabilities
 
 

@@ -85,7 +85,6 @@ def test_infer_and_reference_write_each_field(vector_run, tmp_path):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["parallel.cuda_graphs=true"], "the captured step is not built for it"),
     (["elasticity.x0=free"], "elasticity.x0: no side holds the body"),
     (["elasticity.x1=traction=1"], "give 2 components (x first)"),
 ])

@@ -112,9 +112,6 @@ def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
         raise ConfigError(f"{what} follows Adam or SGD, not an L-BFGS phase; use train.optimizer = 'adam' or 'sgd'")
     if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
-    if cfg.parallel.cuda_graphs:
-        raise ConfigError(f"{what} runs the first network and a V-cycle outside any graph; "
-                          "use parallel.cuda_graphs = false")
 
 
 def _quadratic(configured: Any) -> bool:
@@ -154,9 +151,6 @@ def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None
     if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
                           f"model.coarse_correction = 0")
-    if cfg.parallel.cuda_graphs:
-        raise ConfigError(f"{what}: the coarse solve factorises each batch's coarse operator outside any graph; "
-                          "use parallel.cuda_graphs = false")
 
 
 @contextlib.contextmanager
@@ -200,16 +194,6 @@ def _first_field(configured: Any) -> None:
                          f"the engine needs {list(expected)} (declare each unknown field in `unknowns`)")
 
 
-def _several_unknowns(cfg: Config, family: type) -> None:
-    """What is not built yet for a family of several unknown fields, refused in one line each."""
-    n = len(family.unknowns)
-    if n == 1:
-        return
-    what = f"the {family.name} family has {n} unknown fields, and"
-    if cfg.parallel.cuda_graphs:
-        raise ConfigError(f"parallel.cuda_graphs: {what} the captured step is not built for it; use false")
-
-
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -224,7 +208,6 @@ def _cross_checks(cfg: Config, family: type) -> None:
         configured = family.from_options(cfg.family, resolution)  # the family as this run has it
         _first_inputs(configured)
         _first_field(configured)
-    _several_unknowns(cfg, family)
     try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
         configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
     except ValueError as e:
@@ -242,9 +225,10 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
                           "use parallel.domain = [] or train.loss = 'family'")
-    if t.loss == "preconditioned" and cfg.parallel.cuda_graphs:
-        raise ConfigError("parallel.cuda_graphs: the preconditioned loss builds each batch's V-cycle (a dense "
-                          "factorisation) outside any graph; use parallel.cuda_graphs = false")
+    hessian = t.loss == "preconditioned" or cfg.model.coarse_correction or t.second_stage_epochs
+    if hessian and cfg.parallel.cuda_graphs and getattr(configured, "assembled_correction", None) is not None:
+        raise ConfigError(f"parallel.cuda_graphs: the {family.name} family gives B g from its assembled system (numpy, "
+                          "on the host), which a CUDA graph cannot capture; use parallel.cuda_graphs = false")
     if cfg.model.coarse_correction:
         _check_coarse_correction(cfg, family, configured)
     if t.lbfgs_batch > cfg.data.n_train:

@@ -22,6 +22,7 @@ from diffnet.constants import constant
 from diffnet.family import Family, ParameterSpec
 from diffnet.kl import kl_basis
 from diffnet.options import integer_in, interval, option, positive
+from diffnet.precision import no_tf32
 from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
 __all__ = ["KLOptions", "KLFamily", "kl_log_field"]
@@ -33,7 +34,10 @@ def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple
     resolution = tuple(resolution)
     axes = [np.linspace(0.0, 1.0, n) for n in resolution]
     modes = constant(("kl", eta, terms, resolution), lambda: kl_basis(eta, terms, axes, len(resolution) / 2), coeffs)
-    return torch.einsum("sm,m...->s...", coeffs, modes)
+    # Not in TF32: this field is the loss's coefficient, and a CUDA matrix product in TF32 (10 mantissa bits;
+    # torch 2.11's default for none, but parallel.tf32 = true turns it on) put 1e-3 into the float32 loss.
+    with no_tf32():
+        return torch.einsum("sm,m...->s...", coeffs, modes)
 
 
 @dataclass(frozen=True)

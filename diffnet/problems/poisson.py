@@ -65,7 +65,9 @@ class PoissonProblem(KLFamily):
         """The lift's energy per sample, or 1/2 integral nu where the lift has none (a constant lift's is
         rounding: below 1e-12 of that)."""
         energy = self._energy(lift.expand_as(nu), nu)
-        if bool((energy > 0).all()) and self.boundary.varies:  # the default's path: one energy, as before
+        # A lift whose values vary has a positive energy (nu > 0): decided from the sides, not read off the
+        # GPU, so that the step has no host synchronisation (a CUDA graph cannot capture one).
+        if self.boundary.varies:
             return energy
         ramp = self._energy(self._ramp(nu), nu)
         return torch.where(energy > 1e-12 * ramp, energy, ramp)
