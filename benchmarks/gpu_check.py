@@ -205,7 +205,7 @@ def main() -> None:
         section("tests", lambda: tests(timeout=240))
     section("throughput", lambda: throughput(args.steps, args.modes.split(","), t0 + args.budget_s))
     if not args.skip_accuracy:
-        section("accuracy", lambda: accuracy(timeout=240))
+        section("accuracy", lambda: accuracy(timeout=150))
     print(json.dumps(summary, indent=1))
 
 
