@@ -43,7 +43,8 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import along_axes, apply_stencil, cholesky, components, dense_interpolation, fixed_nodes, loss_gradient
+from diffnet.vcycle import (along_axes, apply_stencil, cholesky, cholesky_solve, components, dense_interpolation,
+                            fixed_nodes, loss_gradient)
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -126,7 +127,7 @@ class CoarseSpace:
     def project(self, r: torch.Tensor) -> torch.Tensor:
         """P A_c⁻¹ Pᵀ r for a batch r (S, [C,] *grid)."""
         rc = self.restrict(r)
-        x = torch.cholesky_solve(rc.reshape(rc.shape[0], -1, 1), self.factor).reshape(rc.shape)
+        x = cholesky_solve(rc.reshape(rc.shape[0], -1, 1), self.factor).reshape(rc.shape)
         return self.prolong(x)
 
     def apply_hessian(self, x: torch.Tensor) -> torch.Tensor:

@@ -191,6 +191,17 @@ def dense_interpolation(n_fine: int, n_coarse: int, like: torch.Tensor) -> torch
     return constant(("interpolation 1d", n_fine, n_coarse), lambda: interpolation_1d(n_fine, n_coarse).toarray(), like)
 
 
+def cholesky_solve(b: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """x = (L Lᵀ)⁻¹ b for factors L (S, n, n) and right-hand sides b (S, n, 1).
+
+    On the GPU as two triangular solves: ``torch.cholesky_solve`` there is not capturable in a CUDA graph
+    (torch 2.11, H100: "operation not permitted when stream is capturing"); on the CPU ``cholesky_solve``."""
+    if not factor.is_cuda:
+        return torch.cholesky_solve(b, factor)
+    y = torch.linalg.solve_triangular(factor, b, upper=False)
+    return torch.linalg.solve_triangular(factor.mT, y, upper=True)
+
+
 def cholesky(dense: torch.Tensor, what: str) -> torch.Tensor:
     """The Cholesky factors of a batch of symmetric positive definite matrices (S, n, n).
 
@@ -306,7 +317,7 @@ class VCycle:
     def _cycle(self, k: int, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if k == len(self.levels) - 1:
             shape = b.shape
-            return torch.cholesky_solve(b.reshape(shape[0], -1, 1), self.coarse_factor).reshape(shape)
+            return cholesky_solve(b.reshape(shape[0], -1, 1), self.coarse_factor).reshape(shape)
         level = self.levels[k]
         x = self._smooth(level, x, b)
         rc = self._restrict(k, b - _apply_blocks(level.stencil, x))
