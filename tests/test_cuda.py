@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TINY, run_cli
+from conftest import PLAIN, ROOT, TINY, run_cli
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.parallel.runtime import find_mpiexec, mpiexec_mismatch, select_device
@@ -254,7 +254,7 @@ def test_a_vector_family_trains_on_cuda_as_on_the_cpu(tmp_path):
     quick = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,2]",
              "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
              "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "output.plots=false",
-             "--set", "train.dtype=float64", "--set", "train.checkpoint_every=100"]
+             "--set", "train.dtype=float64", "--set", "train.checkpoint_every=100", *PLAIN]
     runs = {}
     for device in ("cpu", "cuda"):
         proc = run_cli("train", config, "--out", str(tmp_path / device), *quick, "--set", f"parallel.device={device}")

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, run_cli_jobs
+from conftest import PLAIN, ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 
 CONFIG = str(ROOT / "configs" / "elasticity.toml")
 QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[3,3]",
          "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
          "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
-         "--set", "train.checkpoint_every=3", "--set", "parallel.threads_per_rank=1"]
+         "--set", "train.checkpoint_every=3", "--set", "parallel.threads_per_rank=1", *PLAIN]
 
 
 @pytest.fixture(scope="module")
