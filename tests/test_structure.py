@@ -1,6 +1,7 @@
 """The code's shape, checked: every module imports on its own in a fresh interpreter; no two modules
-import each other, directly or around a loop, whether the import is at the top or inside a function
-(an import inside a function hides a cycle from the interpreter, not from the reader); no engine
+import each other, directly or around a loop, whether the import is at the top, inside a function
+(an import inside a function hides a cycle from the interpreter, not from the reader) or for types only
+(under TYPE_CHECKING); no engine
 function takes more than eight parameters (training state travels as one TrainingContext)."""
 
 from __future__ import annotations
@@ -26,15 +27,6 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """Ids of the import nodes under ``if TYPE_CHECKING:``: never executed, annotations only."""
-    hidden = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            hidden |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return hidden
-
-
 def import_graph() -> dict[str, set[str]]:
     """Module -> the project's modules it imports anywhere in its text (the package a submodule
     lives in excepted: importing a package's own ``__init__`` from inside it is not a loop)."""
@@ -48,11 +40,8 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         tree = ast.parse(path.read_text())
-        hidden = _type_checking_only(tree)
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        for node in ast.walk(tree):
-            if id(node) in hidden:
-                continue
+        for node in ast.walk(tree):  # type-only imports (under TYPE_CHECKING) count: a reader follows them too
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):

@@ -20,7 +20,7 @@ independent of the grid, instead of iterating to a tolerance that has no relatio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,12 +29,22 @@ from diffnet.solvers import matrix_stencil as ms
 from diffnet.solvers.matrix_stencil import grid3, interpolation_weights, stencil3, stencil_native
 from diffnet.solvers.q1 import coarse_q1_stencil
 
-if TYPE_CHECKING:  # the systems build their multigrid: the type only, for the annotations
-    from diffnet.solvers.fem import FEMSystem
-
-__all__ = ["interpolation_1d", "prolongation", "grid_hierarchy", "GMGSolver", "gmg_solve"]
+__all__ = ["interpolation_1d", "prolongation", "grid_hierarchy", "GMGSolver", "StencilSystem", "gmg_solve"]
 
 COARSEST = 9  # nodes per side at which the hierarchy stops; solved by sparse LU
+
+
+class StencilSystem(Protocol):
+    """What the multigrid reads of a linear system on a node grid (the FEM systems are such, and build
+    their multigrid: a structural type here, so that this module imports nothing of theirs)."""
+
+    stencil: np.ndarray  # (*shape, 3, ..., 3), see diffnet.solvers.matrix_stencil
+    rhs: np.ndarray  # (N,)
+    fixed: np.ndarray  # (N,) bool
+    values: np.ndarray  # (N,) prescribed values on the fixed nodes
+    shape: tuple[int, ...]
+    q1: tuple | None  # what the matrix was assembled from (nu, spacing, kappa), or None
+    inactive: np.ndarray | None  # nodes outside a cut domain, or None
 
 
 def interpolation_1d(n_fine: int, n_coarse: int) -> sp.csr_matrix:
@@ -131,7 +141,7 @@ class _Level:
         return out
 
 
-def _level(system: "FEMSystem") -> _Level:
+def _level(system: StencilSystem) -> _Level:
     """A system's operator and Dirichlet data as a level (views in the 3-D layout)."""
     shape = system.shape
     inactive = None if system.inactive is None else grid3(system.inactive.reshape(shape))
@@ -152,7 +162,7 @@ class GMGSolver:
 
     Attributes
     ----------
-    system : FEMSystem
+    system : StencilSystem
         The finest system; its Dirichlet rows are identity rows decoupled from the rest.
     levels : list
         Finest first: stencils A_{l+1} = P_lᵀ A_l P_l (Galerkin), multilinear P_l without rows
@@ -160,7 +170,7 @@ class GMGSolver:
         at its own fixed nodes (the fine ones nearest to them), holding its own Dirichlet data.
     """
 
-    system: FEMSystem
+    system: StencilSystem
     levels: list
     coarse_lu: object  # SuperLU of the coarsest operator
     # The smoother of every V-cycle: forward Gauss-Seidel before the coarse correction and backward
@@ -171,7 +181,7 @@ class GMGSolver:
     omega: float = 2.0 / 3.0
 
     @classmethod
-    def build(cls, system: FEMSystem, coarsest: int = COARSEST) -> "GMGSolver":
+    def build(cls, system: StencilSystem, coarsest: int = COARSEST) -> "GMGSolver":
         """The Galerkin hierarchy down to a grid with at most ``coarsest`` nodes on a side."""
         dims = len(system.shape)
         level = _level(system)
@@ -208,7 +218,7 @@ class GMGSolver:
         return cls(system, levels, _factorise(levels[-1], dims))
 
     @classmethod
-    def from_systems(cls, systems: list[FEMSystem], smoother: str = "jacobi") -> "GMGSolver":
+    def from_systems(cls, systems: list[StencilSystem], smoother: str = "jacobi") -> "GMGSolver":
         """A hierarchy of rediscretised operators: ``systems`` on successively coarser grids, finest
         first (each its own assembly, not a Galerkin product), multilinear transfers between them."""
         levels = [_level(s) for s in systems]
@@ -366,6 +376,6 @@ class GMGSolver:
         return u
 
 
-def gmg_solve(system: FEMSystem, cycles: int = 1) -> np.ndarray:
+def gmg_solve(system: StencilSystem, cycles: int = 1) -> np.ndarray:
     """The FMG solution of ``system`` with ``cycles`` V-cycles per level (hierarchy built here)."""
     return GMGSolver.build(system).fmg(cycles)
