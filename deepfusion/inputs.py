@@ -172,15 +172,14 @@ def dataset_name(problem, params: np.ndarray) -> str:
     return spec.field if spec.field and params.ndim == len(problem.resolution) + 1 else spec.name
 
 
-_NEEDS = {"reference": "reference solver", "floor": "floor (discrete optimum)",
-          "classical": "classical solvers to compare with", "polish": "polish step", "input_fields": "input fields"}
-
-
 def require(problem, capability: str, what: str) -> None:
-    """Refuse, in one line, a command or option that needs a capability the family does not declare."""
+    """Refuse, in one line, a command or option that needs a capability the family does not declare (the
+    capability's description is its protocol's: :func:`diffnet.capabilities.describe`)."""
+    from diffnet.capabilities import describe
+
     if not problem.has(capability):
-        raise InputError(f"{what}: the {problem.name} family (as configured) declares no {_NEEDS[capability]} "
-                         f"(capability {capability!r}; see docs/families.md)")
+        raise InputError(f"{what}: the {problem.name} family (as configured) does not declare the {capability!r} "
+                         f"capability ({describe(capability)}; see docs/families.md)")
 
 
 def check_output_file(path: Path, suffixes: tuple[str, ...] = (".h5", ".hdf5"), what: str = "field files are HDF5") -> None:

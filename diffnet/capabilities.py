@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 __all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition", "Domain",
-           "check_capabilities"]
+           "check_capabilities", "describe"]
 
 
 class Reference(Protocol):
@@ -115,6 +115,16 @@ class Domain(Protocol):
 
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
                               "input_fields": InputFields, "precondition": Precondition, "domain": Domain}
+
+
+def describe(capability: str) -> str:
+    """A capability's one-line description, read off its protocol's docstring (declared once, there): the
+    clause after ``name``: up to the first ';', ' (' or sentence end."""
+    doc = " ".join((PROTOCOLS[capability].__doc__ or "").split())
+    text = doc.split(":", 1)[1].strip() if doc.startswith(f"``{capability}``:") else doc
+    for stop in (";", " (", ". "):
+        text = text.split(stop, 1)[0]
+    return text.rstrip(".")
 
 
 def _members(protocol: type) -> tuple[dict[str, inspect.Signature], dict[str, Any]]:

@@ -35,6 +35,8 @@ capability      members
                 3^d neighbours only); with it the engine trains
                 on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
                 or ``assembled_correction(u, params, cycles)``, B g itself (the immersed families)
+``domain``      ``domain(params)``: the signed distance to the domain's boundary at the nodes; the
+                field lives on a domain cut out of the grid (errors measured inside, files masked)
 ==============  ===============================================================================
 """
 

@@ -98,6 +98,26 @@ def _tutorial(tmp_path):
     return tmp_path / "screened.toml"
 
 
+def test_every_capability_is_declared_once_on_its_protocol_and_listed_alike_everywhere():
+    # The protocols (diffnet.capabilities.PROTOCOLS) are the one declaration: the table in diffnet.family's
+    # docstring and the one in docs/families.md list exactly them, and `require` describes each from its protocol
+    # (it once kept its own mapping, which lacked 'precondition' and 'domain': a KeyError instead of a line).
+    from diffnet import family as family_module
+    from diffnet.capabilities import PROTOCOLS, describe
+    from deepfusion.inputs import InputError, require
+
+    in_docstring = re.findall(r"^``(\w+)``", family_module.__doc__, re.M)
+    in_docs = re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "families.md").read_text().split("| capability |", 1)[1]
+                         .split("\n\n", 1)[0], re.M)
+    assert in_docstring == in_docs == list(PROTOCOLS)
+    bare = family_class("burgers").from_options(family_class("burgers").Options(), (9, 9))
+    for capability in PROTOCOLS:
+        assert describe(capability) and "\n" not in describe(capability)
+        if not bare.has(capability):
+            with pytest.raises(InputError, match=f"does not declare the '{capability}' capability"):
+                require(bare, capability, "a command")
+
+
 def test_tutorial_energy_is_minimised_by_its_fem_solution(tmp_path, monkeypatch):
     _tutorial(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -146,10 +166,10 @@ def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
     assert proc.returncode == 2 and "--param k: the instances are given twice (also as --c)" in proc.stderr
     # A capability the family does not declare: one line, status 2.
     proc = run_cli("compare", str(run_dir), "--out", str(tmp_path / "c.json"), path=[tmp_path])
-    assert proc.returncode == 2 and "declares no classical solvers" in proc.stderr
+    assert proc.returncode == 2 and "does not declare the 'classical' capability" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run_cli("infer", str(run_dir), "--c", "2.5", "--polish", "1", "--out", str(out), path=[tmp_path])
-    assert proc.returncode == 2 and "declares no polish step" in proc.stderr
+    assert proc.returncode == 2 and "does not declare the 'polish' capability" in proc.stderr
 
 
 def test_an_unknown_family_is_one_line_listing_the_known_ones():

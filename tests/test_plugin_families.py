@@ -147,7 +147,7 @@ def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # inf
         "bdf2-upwind2": "implicit BDF2 + second-order upwind, marched row by row"}
     assert report["rows"][0]["classical_method"] in (None, "bdf2-upwind2")
     proc = run_cli("compare", str(runs["cubic_reaction"]), "--out", str(tmp_path / "d.json"), path=[site])
-    assert proc.returncode == 2 and "declares no classical solvers" in proc.stderr
+    assert proc.returncode == 2 and "does not declare the 'classical' capability" in proc.stderr
 
 
 @pytest.mark.timeout(600)

@@ -141,7 +141,7 @@ def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
     with pytest.raises(InputError, match="polish: must be an integer"):
         s(coeffs=coeffs, polish=-1)
     # The tiny Burgers run trained the central (Sobel) residual: no scheme to polish with.
-    with pytest.raises(InputError, match=r"the burgers family \(as configured\) declares no polish step"):
+    with pytest.raises(InputError, match=r"the burgers family \(as configured\) does not declare the 'polish' capability"):
         Surrogate.load(runs["burgers"])(c=[4.0], polish=1)
     bad = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "-2",
                   "--out", str(tmp_path / "v.h5"))
