@@ -245,7 +245,8 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
     s, groups = coeff.shape[:2]
     c = coeff.reshape(s * groups, 1, *coeff.shape[2:])
     # The element's tables as constants (built once per dtype and device: no host-to-device copy in a step).
-    rows = constant(("q1 coefficient rows", interp.shape, interp.tobytes()), lambda: interp.reshape(-1, 1, 1, *kernel), c)
+    rows = constant(("q1 coefficient rows", interp.shape, interp.tobytes()),
+                    lambda: interp.reshape(-1, 1, 1, *kernel), c)
     with no_tf32():
         c_q = [convolve(c, rows[q])[:, 0] for q in range(len(interp))]
     grid = coeff.shape[2:]

@@ -39,6 +39,32 @@ def test_a_vector_family_trains_and_is_evaluated_per_field(vector_run):
     assert (run_dir / "plots" / "fields.png").stat().st_size > 0 and (run_dir / "plots" / "deformed.png").stat().st_size > 0
 
 
+def test_the_evaluation_is_a_pure_report_and_a_printer(vector_run, capsys):
+    # deepfusion.analysis.evaluate: assess computes (prints and writes nothing), print_assessment prints the table
+    # the run printed, and the report is eval.json's content.
+    from deepfusion.analysis.evaluate import assess, print_assessment
+    from deepfusion.analysis.inference import predict
+    from deepfusion.configuration.wiring import heldout_parameters
+    from deepfusion.surrogate import Surrogate
+
+    run_dir, stdout = vector_run
+    s = Surrogate.load(run_dir)
+    test = heldout_parameters(s.config)
+    pred = predict(s._model, s._generator, test)
+    before = set(run_dir.rglob("*"))
+    found = assess(s.config, s.problem, s._generator, s._model, test, pred, 0.0)
+    assert capsys.readouterr().out == "" and set(run_dir.rglob("*")) == before
+    saved = json.loads((run_dir / "eval.json").read_text())
+    report = found.report(s.config, s.problem, saved["train_seconds"])
+    assert report["mean_rel_l2"] == pytest.approx(saved["mean_rel_l2"], rel=1e-9)
+    assert report["fields"].keys() == {"u_x", "u_y"}
+    print_assessment(s.config, s.problem, s._generator, found, ["a", "b"])
+    table = capsys.readouterr().out
+    assert "(each field alone, mean over the instances)" in table
+    mean = [line.split() for text in (table, stdout) for line in text.splitlines() if line.split()[:1] == ["mean"]]
+    assert len(mean) == 2 and mean[0] == mean[1]  # the run's own table row, to the printed digits
+
+
 def test_the_field_files_hold_one_dataset_per_field_and_a_paraview_vector(vector_run):
     import h5py
 

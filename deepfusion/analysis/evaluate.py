@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from deepfusion.files.fields import by_unknown, write_fields
 from diffnet.preconditioned import error_estimate
 from diffnet.stages import TwoStage
 
-__all__ = ["evaluate_run"]
+__all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
 
 
 def _labels(problem, params: np.ndarray) -> list[str]:
@@ -38,53 +39,51 @@ def _labels(problem, params: np.ndarray) -> list[str]:
     return out
 
 
-def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,
-                 pred: tuple[np.ndarray, float] | None = None) -> FloorReport | None:
-    """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
+@dataclass(frozen=True)
+class Assessment:
+    """What an evaluation found, computed without printing or writing (:func:`assess`); :func:`print_assessment`
+    shows it, :meth:`report` is ``eval.json``'s content."""
 
-    ``pred``: the held-out fields and the seconds they took, when already predicted (under a
-    domain split, tile by tile).
-    The error is against the independent reference and beside the grid's floor (see
-    :func:`against_floor`); the table prints both and their ratio. A family without a
-    reference solver gets its held-out loss instead (and None is returned).
-    """
-    test = heldout_parameters(cfg)
-    pname = problem.parameters.name
-    clock = [0.0]
-    generator = generator_problem(cfg, problem, clock)  # the fields are the generator's, with its coarse correction
-    if pred is None:
-        t0 = time.perf_counter()
-        pred = (predict(model, generator, test), time.perf_counter() - t0)
-    pred, infer_seconds = pred
-    coords, domain = problem.coordinates(), domain_of(problem, test)
-    layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain,
-                 **layout)
-    if not problem.has("reference"):
-        return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
-    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
-          f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
+    test: np.ndarray  # the held-out instances
+    accuracy: FloorReport  # error against the truth, the floor, their ratio
+    structure: dict  # where the error lives (low-mode share, the coarse level's imprint)
+    per_field: dict  # each unknown alone (several unknowns only)
+    estimate: dict  # the error against the grid's own solution, measured and data-free
+    first: dict  # a two-stage generator's first network alone
+    infer_seconds: float
+    correction_seconds: float  # of the inference, in the generator's coarse correction
+
+    def report(self, cfg, problem, train_seconds: float | None) -> dict:
+        """``eval.json``'s content."""
+        pname, acc = problem.parameters.name, self.accuracy
+        return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
+                **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
+                "inference_seconds": self.infer_seconds, **self.structure, **self.estimate, **self.first,
+                **({"fields": self.per_field} if self.per_field else {})}
+
+
+def assess(cfg, problem, generator, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
+           infer_seconds: float, correction_seconds: float = 0.0) -> Assessment:
+    """The held-out fields ``pred`` of ``test`` against the family's truth and floor, and the error's structure
+    and estimate (``generator``: the problem the model's fields come from, :func:`generator_problem`)."""
     acc = against_floor(problem, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]),
-                                dims=len(coords))
-    write_fields(run_dir / "test_reference.h5", acc.truth, coords, {pname: test},
-                 field_attrs(cfg, "reference") | {"reference": acc.truth_name}, domain, **layout)
-    per_field = _per_field(problem, pred, acc)
-    estimate = _estimated_error(cfg, problem, test, pred, acc)
-    first = _first_stage(generator, model, test, acc)
-    report = {"parameter": pname, pname: test.tolist(), "resolution": list(cfg.problem.resolution), **acc.as_dict(),
-              "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
-              "inference_seconds": infer_seconds, **structure, **estimate, **first,
-              **({"fields": per_field} if per_field else {})}
-    (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    names = _labels(problem, test)
+                                dims=len(problem.coordinates()))
+    return Assessment(test, acc, structure, _per_field(problem, pred, acc),
+                      _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
+                      infer_seconds, correction_seconds)
+
+
+def print_assessment(cfg, problem, generator, found: Assessment, names: list[str]) -> None:
+    """The evaluation's table and its lines, as a run prints them."""
+    acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
     width = max(10, max(len(n) for n in names))
     print(f"\n{'instance':>{width}}   rel. L2 vs reference   floor    ratio")
     for name, ek, fk in zip(names, acc.error, acc.floor):
         print(f"{name:>{width}}   {ek:.4f}               {fk:.4f}   {ek / fk:5.2f}")
     print(f"{'mean':>{width}}   {acc.error.mean():.4f}               {acc.floor.mean():.4f}   {acc.ratio:5.2f}"
           f"   (max error {acc.error.max():.4f})")
-    for name, row in per_field.items():
+    for name, row in found.per_field.items():
         print(f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
               f"{row['ratio_to_floor']:5.2f}   (each field alone, mean over the instances)")
     print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
@@ -105,14 +104,50 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     if first:
         print(f"the first stage alone: error {np.mean(first['first_stage_rel_l2']):.4f}, ratio "
               f"{first['first_stage_ratio_to_floor']:.2f}; the second stage takes it to {acc.ratio:.2f}")
-    print(f"inference {infer_seconds:.3f} s for {len(test)} instances"
-          + (f" ({generator.describe_correction()}: {clock[0]:.3f} s, {clock[0] / infer_seconds:.0%} of it)"
-             if cfg.model.coarse_correction and infer_seconds > 0 else "")
+    seconds = found.infer_seconds
+    print(f"inference {seconds:.3f} s for {len(found.test)} instances"
+          + (f" ({generator.describe_correction()}: {found.correction_seconds:.3f} s, "
+             f"{found.correction_seconds / seconds:.0%} of it)" if cfg.model.coarse_correction and seconds > 0 else "")
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
+
+
+def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,
+                 pred: tuple[np.ndarray, float] | None = None) -> FloorReport | None:
+    """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
+
+    ``pred``: the held-out fields and the seconds they took, when already predicted (under a
+    domain split, tile by tile).
+    The error is against the independent reference and beside the grid's floor (see
+    :func:`against_floor`); the table prints both and their ratio (:func:`assess` computes,
+    :func:`print_assessment` prints). A family without a reference solver gets its held-out loss
+    instead (and None is returned).
+    """
+    test = heldout_parameters(cfg)
+    pname = problem.parameters.name
+    clock = [0.0]
+    generator = generator_problem(cfg, problem, clock)  # the fields are the generator's, with its coarse correction
+    if pred is None:
+        t0 = time.perf_counter()
+        pred = (predict(model, generator, test), time.perf_counter() - t0)
+    pred, infer_seconds = pred
+    coords, domain = problem.coordinates(), domain_of(problem, test)
+    layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain,
+                 **layout)
+    if not problem.has("reference"):
+        return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
+    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
+          f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
+    found = assess(cfg, problem, generator, model, test, pred, infer_seconds, clock[0])
+    write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
+                 field_attrs(cfg, "reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
+    (run_dir / "eval.json").write_text(json.dumps(found.report(cfg, problem, train_seconds), indent=2) + "\n")
+    names = _labels(problem, test)
+    print_assessment(cfg, problem, generator, found, names)
     if cfg.output.plots:
-        _plots(problem, test, pred, acc, names, run_dir / "plots")
+        _plots(problem, test, pred, found.accuracy, names, run_dir / "plots")
     print(f"run directory: {run_dir}")
-    return acc
+    return found.accuracy
 
 
 def _per_field(problem, pred: np.ndarray, acc: FloorReport) -> dict:
