@@ -20,6 +20,12 @@ def test_help_runs_and_the_command_line_is_not_imported(script):
     assert out.stdout.startswith("usage:")
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only answer")
+def test_the_gpu_check_says_in_one_line_that_it_needs_a_gpu():
+    out = subprocess.run([sys.executable, str(BENCH / "gpu_check.py")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and json.loads(out.stdout) == {"error": "no CUDA device: this check needs one GPU"}
+
+
 def test_flops_benchmark_times_a_training_step(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / "flops.py"), "--grids", "32", "--batch", "1", "--steps", "1",
                           "--repeats", "1", "--gemm", "256", "--threads", "1"],
