@@ -85,13 +85,17 @@ def test_the_correction_is_the_energys_minimiser_over_the_coarse_space(family, p
     assert not torch.allclose(corrected, u_tilde)  # it did something
 
 
-def test_a_nonlinear_loss_gets_one_coarse_newton_step():
-    sys.path.insert(0, str(ROOT / "examples" / "families" / "cubic_reaction"))
+def _example_family(module: str, name: str):
+    """A family class of examples/families/MODULE, imported from its folder."""
+    sys.path.insert(0, str(ROOT / "examples" / "families" / module))
     try:
-        from cubic_reaction import CubicReaction
+        return getattr(__import__(module), name)
     finally:
         sys.path.pop(0)
-    family = CubicReaction((17, 17))
+
+
+def test_a_nonlinear_loss_gets_one_coarse_newton_step():
+    family = _example_family("cubic_reaction", "CubicReaction")((17, 17))
     p = _drawn(family, 2)
     u_tilde = family.field(torch.randn(2, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(2)), p)
     corrected = coarse_correction(family, u_tilde, p, 5)
@@ -103,12 +107,7 @@ def test_a_nonlinear_loss_gets_one_coarse_newton_step():
 def test_a_plugins_two_unknowns_take_the_probed_block_hessian():
     # docs/families.md's two coupled species declare `precondition` and write no `hessian`: the default
     # probes read the 2 x 2 block stencil off the loss, and the correction is the energy's coarse minimiser.
-    sys.path.insert(0, str(ROOT / "examples" / "families" / "two_species"))
-    try:
-        from two_species import TwoSpecies
-    finally:
-        sys.path.pop(0)
-    family = TwoSpecies((13, 13))
+    family = _example_family("two_species", "TwoSpecies")((13, 13))
     p = torch.tensor([[2.0, 0.8], [7.0, 0.4]], dtype=torch.float64)
     u_tilde = family.field(torch.randn(2, 2, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
     stencil = family.hessian(u_tilde, p)
