@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import (along_axes, apply_stencil, cholesky, cholesky_solve, components, dense_interpolation,
-                            fixed_nodes, loss_gradient)
+from diffnet.vcycle import (along_axes, apply_stencil, as_blocks, as_fields, block_hessian, cholesky, cholesky_solve,
+                            components, dense_interpolation, fixed_nodes, loss_gradient)
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -89,11 +89,8 @@ class CoarseSpace:
         grid = tuple(u.shape[2:] if vector else u.shape[1:])
         coarse = coarse_grid(grid, nodes)
         transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
-        free = fixed_nodes(family, params, u.dtype).logical_not()
-        coarse_free = fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not()
-        hessian = family.hessian(u, params).to(u.dtype)
-        if not vector:  # one unknown: the block layout with C = 1 (the same arithmetic)
-            free, coarse_free, hessian = free[:, None], coarse_free[:, None], hessian[:, None, None]
+        hessian, free = block_hessian(family, u, params)
+        coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
         stencil = _on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
         space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device), vector)
         dense = space._coarse_operator(stencil)
@@ -110,19 +107,15 @@ class CoarseSpace:
         space.factor = cholesky(dense, "the coarse correction's A_c")
         return space
 
-    def _blocks(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.vector else x[:, None]
-
-    def _fields(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.vector else x[:, 0]
-
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
         """P x: a coarse field (S, [C,] *coarse) on the fine grid, zero at the fixed nodes."""
-        return self._fields(along_axes(self._blocks(coarse) * self.coarse_free, self.transfers, False) * self.free)
+        blocks = as_blocks(coarse, self.vector)
+        return as_fields(along_axes(blocks * self.coarse_free, self.transfers, False) * self.free, self.vector)
 
     def restrict(self, fine: torch.Tensor) -> torch.Tensor:
         """Pᵀ r: a fine residual (S, [C,] *grid) on the coarse grid, zero at the coarse fixed nodes."""
-        return self._fields(along_axes(self._blocks(fine) * self.free, self.transfers, True) * self.coarse_free)
+        blocks = as_blocks(fine, self.vector)
+        return as_fields(along_axes(blocks * self.free, self.transfers, True) * self.coarse_free, self.vector)
 
     def project(self, r: torch.Tensor) -> torch.Tensor:
         """P A_c⁻¹ Pᵀ r for a batch r (S, [C,] *grid)."""
@@ -132,7 +125,7 @@ class CoarseSpace:
 
     def apply_hessian(self, x: torch.Tensor) -> torch.Tensor:
         """A x with the family's Hessian (every node) for fields x (S, [C,] *grid)."""
-        return self._fields(apply_stencil(self.hessian, self._blocks(x)))
+        return as_fields(apply_stencil(self.hessian, as_blocks(x, self.vector)), self.vector)
 
     def _coarse_operator(self, stencil: torch.Tensor) -> torch.Tensor:
         """A_c = Pᵀ A P (S, C n, C n), dense, A the block stencil on the free nodes (S, C, C, 3^d, *grid):
@@ -229,7 +222,7 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
         u64 = u.detach().clone().double()
         p64 = _float64(params.detach().clone())
         space = CoarseSpace.build(family, u64, p64, nodes)
-        delta = -space.project(loss_gradient(family, u64, p64) * space._fields(space.free))
+        delta = -space.project(loss_gradient(family, u64, p64) * as_fields(space.free, space.vector))
     delta = delta.to(u.dtype)
     out = _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
     clock[0] += time.perf_counter() - t0

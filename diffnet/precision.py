@@ -49,7 +49,10 @@ def _restore(state: tuple[object, object]) -> None:
 def set_tf32(on: bool) -> None:
     """TF32 for float32 cuDNN convolutions and CUDA matrix products, on or off, through the settings the running
     torch obeys (on torch 2.11 cuDNN's convolutions read "tf32" by default)."""
-    _restore(("tf32", "tf32") if on and _new_api() else ("ieee", "ieee") if _new_api() else (on, on))
+    if _new_api():
+        _restore(("tf32", "tf32") if on else ("ieee", "ieee"))
+    else:
+        _restore((on, on))
 
 
 @contextlib.contextmanager

@@ -42,7 +42,8 @@ import torch
 
 from diffnet.constants import constant
 
-__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient", "components"]
+__all__ = ["VCycle", "apply_stencil", "probe_stencil", "fixed_nodes", "coarse_grids", "loss_gradient", "components",
+           "as_blocks", "as_fields", "block_hessian"]
 
 _OMEGA = 2.0 / 3.0
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
@@ -63,6 +64,16 @@ def _offsets(dims: int) -> list[tuple[int, ...]]:
 def components(family: Any) -> int:
     """C, the family's number of unknown fields: a field is (S, *grid) for C = 1, (S, C, *grid) otherwise."""
     return len(getattr(family, "unknowns", ("u",)))
+
+
+def as_blocks(x: torch.Tensor, vector: bool) -> torch.Tensor:
+    """Fields in the block layout (S, C, *grid): a scalar family's (S, *grid) get their C = 1 axis."""
+    return x if vector else x[:, None]
+
+
+def as_fields(x: torch.Tensor, vector: bool) -> torch.Tensor:
+    """Block-layout fields (S, C, *grid) back in the family's own shape (:func:`as_blocks` undone)."""
+    return x if vector else x[:, 0]
 
 
 def _shifted(x: torch.Tensor, offset: tuple[int, ...]) -> torch.Tensor:
@@ -138,7 +149,7 @@ def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.T
 
     Valid where the loss couples each node to its 3^d neighbours only (a family's ``hessian`` default)."""
     vector = components(family) > 1
-    blocks = u if vector else u[:, None]
+    blocks = as_blocks(u, vector)
     grid = tuple(blocks.shape[2:])
     dims = len(grid)
     colour = _colours(grid, u.device)
@@ -149,9 +160,9 @@ def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.T
         for c in range(3**dims):
             e = torch.zeros_like(blocks)
             e[:, b] = (colour == c).to(u.dtype)
-            e = e if vector else e[:, 0]
+            e = as_fields(e, vector)
             g = (loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params)) / (2 * step)
-            products.append(g if vector else g[:, None])
+            products.append(as_blocks(g, vector))
         for k, offset in enumerate(_offsets(dims)):
             # The neighbour i + offset has colour(i + offset): read that probe's product at i.
             target = _shifted(colour[None].to(u.dtype), offset)[0].round().long()
@@ -241,13 +252,15 @@ def _damping(stencil: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
     return (4.0 / 3.0 / rho).clamp(max=_OMEGA).reshape(-1, *([1] * (diagonal.ndim - 1)))
 
 
-def _blocks(family: Any, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The family's Hessian at u and its free nodes, as a block stencil (S, C, C, 3^d, *grid) and (S, C, *grid)."""
+def block_hessian(family: Any, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The family's Hessian at u, at every node, and its free nodes, in the block layout: (S, C, C, 3^d, *grid)
+    and (S, C, *grid) bool (C = 1 for a scalar family: the same values). The V-cycle and the coarse
+    correction build their operators from it (:func:`_on_free_nodes`)."""
     free = fixed_nodes(family, params, u.dtype).logical_not()
     hessian = family.hessian(u, params).to(u.dtype)
     if components(family) == 1:
         free, hessian = free[:, None], hessian[:, None, None]
-    return _on_free_nodes(hessian, free), free
+    return hessian, free
 
 
 @dataclass
@@ -281,7 +294,8 @@ class VCycle:
             if k > 0:  # the linearisation's field, interpolated to this level's nodes
                 previous = field.shape[field.ndim - len(grid):]
                 field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, previous)], False)
-            stencil, free = _blocks(level_family, field, params)
+            hessian, free = block_hessian(level_family, field, params)
+            stencil = _on_free_nodes(hessian, free)
             diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
             levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
                                  _damping(stencil, diagonal) if vector else _OMEGA))
@@ -296,11 +310,11 @@ class VCycle:
     @property
     def free(self) -> torch.Tensor:
         """(S, *grid) bool ((S, C, *grid) for C unknowns): the free nodes of the finest level."""
-        return self.levels[0].free if self.vector else self.levels[0].free[:, 0]
+        return as_fields(self.levels[0].free, self.vector)
 
     def operator(self, x: torch.Tensor) -> torch.Tensor:
         """A x: the finest level's operator (the Hessian on the free nodes, identity on the fixed) on fields x."""
-        return apply_stencil(self.levels[0].stencil if self.vector else self.levels[0].stencil[:, 0, 0], x)
+        return as_fields(_apply_blocks(self.levels[0].stencil, as_blocks(x, self.vector)), self.vector)
 
     def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
         fine = self.levels[k]
@@ -327,8 +341,8 @@ class VCycle:
 
     def __call__(self, r: torch.Tensor) -> torch.Tensor:
         """B r: ``cycles`` V-cycles on A x = r from x = 0."""
-        b = r if self.vector else r[:, None]
+        b = as_blocks(r, self.vector)
         x = torch.zeros_like(b)
         for _ in range(self.cycles):
             x = self._cycle(0, x, b)
-        return x if self.vector else x[:, 0]
+        return as_fields(x, self.vector)
