@@ -511,3 +511,18 @@ def test_the_two_species_family_of_the_docs_is_minimised_by_its_coupled_solution
     assert proc.returncode == 0, proc.stderr
     report = json.loads((run_dir / "eval.json").read_text())
     assert set(report["fields"]) == {"u1", "u2"} and "u2" in proc.stdout
+
+
+@pytest.mark.slow  # about 9 s (probed block Hessians); the inner loop keeps test_coarse's check of the plugin
+def test_the_two_species_family_trains_with_the_pages_winning_setting(tmp_path):
+    # The page's own line for the winning setting, through the probed 2 x 2 block Hessian (a tiny schedule).
+    config = _two_species(tmp_path)
+    text = (ROOT / "docs" / "families.md").read_text().split("## Several unknowns: two coupled species", 1)[1]
+    sets = re.search(r"`(--set train\.loss=preconditioned --set\s+model\.coarse_correction=9 --set "
+                     r"train\.second_stage_epochs=10)`", text).group(1).split()
+    proc = run_cli("train", str(config), "--out", str(tmp_path / "winning"), "--set", "problem.resolution=[17,17]",
+                   "--set", "data.n_train=16", "--set", "data.n_test=2", "--set", "train.epochs=2",
+                   "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
+                   "--set", "output.plots=false", *sets, path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    assert "an exact coarse correction on 9x9" in proc.stdout and "the second stage takes it to" in proc.stdout
