@@ -5,12 +5,12 @@ multilevel x ``multigrid.coarse_loss`` rediscretised or galerkin, otherwise the 
 multigrid run (configs/poisson.toml at 128^2, levels 32, 64, 128, deepened).
 ``--case loss``: Poisson (configs/poisson.toml: multilevel output, deepened levels) trained on the
 Q1 energy or on the multigrid-preconditioned residual (``train.loss = "preconditioned"``, target and
-loss forms; diffnet/preconditioned.py); each row also gives the error against the grid's own
+loss forms; diffnet/multigrid/preconditioned.py); each row also gives the error against the grid's own
 solution beside its data-free estimate |B g| / |u - B g|, and the time per step relative to the
 energy's.
 ``--case coarse``: Poisson (the same config) on the Q1 energy, on issue 43's best (the preconditioned loss
 with a second stage), and each again with the generator's exact coarse-space correction
-(``model.coarse_correction = --coarse``, diffnet/coarse.py); each row also gives the time per step and
+(``model.coarse_correction = --coarse``, diffnet/multigrid/coarse.py); each row also gives the time per step and
 per inference against the first arm's. A two-stage arm gives its first stage ``--first-share`` of the
 budget and its second stage the rest, from its probe's step times (as benchmarks/second_stage.py).
 ``--case burgers``: viscous Burgers (configs/burgers_256.toml, levels 32 ... 256) with the

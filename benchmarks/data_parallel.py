@@ -51,7 +51,7 @@ def _setup(case: str, threads: int, batch: int | None = None):
     import torch
 
     torch.set_num_threads(threads)
-    from diffnet.networks import UNet
+    from diffnet.generators.networks import UNet
     from diffnet.problems.burgers import BurgersProblem
 
     spec = CASES[case]

@@ -54,7 +54,7 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     from deepfusion.parallel.comm import world
     from deepfusion.parallel.halo import DomainSplit
     from deepfusion.training.trainer import TrainingContext, train
-    from diffnet.networks import UNet
+    from diffnet.generators.networks import UNet
 
     torch.set_num_threads(1)
     comm = world()

@@ -162,7 +162,7 @@ def main() -> None:
     os.environ.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     import numpy as np
 
-    from diffnet.family import sample_box
+    from diffnet.protocol.family import sample_box
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

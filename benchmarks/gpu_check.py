@@ -63,7 +63,7 @@ def environment() -> dict:
     import torch
 
     from deepfusion.parallel.runtime import find_mpiexec, mpi4py_vendor, mpiexec_mismatch
-    from diffnet.precision import tf32_state
+    from diffnet.backend.precision import tf32_state
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
            "tf32_default": [str(s) for s in tf32_state()], "mpi4py": mpi4py_vendor(), "mpiexec": find_mpiexec(),

@@ -48,9 +48,9 @@ def main() -> None:
 
     from deepfusion.configuration.wiring import level_models, training_parameters
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
-    from deepfusion.files.rundir import run_config, trained_model
+    from deepfusion.training.rundir import run_config, trained_model
     from deepfusion.training.schedule import build_schedule
-    from diffnet.galerkin import GalerkinLevel
+    from diffnet.generators.galerkin import GalerkinLevel
 
     cfg = run_config(args.run_dir)
     stages = build_schedule(cfg)

@@ -65,7 +65,7 @@ def validation_parameters(cfg) -> np.ndarray:
 def run_arm(name: str, overrides: list[str], work: Path, ranks: int) -> Path:
     """Train one configuration into ``work/name`` (a finished run there with the same config is reused)."""
     from deepfusion.configuration.config import load_config
-    from deepfusion.files.rundir import config_differences
+    from deepfusion.training.rundir import config_differences
 
     out, config = work / name, CONFIGS[name.split("-")[0]]
     if (out / "eval.json").is_file():

@@ -5,7 +5,7 @@ solution and s a smooth mode, for several delta (the plateau's error lies in suc
 residual g of the Q1 energy is taken in float32 (the network's dtype) and in float64, then B (one
 V-cycle, float64) turns each into an error estimate. Where the float32 residual's rounding exceeds
 the residual of the error itself, its estimate stops following delta: that is why
-diffnet/preconditioned.py forms the residual in float64. Prints one JSON object.
+diffnet/multigrid/preconditioned.py forms the residual in float64. Prints one JSON object.
 
     python benchmarks/residual_precision.py [--resolution 256] [--instances 4]
 """
@@ -26,7 +26,8 @@ def main() -> None:
     import torch
 
     from diffnet.problems.poisson import PoissonProblem
-    from diffnet.vcycle import VCycle, loss_gradient
+    from diffnet.multigrid.hessian import loss_gradient
+    from diffnet.multigrid.vcycle import VCycle
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resolution", type=int, default=256)

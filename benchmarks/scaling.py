@@ -141,7 +141,7 @@ def main() -> None:
     if args.allreduce_worker:
         allreduce_worker([4**k for k in range(2, 14)], args.reps)
         return
-    from diffnet.networks import build_network, parameter_count
+    from diffnet.generators.networks import build_network, parameter_count
 
     nbytes = 4 * parameter_count(build_network("unet", 3, (16, 32, 64, 128)))  # the default Burgers U-Net
     measured = []

@@ -2,7 +2,7 @@
 
 One stage: configs/poisson.toml at ``--resolution`` with ``train.loss = "preconditioned"``, trained for
 the whole budget (its epochs per level from a probe, as in accuracy_ablation.py). Two stages: the
-same config with ``train.second_stage_epochs`` (diffnet/stages.py): the first stage for
+same config with ``train.second_stage_epochs`` (diffnet/generators/two_stage.py): the first stage for
 ``--first-share`` of the budget, then a second U-Net v on u = u1 + eps v (multi-stage networks,
 Wang & Lai, J. Comput. Phys. 2024) for the rest, the epochs of each from the probe's step times.
 Both are evaluated by `deepfusion train` on the same held-out instances: error against the reference,

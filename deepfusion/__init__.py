@@ -1,7 +1,7 @@
 """DeepFusion: data-parallel training of DiffNet generators on CPU clusters (MPI + threads), and the
 trained generators as Python callables (:class:`Surrogate`)."""
 
-from deepfusion.inputs import InputError, ParameterRangeWarning
+from deepfusion.configuration.inputs import InputError, ParameterRangeWarning
 from deepfusion.surrogate import Surrogate
 
 __all__ = ["Surrogate", "InputError", "ParameterRangeWarning", "__version__"]

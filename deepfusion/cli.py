@@ -37,7 +37,7 @@ at any number of ranks; a longer schedule (train.epochs, multigrid.epochs) conti
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, status 2, no usage dump
-        from deepfusion.inputs import InputError
+        from deepfusion.configuration.inputs import InputError
 
         raise InputError(f"{self.prog}: {message}")
 

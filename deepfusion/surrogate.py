@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepfusion.inputs import InputError, by_name, instance_parameters, require
+from deepfusion.configuration.inputs import InputError, by_name, instance_parameters, require
 
 __all__ = ["Surrogate"]
 
@@ -20,10 +20,10 @@ class Surrogate:
     c; fields over (t, x)), ``coeffs`` (S, *shape) rows for a vector one (KL coefficients)
     or ``nu`` (S, *resolution) nodal fields where the family takes them (the diffusivity
     families; fields over (y, x)); or under the family's own names (``surrogate(k=[2.5])`` for
-    a parameter named ``k``, ``surrogate(a=rows)``); see :func:`deepfusion.inputs.instance_parameters`. Bad input raises
-    :class:`~deepfusion.inputs.InputError` (a ``ValueError``) with the CLI's message;
+    a parameter named ``k``, ``surrogate(a=rows)``); see :func:`deepfusion.configuration.inputs.instance_parameters`. Bad input raises
+    :class:`~deepfusion.configuration.inputs.InputError` (a ``ValueError``) with the CLI's message;
     parameters outside the training range warn with
-    :class:`~deepfusion.inputs.ParameterRangeWarning`.
+    :class:`~deepfusion.configuration.inputs.ParameterRangeWarning`.
 
     Attributes
     ----------
@@ -79,7 +79,7 @@ class Surrogate:
         memory_mb : float
             Activation memory one forward pass may use; sets :attr:`chunk`.
         """
-        from deepfusion.files.rundir import trained_model
+        from deepfusion.training.rundir import trained_model
 
         if threads is not None:
             if not (isinstance(threads, int) and 1 <= threads <= 4096):

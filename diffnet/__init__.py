@@ -17,39 +17,46 @@ from __future__ import annotations
 
 import importlib
 
+from diffnet import _moved
+
 _EXPORTS = {
-    "CAPABILITIES": "diffnet.family",
-    "Family": "diffnet.family",
-    "ParameterSpec": "diffnet.family",
-    "sample_box": "diffnet.family",
-    "option": "diffnet.options",
-    "one_of": "diffnet.options",
-    "positive": "diffnet.options",
-    "nonnegative": "diffnet.options",
-    "interval": "diffnet.options",
-    "all_positive": "diffnet.options",
-    "integer_in": "diffnet.options",
-    "gauss_basis": "diffnet.energy",
-    "at_gauss_points": "diffnet.energy",
-    "dirichlet_energy": "diffnet.energy",
-    "reaction_diffusion_energy": "diffnet.energy",
+    "CAPABILITIES": "diffnet.protocol.family",
+    "Family": "diffnet.protocol.family",
+    "ParameterSpec": "diffnet.protocol.family",
+    "sample_box": "diffnet.protocol.family",
+    "option": "diffnet.protocol.options",
+    "one_of": "diffnet.protocol.options",
+    "positive": "diffnet.protocol.options",
+    "nonnegative": "diffnet.protocol.options",
+    "interval": "diffnet.protocol.options",
+    "all_positive": "diffnet.protocol.options",
+    "integer_in": "diffnet.protocol.options",
+    "gauss_basis": "diffnet.grid.element",
+    "at_gauss_points": "diffnet.discretisation.energy",
+    "dirichlet_energy": "diffnet.discretisation.energy",
+    "reaction_diffusion_energy": "diffnet.discretisation.energy",
     "dirichlet_system": "diffnet.solvers.fem",
     "FEMSystem": "diffnet.solvers.fem",
     "ImmersedFamily": "diffnet.problems.immersed_family",
-    "Side": "diffnet.boundary",
-    "BoxBoundary": "diffnet.boundary",
-    "Shape": "diffnet.geometry",
-    "Disc": "diffnet.geometry",
-    "Box": "diffnet.geometry",
-    "HalfSpace": "diffnet.geometry",
-    "Star": "diffnet.geometry",
-    "Occupancy": "diffnet.geometry",
-    "grid_points": "diffnet.geometry",
+    "Side": "diffnet.instances.boundary",
+    "BoxBoundary": "diffnet.instances.boundary",
+    "Shape": "diffnet.instances.geometry",
+    "Disc": "diffnet.instances.geometry",
+    "Box": "diffnet.instances.geometry",
+    "HalfSpace": "diffnet.instances.geometry",
+    "Star": "diffnet.instances.geometry",
+    "Occupancy": "diffnet.instances.geometry",
+    "grid_points": "diffnet.instances.geometry",
     "Loop": "diffnet.solvers.bodyfitted",
     "body_fitted_solve": "diffnet.solvers.bodyfitted",
 }
 
 __all__ = list(_EXPORTS)
+
+
+# The module paths before the subpackages (diffnet.family, diffnet.energy, ...) still import, with a
+# DeprecationWarning: diffnet/_moved.py. A finder at the end of sys.meta_path, asked only for those names.
+_moved.install()
 
 
 def __getattr__(name: str):

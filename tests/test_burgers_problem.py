@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.finite_difference import central_residual as residual
+from diffnet.discretisation.finite_difference import central_residual as residual
 from diffnet.problems.burgers import BurgersProblem, initial_condition
 
 
@@ -68,7 +68,7 @@ def test_sampling_modes():
 
 
 def test_unet_any_widths_and_odd_sizes():
-    from diffnet.networks import UNet
+    from diffnet.generators.networks import UNet
 
     for channels in [(12, 20), (7,), (8, 16, 36)]:
         net = UNet(3, 1, channels)

@@ -9,7 +9,7 @@ import torch
 
 from deepfusion.files.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from deepfusion.files.fields import FieldFileError, read_fields, write_fields
-from diffnet.networks import UNet
+from diffnet.generators.networks import UNet
 
 
 def _model_and_opt():

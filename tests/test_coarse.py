@@ -1,4 +1,4 @@
-"""The generator's exact coarse-space correction (diffnet/coarse.py, ``model.coarse_correction``): the
+"""The generator's exact coarse-space correction (diffnet/multigrid/coarse.py, ``model.coarse_correction``): the
 energy's minimiser over u~ + range(P), its gradient, the FEM solution left alone, and every command
 that runs a model running it."""
 
@@ -13,7 +13,8 @@ import torch
 
 from conftest import ROOT, float32_atol, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
-from diffnet.coarse import CoarseCorrected, CoarseSpace, coarse_correction, coarse_grid
+from diffnet.multigrid.hessian import hessian_of
+from diffnet.multigrid.coarse import CoarseCorrected, CoarseSpace, coarse_correction, coarse_grid
 from diffnet.problems.elasticity import Elasticity, Elasticity3D
 from diffnet.problems.plate import PlateWithHole
 from diffnet.problems.poisson import PoissonProblem
@@ -110,7 +111,8 @@ def test_a_plugins_two_unknowns_take_the_probed_block_hessian():
     family = _example_family("two_species", "TwoSpecies")((13, 13))
     p = torch.tensor([[2.0, 0.8], [7.0, 0.4]], dtype=torch.float64)
     u_tilde = family.field(torch.randn(2, 2, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
-    stencil = family.hessian(u_tilde, p)
+    assert not hasattr(family, "hessian")
+    stencil = hessian_of(family, u_tilde, p)
     assert stencil.shape == (2, 2, 2, 9, 13, 13) and stencil[:, 0, 1].abs().max() > 0  # the species are coupled
     corrected = coarse_correction(family, u_tilde, p, 5)
     expected = _dense_minimiser(family, u_tilde, p, 5)
@@ -160,7 +162,7 @@ def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
     family = PoissonProblem((17, 17))
     wrapped = CoarseCorrected(family, family, 9)
     p = _kl(family, 1)
-    from diffnet.vcycle import fixed_nodes
+    from diffnet.multigrid.hessian import fixed_nodes
 
     assert torch.equal(fixed_nodes(wrapped, p, torch.float64), fixed_nodes(family, p, torch.float64))
     assert wrapped.name == "poisson" and wrapped.resolution == (17, 17) and wrapped.coarse_text() == "9x9"
@@ -305,7 +307,7 @@ def test_one_and_two_ranks_train_one_model_and_resume_bitwise(tmp_path):
 
 def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_path):
     # docs/families.md's tutorial family with the 'precondition' capability declared and nothing else: its
-    # Hessian is probed from its loss (Family.hessian), and the correction runs on every level.
+    # Hessian is probed from its loss (diffnet.multigrid.hessian), and the correction runs on every level.
     from test_families import _tutorial
 
     config = _tutorial(tmp_path)
@@ -323,7 +325,7 @@ def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_
 
 def test_a_constant_first_built_under_inference_mode_trains_afterwards():
     # The coarse correction's fixed nodes evaluate the family's field, which keeps its lift and mask
-    # (diffnet.constants); built first inside torch.inference_mode (an evaluation), they must still serve a
+    # (diffnet.backend.constants); built first inside torch.inference_mode (an evaluation), they must still serve a
     # later training step in the same process.
     family = PoissonProblem((13, 11))
     p = _kl(family, 2)

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, run_cli, tiny, train_once
 from deepfusion.analysis.compare import time_inference
 from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, sweep
-from diffnet.family import sample_box
+from diffnet.protocol.family import sample_box
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.finite_volume import FLUXES, conservative_residual, face_states
+from diffnet.discretisation.finite_volume import FLUXES, conservative_residual, face_states
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.solvers.burgers import solve_on_grid
 
@@ -82,7 +82,7 @@ def test_implicit_diffusion_preconditioner_inverts_the_residuals_own_operator():
     """(I - r D_xx) applied to any row (D_xx written here: inflow node fixed at zero, zero-gradient ghost at
     the outflow) and then the preconditioner gives the row back; it keeps the scheme's zero and damps the
     highest mode by 1 / (1 + 4 nu dt / dx^2) at most."""
-    from diffnet.finite_volume import implicit_diffusion_inverse
+    from diffnet.discretisation.finite_volume import implicit_diffusion_inverse
 
     n_x, dt, dx, nu = 33, 0.01, 1 / 32, 0.01
     ratio = nu * dt / dx**2

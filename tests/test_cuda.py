@@ -210,7 +210,7 @@ def test_the_vcycle_on_cuda_is_the_cpu_vcycle(case):
     from diffnet.problems.elasticity import Elasticity3D
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.problems.poisson3d import Poisson3D
-    from diffnet.vcycle import VCycle
+    from diffnet.multigrid.vcycle import VCycle
 
     family = {"2-D": PoissonProblem((40, 40)), "3-D": Poisson3D((17, 17, 17)), "elasticity3d": Elasticity3D((13, 13, 13))}[case]
     params = torch.as_tensor(family.sample(2, "random", 0)) if case == "elasticity3d" else torch.rand(2, 6, dtype=torch.float64) * 6 - 3
@@ -226,7 +226,7 @@ def test_the_vcycle_on_cuda_is_the_cpu_vcycle(case):
 def test_the_coarse_correction_on_cuda_is_the_cpus(case):
     # model.coarse_correction runs in float64 on the field's device: the GPU's corrected field and the
     # gradient through it are the CPU's to float64 rounding (two unknowns: the block Hessian's).
-    from diffnet.coarse import coarse_correction
+    from diffnet.multigrid.coarse import coarse_correction
     from diffnet.problems.elasticity import Elasticity
     from diffnet.problems.poisson import PoissonProblem
     from diffnet.problems.poisson3d import Poisson3D

@@ -1,4 +1,4 @@
-"""Domain parallelism: one sample's grid split over ranks (diffnet.tiling, deepfusion.parallel.halo)."""
+"""Domain parallelism: one sample's grid split over ranks (diffnet.generators.tiling, deepfusion.parallel.halo)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from conftest import PLAIN, ROOT, child_env
 from deepfusion.parallel.domain import tile_bounds
 from deepfusion.parallel.runtime import find_mpiexec
-from diffnet.networks import UNet
+from diffnet.generators.networks import UNet
 from diffnet.problems.poisson3d import Poisson3D
-from diffnet.tiling import Whole, halo_pad, tiled_upsample2
+from diffnet.generators.tiling import Whole, halo_pad, tiled_upsample2
 
 MPIEXEC = find_mpiexec()
 

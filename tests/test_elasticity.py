@@ -1,6 +1,6 @@
 """Linear elasticity on the Q1 grid: the vector energy, its block Hessian stencil, its assembled system, the AMG
-solve with the rigid-body modes, and the torch V-cycle of the vector Hessian (diffnet/elasticity.py,
-diffnet/solvers/elasticity.py, diffnet/vcycle.py)."""
+solve with the rigid-body modes, and the torch V-cycle of the vector Hessian (diffnet/discretisation/elasticity.py,
+diffnet/solvers/elasticity.py, diffnet/multigrid/vcycle.py)."""
 
 import re
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.elasticity import elasticity_energy, elasticity_stencil, lame
+from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
+from diffnet.grid.material import lame
 from diffnet.solvers.elasticity import (body_load, elasticity_matrix, elasticity_system, from_dofs, rigid_body_modes,
                                         solve_elasticity, to_dofs)
 from diffnet.solvers.fem import grid_spacing
@@ -51,7 +52,8 @@ def test_the_energy_is_the_assembled_quadratic_form_and_its_gradient_k_u(shape, 
 @pytest.mark.parametrize("shape, plane", [((6, 7), "strain"), ((6, 7), "stress"), ((4, 5, 3), "strain")])
 def test_the_block_stencil_is_the_assembled_matrix_and_what_the_probes_read(shape, plane):
     from diffnet.problems.elasticity import Elasticity, Elasticity3D
-    from diffnet.vcycle import apply_stencil, probe_stencil
+    from diffnet.multigrid.hessian import probe_stencil
+    from diffnet.multigrid.stencil import apply_stencil
 
     rng = np.random.default_rng(1)
     d, n = len(shape), int(np.prod(shape))
@@ -82,7 +84,7 @@ def test_the_vcycle_of_the_vector_hessian_is_symmetric_and_contracts(dims):
     # gradient B g), and an approximate inverse: each cycle of I - B A shrinks the error. At Jacobi's scalar
     # damping 2/3 the 3-D cycle diverged (the error grew 8x a cycle); the Gershgorin damping holds it.
     from diffnet.problems.elasticity import Elasticity, Elasticity3D
-    from diffnet.vcycle import VCycle
+    from diffnet.multigrid.vcycle import VCycle
 
     family = Elasticity((33, 33)) if dims == 2 else Elasticity3D((17, 17, 17))
     low, high = family.parameters.bounds()
@@ -196,7 +198,7 @@ def test_amg_with_the_rigid_body_modes_is_the_direct_solve_and_a_free_body_is_re
 def test_side_conditions_per_component_and_a_cantilever_under_a_tip_traction():
     # Clamped at x = 0, a downward traction on x = 1, the rest free: the tip moves down, the traction's
     # work is twice the stored energy at the minimiser (Clapeyron), and the system's solve is the minimiser.
-    from diffnet.boundary import component_boundaries
+    from diffnet.instances.boundary import component_boundaries
 
     shape = (9, 33)
     sides = {"x0": "u=0", "x1": "traction=0,-1", "y0": "free", "y1": "free"}
@@ -220,7 +222,7 @@ def test_side_conditions_per_component_and_a_cantilever_under_a_tip_traction():
     ("u=1,2,3", "give 2 components (x first) or one value"), ("traction=1", "give 2 components (x first)"),
     ("clamped", "is not a side condition"), ("u=x", "'x' is not a number"), ("traction=0,inf", "must be finite")])
 def test_a_bad_vector_side_is_refused_in_one_line(text, message):
-    from diffnet.boundary import parse_vector_side, vector_side_check
+    from diffnet.instances.boundary import parse_vector_side, vector_side_check
 
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_vector_side(text, 2)

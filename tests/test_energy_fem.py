@@ -9,7 +9,8 @@ import pytest
 import torch
 from scipy.integrate import cumulative_trapezoid
 
-from diffnet.energy import dirichlet_energy, gauss_basis, reaction_diffusion_energy
+from diffnet.discretisation.energy import dirichlet_energy, reaction_diffusion_energy
+from diffnet.grid.element import gauss_basis
 from diffnet.solvers.fem import assemble, poisson_fem, poisson_system, reaction_diffusion_fem
 
 

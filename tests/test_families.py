@@ -55,7 +55,7 @@ def test_the_engine_names_no_family_outside_the_registry():
 
 @pytest.mark.parametrize("name", sorted(builtin_families()))
 def test_builtin_families_keep_the_protocol(name):
-    from diffnet.family import CAPABILITIES, Family
+    from diffnet.protocol.family import CAPABILITIES, Family
 
     cls = family_class(name)
     assert issubclass(cls, Family) and cls.name == name and name in known_families()
@@ -77,7 +77,7 @@ def test_builtin_families_keep_the_protocol(name):
     assert set(problem.loss_terms(u, torch.as_tensor(params))) and u.shape == (4, *([channels] if channels > 1 else []), *grid)
     assert problem.at_resolution((5,) * cls.dims).resolution == (5,) * cls.dims
     if problem.has("precondition"):  # the family's Hessian is what its loss says
-        from diffnet.vcycle import probe_stencil
+        from diffnet.multigrid.hessian import probe_stencil
 
         p = torch.as_tensor(params)
         v = problem.field(torch.randn(4, channels, *grid, dtype=torch.float64), p)
@@ -99,12 +99,12 @@ def _tutorial(tmp_path):
 
 
 def test_every_capability_is_declared_once_on_its_protocol_and_listed_alike_everywhere():
-    # The protocols (diffnet.capabilities.PROTOCOLS) are the one declaration: the table in diffnet.family's
+    # The protocols (diffnet.protocol.capabilities.PROTOCOLS) are the one declaration: the table in diffnet.protocol.family's
     # docstring and the one in docs/families.md list exactly them, and `require` describes each from its protocol
     # (it once kept its own mapping, which lacked 'precondition' and 'domain': a KeyError instead of a line).
-    from diffnet import family as family_module
-    from diffnet.capabilities import PROTOCOLS, describe
-    from deepfusion.inputs import InputError, require
+    from diffnet.protocol import family as family_module
+    from diffnet.protocol.capabilities import PROTOCOLS, describe
+    from deepfusion.configuration.inputs import InputError, require
 
     in_docstring = re.findall(r"^``(\w+)``", family_module.__doc__, re.M)
     in_docs = re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "families.md").read_text().split("| capability |", 1)[1]
@@ -215,7 +215,7 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
     sys.path.insert(0, str(tmp_path))
     try:
         from deepfusion import Surrogate
-        from deepfusion.inputs import InputError
+        from deepfusion.configuration.inputs import InputError
 
         surrogate = Surrogate.load(run_dir)
         with pytest.raises(InputError, match=r"^c: instance 0: k = 9.5 is beyond"):

@@ -215,7 +215,7 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     from deepfusion.parallel.comm import SerialCommunicator
     from deepfusion.training.signals import StopRequest
     from deepfusion.training.trainer import TrainingContext, train
-    from diffnet.networks import build_network
+    from diffnet.generators.networks import build_network
     from diffnet.problems.poisson import PoissonProblem
 
     cfg = load_config(ROOT / "configs" / "poisson.toml", [

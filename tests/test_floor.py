@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from deepfusion.analysis.inference import against_floor, relative_l2
-from diffnet.finite_difference import central_residual as residual
-from diffnet.finite_volume import conservative_residual
+from diffnet.discretisation.finite_difference import central_residual as residual
+from diffnet.discretisation.finite_volume import conservative_residual
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.solvers.conservative import solve_scheme

@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy.integrate import dblquad
 
-from diffnet.cutcell import cut_cells
-from diffnet.geometry import Box, Disc, HalfSpace, Occupancy, Star, grid_points
-from diffnet.immersed import immersed, immersed_energy, immersed_matrices
+from diffnet.instances.cutcell import cut_cells
+from diffnet.instances.geometry import Box, Disc, HalfSpace, Occupancy, Star, grid_points
+from diffnet.discretisation.immersed import immersed, immersed_energy, immersed_matrices
 from diffnet.solvers.fem import FEMSystem
 from diffnet.solvers.matrix_stencil import apply_dirichlet, to_csr
 

@@ -7,22 +7,23 @@ import pytest
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-from diffnet.solvers.gmg import GMGSolver, grid_hierarchy, interpolation_1d, prolongation
+from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix, interpolation_weights
+from diffnet.solvers.gmg import COARSEST, GMGSolver, prolongation
 
 A = np.array([1.5, -2.0, 0.7, 2.5, -1.0, 0.3])  # nu over about four decades
 
 
 @pytest.mark.parametrize("fine, coarse", [(17, 9), (64, 32), (40, 13)])
 def test_interpolation_reproduces_linear_functions(fine, coarse):
-    P = interpolation_1d(fine, coarse)
+    P = interpolation_matrix(coarse, fine)
     xf, xc = np.linspace(0, 1, fine), np.linspace(0, 1, coarse)
     assert np.allclose(P @ np.ones(coarse), 1.0)
     assert np.allclose(P @ (3 * xc - 1), 3 * xf - 1)
-    assert (P.toarray() >= 0).all()
+    assert (P >= 0).all()
 
 
 def test_nested_grids_inject_and_average():
-    P = interpolation_1d(9, 5).toarray()
+    P = interpolation_matrix(5, 9)
     assert np.allclose(P[::2], np.eye(5))
     assert np.allclose(P[1::2], 0.5 * (np.eye(5)[:-1] + np.eye(5)[1:]))
     P2 = prolongation((9, 17), (5, 9))
@@ -33,9 +34,9 @@ def test_nested_grids_inject_and_average():
 
 
 def test_hierarchy_halves_to_the_coarsest():
-    assert grid_hierarchy((1025, 1025)) == [(1025, 1025), (513, 513), (257, 257), (129, 129), (65, 65),
+    assert grid_hierarchy((1025, 1025), COARSEST) == [(1025, 1025), (513, 513), (257, 257), (129, 129), (65, 65),
                                             (33, 33), (17, 17), (9, 9)]
-    assert grid_hierarchy((64, 40)) == [(64, 40), (32, 20), (16, 10), (8, 5)]
+    assert grid_hierarchy((64, 40), COARSEST) == [(64, 40), (32, 20), (16, 10), (8, 5)]
 
 
 @pytest.mark.parametrize("n", [17, 33, 40])
@@ -93,7 +94,7 @@ def _masked_prolongation(fine, coarse, fixed_fine, fixed_coarse):
 
 def _axes(fine, coarse):
     """The prolongation's (left, weight) arrays per axis of the 3-D layout, flat: lz, wz, ly, wy, lx, wx."""
-    pairs = [ms.interpolation_weights(1, 1)] * (3 - len(fine)) + [ms.interpolation_weights(f, c)
+    pairs = [interpolation_weights(1, 1)] * (3 - len(fine)) + [interpolation_weights(f, c)
                                                                   for f, c in zip(fine, coarse)]
     return [a for pair in pairs for a in pair]
 
@@ -162,7 +163,7 @@ def test_vcycle_equals_pyamgs_on_the_same_levels(shape):
     family = PoissonProblem(shape) if dims == 2 else Poisson3D(shape)
     system = family.fem_system(A)
     solver = GMGSolver.build(system)
-    grids = grid_hierarchy(shape)
+    grids = grid_hierarchy(shape, COARSEST)
     assert len(solver.levels) == len(grids) >= 2
     levels = []
     for fine, coarse, fg, cg in zip(solver.levels, solver.levels[1:], grids, grids[1:]):

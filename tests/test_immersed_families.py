@@ -16,7 +16,7 @@ import torch
 
 from conftest import PLAIN, ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
-from diffnet.geometry import Disc, grid_points
+from diffnet.instances.geometry import Disc, grid_points
 from diffnet.problems.plate import PlateWithHole
 from diffnet.problems.torsion import StarTorsion
 from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
@@ -92,7 +92,7 @@ def test_shapes_the_grid_cannot_hold_are_refused_by_index():
     row[-1] = 0.02
     with pytest.raises(ValueError, match="under a cell .* thinner than it resolves"):
         small.check_instances(row[None])
-    from diffnet.cutcell import cut_cells
+    from diffnet.instances.cutcell import cut_cells
 
     with pytest.raises(ValueError, match="holds none of the 9x9 grid's nodes"):
         cut_cells(Disc((3.0, 3.0), 0.5), (9, 9))
@@ -300,7 +300,7 @@ def test_compare_times_each_solve_with_its_own_set_up(monkeypatch):
 
 @pytest.mark.parametrize("name", ["torsion", "plate"])
 def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypatch):
-    from diffnet.family import Family
+    import diffnet.problems.immersed_family as immersed_family
 
     family = StarTorsion((17, 17)) if name == "torsion" else PlateWithHole((17, 17))
     family.clear_caches()
@@ -308,8 +308,8 @@ def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypa
     fields = [family.field(torch.randn(3, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(s)),
                            params).detach() for s in (0, 1)]
     probes = []
-    original = Family.hessian
-    monkeypatch.setattr(Family, "hessian", lambda self, u, p: probes.append(len(p)) or original(self, u, p))
+    original = immersed_family.probe_stencil
+    monkeypatch.setattr(immersed_family, "probe_stencil", lambda self, u, p: probes.append(len(p)) or original(self, u, p))
     kept = family.hessian(fields[0], params)
     again = family.hessian(fields[1], params[[2, 0]])  # other fields, other order: the kept stencils
     assert probes == [3] and torch.equal(again, kept[[2, 0]])

@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from diffnet.galerkin import GalerkinLevel
-from diffnet.multilevel import interpolation_matrix, prolong, restrict, synthesis_adjoint, synthesise
-from diffnet.networks import UNet, build_network
+from diffnet.generators.galerkin import GalerkinLevel
+from diffnet.grid.transfer import interpolation_matrix
+from diffnet.generators.multilevel import prolong, restrict, synthesis_adjoint, synthesise
+from diffnet.generators.networks import UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.solvers.fem import assemble

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from diffnet.networks import LevelStack, UNet, build_network
+from diffnet.generators.networks import LevelStack, UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from deepfusion.inputs import ParameterRangeWarning, instance_parameters
-from diffnet.family import Family, ParameterSpec, sample_box
+from deepfusion.configuration.inputs import ParameterRangeWarning, instance_parameters
+from diffnet.protocol.family import Family, ParameterSpec, sample_box
 
 SPEC = ParameterSpec("a", (2,), low=(-1.0, 0.0), high=(1.0, 2.0), names=("p1", "p2"), description="(p1, p2)")
 

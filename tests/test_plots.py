@@ -87,7 +87,7 @@ def test_plot_fields_writes_a_png(tmp_path):
 
 def test_instances_are_labelled_by_their_parameters_values_and_names():
     from deepfusion.analysis.evaluate import _labels
-    from diffnet.family import ParameterSpec
+    from diffnet.protocol.family import ParameterSpec
 
     class Family:
         def __init__(self, spec):

@@ -195,7 +195,7 @@ def test_plugin_stops_on_sigterm_resumes_and_guards_against_nan(site, tmp_path):
 
 
 def test_a_plugin_trains_on_the_preconditioned_loss_through_the_default_hessian(site, tmp_path):
-    # cubic_reaction declares "precondition" and no hessian of its own: the base class reads the
+    # cubic_reaction declares "precondition" and no hessian of its own: the engine reads the
     # linearisation of its nonlinear energy off 9 probes of the loss, on every level's grid.
     proc = _train(site, "cubic_reaction", tmp_path / "pre", None, "--set", "train.loss=preconditioned")
     assert proc.returncode == 0, proc.stderr

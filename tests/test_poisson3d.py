@@ -8,8 +8,8 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
-from diffnet.energy import dirichlet_energy
-from diffnet.networks import UNet, build_network
+from diffnet.discretisation.energy import dirichlet_energy
+from diffnet.generators.networks import UNet, build_network
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.solvers.fem import poisson_system
 from diffnet.solvers.gmg import GMGSolver

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.family import sample_box
-from diffnet.kl import kl_basis
+from diffnet.protocol.family import sample_box
+from diffnet.instances.kl import kl_basis
 from diffnet.problems.poisson import PoissonProblem, kl_modes, kl_roots
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
@@ -39,7 +39,7 @@ def test_kl_modes_are_orthogonal_eigenfunctions():
 
 
 def test_sampling_shapes_ranges_and_errors():
-    # The KL family samples through the one sampler every family uses (diffnet.family.sample_box).
+    # The KL family samples through the one sampler every family uses (diffnet.protocol.family.sample_box).
     family = PoissonProblem((9, 9))
     for sampling in ("random", "sobol"):
         a = family.sample(64, sampling, seed=1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from diffnet.precision import _restore, no_tf32, set_tf32, tf32_state
+from diffnet.backend.precision import _restore, no_tf32, set_tf32, tf32_state
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import KLFamily, PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
@@ -103,7 +103,7 @@ def test_tf32_is_what_makes_the_difference_on_cuda():
     # switch that turns them off made a no-op) breaks its bound on a GPU that has TF32. In the gradient: the loss
     # value, a sum of squares, averages TF32's rounding away (2.2e-6 relative on an H100, torch 2.11), while
     # the gradient's entries each carry it (TF32 keeps 10 mantissa bits: about 5e-4).
-    import diffnet.precision as precision
+    import diffnet.backend.precision as precision
 
     if torch.cuda.get_device_capability()[0] < 8:
         pytest.skip("no TF32 before Ampere")

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.classical import q1_solver
-from diffnet.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
+from diffnet.solvers.classical import q1_solver
+from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem

@@ -17,10 +17,10 @@ from torch import nn
 
 from conftest import ROOT, child_env, run_cli
 from deepfusion.parallel.runtime import find_mpiexec
-from diffnet.networks import UNet
-from diffnet.preconditioned import correction
+from diffnet.generators.networks import UNet
+from diffnet.multigrid.preconditioned import correction
 from diffnet.problems.poisson import PoissonProblem
-from diffnet.stages import Correction, SecondStage, TwoStage
+from diffnet.generators.two_stage import Correction, SecondStage, TwoStage
 
 MPIEXEC = find_mpiexec()
 POISSON = str(ROOT / "configs" / "poisson.toml")

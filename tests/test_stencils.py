@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.finite_difference import apply_kernels, derivative_kernels, pad_extrapolate
+from diffnet.discretisation.finite_difference import apply_kernels, derivative_kernels, pad_extrapolate
 
 
 def _grid(nt=9, nx=11, T=0.7):

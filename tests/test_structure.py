@@ -1,7 +1,7 @@
 """The code's shape, checked: every module imports on its own in a fresh interpreter; no two modules
-import each other, directly or around a loop, whether the import is at the top, inside a function
+and no two packages import each other, directly or around a loop, whether the import is at the top, inside a function
 (an import inside a function hides a cycle from the interpreter, not from the reader) or for types only
-(under TYPE_CHECKING); no engine
+(under TYPE_CHECKING); each of diffnet's subpackages imports only the floors below it; no engine
 function takes more than eight parameters (training state travels as one TrainingContext)."""
 
 from __future__ import annotations
@@ -157,15 +157,77 @@ def test_no_engine_function_takes_more_than_eight_parameters():
     assert {k: n for k, n in counts.items() if n > MAX_PARAMETERS} == {}
 
 
-def test_the_documented_paths_of_before_the_subpackages_still_work():
-    import deepfusion.comm
-    import deepfusion.parallel.comm
-    import deepfusion.stepper
-    import deepfusion.training.stepper
-    from deepfusion.configuration.configdoc import markdown
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the project's packages its modules import: a module of a subpackage counts as that
+    subpackage (``diffnet.multigrid``), a top-level module as itself (``deepfusion.surrogate``)."""
 
-    assert deepfusion.comm is deepfusion.parallel.comm and callable(deepfusion.comm.drain_stdio)
-    assert deepfusion.stepper.training_step is deepfusion.training.stepper.training_step
-    done = subprocess.run([sys.executable, "-m", "deepfusion.configdoc"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0 and done.stdout == markdown()
+    def package(module: str) -> str:
+        parts = module.split(".")
+        path = ROOT.joinpath(*parts[:2])
+        return ".".join(parts[:2]) if path.is_dir() or len(parts) <= 2 else module
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        graph.setdefault(package(module), set()).update(package(t) for t in targets)
+    return {p: {t for t in targets if t != p} for p, targets in graph.items()}
+
+
+def test_no_import_cycle_among_the_packages():
+    graph = package_graph()
+    assert {"diffnet.protocol", "diffnet.multigrid", "deepfusion.training", "deepfusion.files"} <= set(graph)
+    assert cycles(graph) == []
+
+
+# What each of diffnet's subpackages may import (docs/design.md draws it): the protocol, the torch backend
+# and the numpy grid on the ground floor, the built-in families on top.
+DIFFNET_LAYERS = {
+    "protocol": set(), "backend": set(), "grid": set(),
+    "instances": {"grid"},
+    "discretisation": {"backend", "grid", "instances"},
+    "multigrid": {"backend", "grid"},
+    "generators": {"backend", "grid", "multigrid"},
+    "solvers": {"grid", "instances", "discretisation"},
+    "problems": {"protocol", "backend", "grid", "instances", "discretisation", "multigrid", "generators", "solvers"},
+}
+
+
+def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
+    graph = package_graph()
+    subpackages = {p.name for p in (ROOT / "diffnet").iterdir() if (p / "__init__.py").exists()}
+    assert subpackages == set(DIFFNET_LAYERS)
+    beyond = {name: sorted(t.split(".", 1)[1] for t in graph[f"diffnet.{name}"] if t.startswith("diffnet.")
+                           and t.split(".", 1)[1] not in allowed)
+              for name, allowed in DIFFNET_LAYERS.items()}
+    assert {name: found for name, found in beyond.items() if found} == {}
+
+
+def test_the_module_paths_of_before_the_subpackages_still_import_with_a_deprecation():
+    # A plugin written against the flat diffnet of before (docs/families.md until 2026-11) still imports; the
+    # old path hands on the new module's objects (the same ones) and warns once.
+    import warnings
+
+    from diffnet._moved import MOVED
+
+    script = (
+        "import importlib, warnings, sys\n"
+        "warnings.simplefilter('error')\n"
+        "import diffnet\n"
+        "warnings.simplefilter('always')\n"
+        f"moved = {MOVED!r}\n"
+        "for old, new in moved.items():\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        module = importlib.import_module(old)\n"
+        "    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old\n"
+        "    for name in importlib.import_module(new).__all__:\n"
+        "        assert getattr(module, name) is getattr(importlib.import_module(new), name), (old, name)\n"
+        "from diffnet.energy import gauss_basis, dirichlet_energy\n"
+        "from diffnet.elasticity import lame\n"
+        "from diffnet.vcycle import probe_stencil\n"
+        "from diffnet.grid.element import gauss_basis as g\n"
+        "assert gauss_basis is g\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import diffnet  # noqa: F401  (importing the package itself warns of nothing)

@@ -9,7 +9,7 @@ import torch
 from deepfusion.configuration.config import TrainConfig
 from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.training.trainer import TrainingContext, TrainingDiverged, learning_rate, train
-from diffnet.networks import UNet
+from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 
 

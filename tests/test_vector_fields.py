@@ -167,7 +167,7 @@ def test_a_family_that_packs_two_fields_into_one_grid_is_refused(tmp_path):
 
 
 def test_the_network_has_one_output_channel_per_unknown_and_a_scalar_family_one():
-    from diffnet.networks import build_network
+    from diffnet.generators.networks import build_network
 
     vector = build_network("unet", 4, (4, 8), levels=(9, 17), top_channels=4, out_channels=2)
     scalar = build_network("unet", 3, (4, 8), levels=(9, 17), top_channels=4)

@@ -14,7 +14,7 @@ from scipy.fft import dctn
 
 from deepfusion.analysis.inference import predict
 from deepfusion.configuration.wiring import level_models
-from diffnet.multilevel import prolong
+from diffnet.generators.multilevel import prolong
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
 

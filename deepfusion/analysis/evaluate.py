@@ -18,8 +18,8 @@ from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, predict, relative_l2
 from deepfusion.configuration.wiring import field_attrs, generator_problem, heldout_parameters
 from deepfusion.files.fields import by_unknown, write_fields
-from diffnet.preconditioned import error_estimate
-from diffnet.stages import TwoStage
+from diffnet.multigrid.preconditioned import error_estimate
+from diffnet.generators.two_stage import TwoStage
 
 __all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
 
@@ -174,7 +174,7 @@ def _first_stage(problem, model: torch.nn.Module, test: np.ndarray, acc: FloorRe
 
 def _estimated_error(cfg, problem, test: np.ndarray, pred: np.ndarray, acc: FloorReport) -> dict:
     """Beside the error against the grid's own solution (the floor's field), its data-free estimate
-    |B g| / |u - B g| (:func:`diffnet.preconditioned.error_estimate`), for families that can precondition."""
+    |B g| / |u - B g| (:func:`diffnet.multigrid.preconditioned.error_estimate`), for families that can precondition."""
     if not problem.has("precondition") or acc.optimum is None:
         return {}
     estimated = error_estimate(problem, torch.as_tensor(pred, dtype=torch.float64),

@@ -15,7 +15,7 @@ import torch
 
 from deepfusion.analysis import reference_cache
 from deepfusion.training.stepper import to_channels_last
-from diffnet.stages import TwoStage
+from diffnet.generators.two_stage import TwoStage
 
 __all__ = ["predict", "domain_of", "relative_l2", "FloorReport", "against_floor"]
 
@@ -28,7 +28,7 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     1.2-1.4x faster on CPU here than NCHW, and the model itself is left as it is.
     With a ``tiling`` (a domain split, collective over its ranks) the generator runs on this
     rank's tile and the network's outputs are gathered: every rank of the split gets the
-    whole fields. A two-stage generator runs as its second stage (:class:`diffnet.stages.SecondStage`).
+    whole fields. A two-stage generator runs as its second stage (:class:`diffnet.generators.two_stage.SecondStage`).
     A family on a domain cut out of the grid (capability ``domain``) gets zero at the nodes outside
     it: its field there only extends the discrete space, and errors are measured inside.
     """

@@ -13,7 +13,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     from deepfusion.configuration.config import ConfigError
     from deepfusion.files.checkpoint import CheckpointError
     from deepfusion.files.fields import FieldFileError
-    from deepfusion.inputs import InputError
+    from deepfusion.configuration.inputs import InputError
     from deepfusion.parallel.runtime import DeviceError
 
     return InputError, ConfigError, CheckpointError, FieldFileError, DeviceError
@@ -27,11 +27,11 @@ def warn(line: str) -> None:
 def agree(comm, fn):
     """Run ``fn`` on every rank; if it fails with a user error on any rank, fail on all.
 
-    Every rank then raises the same :class:`~deepfusion.inputs.InputError` (the lowest
+    Every rank then raises the same :class:`~deepfusion.configuration.inputs.InputError` (the lowest
     failing rank's message), so the job ends with status 2 everywhere and no rank is left
     waiting.
     """
-    from deepfusion.inputs import InputError
+    from deepfusion.configuration.inputs import InputError
 
     try:
         result, error = fn(), None

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from deepfusion.commands import warn
 from deepfusion.configuration.wiring import build_problem, generator_problem, heldout_parameters
-from deepfusion.files.rundir import run_config, trained_model, training_time
-from deepfusion.inputs import InputError, check_output_file, require
+from deepfusion.training.rundir import run_config, trained_model, training_time
+from deepfusion.configuration.inputs import InputError, check_output_file, require
 
 __all__ = ["run"]
 

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file, command_line_instances, dataset_name
+from deepfusion.configuration.inputs import InputError, check_output_file, command_line_instances, dataset_name
 
 __all__ = ["run"]
 
@@ -18,7 +18,7 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of
     from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_fields
-    from deepfusion.files.rundir import run_config
+    from deepfusion.training.rundir import run_config
     from deepfusion.surrogate import Surrogate
 
     run_dir = Path(args.run_dir)

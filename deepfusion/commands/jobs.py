@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from deepfusion.configuration.config import load_config
-from deepfusion.inputs import InputError
-from deepfusion.parallel.domain import unet_alignment
+from deepfusion.configuration.inputs import InputError
+from deepfusion.configuration.split import unet_alignment
 
 __all__ = ["run"]
 

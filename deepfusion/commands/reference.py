@@ -8,7 +8,7 @@ import argparse
 import time
 import warnings
 
-from deepfusion.inputs import (InputError, ParameterRangeWarning, check_output_file, check_resolution,
+from deepfusion.configuration.inputs import (InputError, ParameterRangeWarning, check_output_file, check_resolution,
                                command_line_instances, dataset_name, require)
 
 __all__ = ["run"]

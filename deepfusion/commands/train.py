@@ -15,8 +15,8 @@ import numpy as np
 from deepfusion.commands import agree, warn
 from deepfusion.configuration.config import Config, defaults_notice, load_config, to_toml
 from deepfusion.configuration.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
-from deepfusion.files.rundir import initial_weights, resume_point, trained_seconds
-from deepfusion.inputs import InputError
+from deepfusion.training.rundir import initial_weights, resume_point, trained_seconds
+from deepfusion.configuration.inputs import InputError
 
 __all__ = ["run"]
 
@@ -91,8 +91,9 @@ def run(args: argparse.Namespace, comm) -> int:
 
     import torch
 
-    from deepfusion.files.rundir import truncate_metrics
+    from deepfusion.training.rundir import truncate_metrics
     from deepfusion.parallel.gradsync import ParameterDrift
+    from deepfusion.configuration.split import split_of
     from deepfusion.parallel.halo import DomainSplit, data_group
     from deepfusion.parallel.partition import local_batch_size
     from deepfusion.training.schedule import build_schedule, total_steps
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace, comm) -> int:
 
     stages = build_schedule(cfg)
     try:
-        domain = DomainSplit.from_config(cfg, comm)
+        splits = split_of(cfg)
+        domain = None if splits is None else DomainSplit(comm, splits)
     except ValueError as e:  # the tiles do not divide the ranks: the same on every rank
         raise InputError(f"parallel.domain: {e}") from None
     groups = data_group(comm, domain)[1]

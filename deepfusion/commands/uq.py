@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import warn
-from deepfusion.inputs import InputError, check_output_file, require
+from deepfusion.configuration.inputs import InputError, check_output_file, require
 
 __all__ = ["run"]
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.uq import summary as field_summary
     from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_statistics
-    from deepfusion.files.rundir import run_config
+    from deepfusion.training.rundir import run_config
     from deepfusion.surrogate import Surrogate
 
     run_dir = Path(args.run_dir)
@@ -157,7 +157,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
     from deepfusion.analysis.equal_accuracy import break_even
     from deepfusion.analysis.inference import relative_l2
     from deepfusion.analysis.uq import Moments, run_study
-    from deepfusion.files.rundir import training_time
+    from deepfusion.training.rundir import training_time
 
     method, grid, target = _classical(surrogate, print)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import first_order, has_lbfgs
-from deepfusion.parallel.domain import check_split, split_of
+from deepfusion.configuration.split import check_split, split_of
 from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
                                ParallelConfig, ProblemConfig, TrainConfig)
 
@@ -95,7 +95,7 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
 
 def _check_members(configured: Any) -> None:
     """The family (as configured) has every member of every capability it declares, of the right kind."""
-    from diffnet.capabilities import check_capabilities
+    from diffnet.protocol.capabilities import check_capabilities
 
     try:
         check_capabilities(configured)
@@ -121,6 +121,8 @@ def _quadratic(configured: Any) -> bool:
     import numpy as np
     import torch
 
+    from diffnet.multigrid.hessian import hessian_of
+
     low, high = configured.parameters.bounds()
     params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
     grid = tuple(min(n, 17) for n in configured.resolution)
@@ -130,9 +132,9 @@ def _quadratic(configured: Any) -> bool:
             torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
     with torch.no_grad():
         fields = [configured.field(raw, params).detach() for raw in rows]
-    a = configured.hessian(fields[0], params).detach()
+    a = hessian_of(configured, fields[0], params).detach()
     configured.clear_caches()  # a family that keeps its Hessian per instance must probe it again
-    b = configured.hessian(fields[1], params).detach()
+    b = hessian_of(configured, fields[1], params).detach()
     return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))
 
 
@@ -179,7 +181,7 @@ def _first_field(configured: Any) -> None:
     several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
     import torch
 
-    from diffnet.family import check_vectors
+    from diffnet.protocol.family import check_vectors
 
     names, grid = tuple(configured.unknowns), tuple(configured.resolution)
     if not names or len(set(names)) != len(names):
@@ -259,7 +261,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
 
 
 def _domain_checks(cfg: Config, family: type) -> None:
-    """A domain split that can train (:func:`deepfusion.parallel.domain.check_split`)."""
+    """A domain split that can train (:func:`deepfusion.configuration.split.check_split`)."""
     try:
         check_split(cfg, family.dims)
     except ValueError as e:

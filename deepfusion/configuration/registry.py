@@ -33,7 +33,7 @@ DEFAULT_FAMILY = "burgers"
 
 
 class FamilyError(ValueError):
-    """A family that cannot be found or is not a :class:`diffnet.family.Family`."""
+    """A family that cannot be found or is not a :class:`diffnet.protocol.family.Family`."""
 
 
 def builtin_families() -> dict[str, str]:
@@ -50,7 +50,7 @@ def known_families() -> dict[str, str]:
 
 
 def _load(target: str, what: str) -> type:
-    from diffnet.family import Family
+    from diffnet.protocol.family import Family
 
     module, _, attr = target.partition(":")
     try:
@@ -62,7 +62,7 @@ def _load(target: str, what: str) -> type:
     except AttributeError:
         raise FamilyError(f"{what}: {module!r} has no {attr!r}") from None
     if not (isinstance(obj, type) and issubclass(obj, Family)):
-        raise FamilyError(f"{what}: {target} is not a diffnet.family.Family subclass")
+        raise FamilyError(f"{what}: {target} is not a diffnet.protocol.family.Family subclass")
     for member in ("name", "Options", "in_channels"):
         if not hasattr(obj, member):
             raise FamilyError(f"{what}: {target} does not define {member!r} (see docs/families.md)")

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
-from diffnet.options import all_positive as _positive_all
-from diffnet.options import nonnegative as _nonnegative
-from diffnet.options import one_of as _choice
-from diffnet.options import option
-from diffnet.options import positive as _positive
+from diffnet.protocol.options import all_positive as _positive_all
+from diffnet.protocol.options import nonnegative as _nonnegative
+from diffnet.protocol.options import one_of as _choice
+from diffnet.protocol.options import option
+from diffnet.protocol.options import positive as _positive
 
 __all__ = ["ConfigError", "OPTIMIZERS", "first_order", "has_lbfgs", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
            "MultigridConfig", "ParallelConfig", "OutputConfig"]
@@ -61,7 +61,7 @@ def _channels(v: tuple[int, ...]) -> str | None:
 
 
 def _network(v: str) -> str | None:
-    from diffnet.networks import NETWORKS  # the generators' name -> class map (imported on use)
+    from diffnet.generators.networks import NETWORKS  # the generators' name -> class map (imported on use)
 
     return None if v in NETWORKS else f"must be one of {sorted(NETWORKS)}"
 
@@ -69,7 +69,7 @@ def _network(v: str) -> str | None:
 def _key(check=None, *, default, doc: str):
     """A config key: its default, a check returning an error text or None, and its meaning
     (markdown; ``docs/configuration.md`` is generated from it by :mod:`deepfusion.configuration.configdoc`):
-    the same declaration a family's keys use (:func:`diffnet.options.option`)."""
+    the same declaration a family's keys use (:func:`diffnet.protocol.options.option`)."""
     return option(default, doc, check)
 
 

@@ -36,7 +36,7 @@ def build_problem(cfg: Config, resolution: tuple[int, ...] | None = None):
 
 def generator_problem(cfg: Config, problem, clock: list | None = None):
     """The problem whose ``field`` is the generator's product: the family's, corrected on a coarse space
-    when ``model.coarse_correction`` says so (:class:`diffnet.coarse.CoarseCorrected`). Everything that
+    when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.coarse.CoarseCorrected`). Everything that
     runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
     through it; references and floors come from the family itself. ``clock[0]`` gathers the seconds the
     correction takes."""
@@ -48,7 +48,7 @@ def _corrected(cfg: Config, fields, family, clock: list | None):
     run has one."""
     if not cfg.model.coarse_correction:
         return fields
-    from diffnet.coarse import CoarseCorrected
+    from diffnet.multigrid.coarse import CoarseCorrected
 
     return CoarseCorrected(fields, family, cfg.model.coarse_correction, clock if clock is not None else [0.0])
 
@@ -58,7 +58,7 @@ def training_problem(cfg: Config, problem, clock: list | None = None):
     generator's coarse correction (:func:`generator_problem`) on its fields."""
     trained = problem
     if cfg.train.loss == "preconditioned":
-        from diffnet.preconditioned import PreconditionedLoss
+        from diffnet.multigrid.preconditioned import PreconditionedLoss
 
         trained = PreconditionedLoss(problem, cfg.train.precondition_cycles, cfg.train.precondition_form)
     return _corrected(cfg, trained, problem, clock)
@@ -84,7 +84,7 @@ def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
     fixed = problem.fixed_heldout()
     if fixed is not None:
         if count is not None and count > len(fixed):
-            from deepfusion.inputs import InputError
+            from deepfusion.configuration.inputs import InputError
 
             raise InputError(f"--samples: this run holds out {len(fixed)} instance{'s' if len(fixed) != 1 else ''} "
                              f"(its family's fixed held-out set); got {count}")
@@ -94,11 +94,11 @@ def heldout_parameters(cfg: Config, count: int | None = None) -> np.ndarray:
 
 def build_model(cfg: Config, problem):
     """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets
-    a :class:`~diffnet.networks.LevelStack` with one refinement per finer level, and a run with a
-    second stage (``train.second_stage_epochs``) a :class:`~diffnet.stages.TwoStage` of both networks."""
+    a :class:`~diffnet.generators.networks.LevelStack` with one refinement per finer level, and a run with a
+    second stage (``train.second_stage_epochs``) a :class:`~diffnet.generators.two_stage.TwoStage` of both networks."""
     import torch
 
-    from diffnet.networks import build_network
+    from diffnet.generators.networks import build_network
 
     mg = cfg.multigrid
     model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
@@ -106,7 +106,7 @@ def build_model(cfg: Config, problem):
                           levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
                           output=cfg.model.output, dims=len(problem.resolution), out_channels=len(problem.unknowns))
     if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
-        from diffnet.stages import Correction, TwoStage
+        from diffnet.generators.two_stage import Correction, TwoStage
 
         fields = len(problem.unknowns)
         second = build_network(cfg.model.name, problem.in_channels + fields, tuple(cfg.model.channels),
@@ -118,7 +118,7 @@ def build_model(cfg: Config, problem):
 
 def inference_bytes_per_sample(cfg: Config) -> int:
     """Activation bytes one sample keeps alive in a float32 inference pass of ``[model]``'s network."""
-    from diffnet.networks import NETWORKS
+    from diffnet.generators.networks import NETWORKS
 
     return 4 * NETWORKS[cfg.model.name].live_widths * cfg.model.channels[0] * int(np.prod(cfg.problem.resolution))
 
@@ -145,11 +145,11 @@ def level_models(cfg: Config, model, clock: list | None = None):
     (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
     problem of the level's prolonged output), and the generator trained there (the deepened
     stack's level k, or the carried network); one past the finest level, the second stage's
-    network and problem (:meth:`diffnet.stages.TwoStage.pair`). ``clock[0]`` gathers the seconds of the
+    network and problem (:meth:`diffnet.generators.two_stage.TwoStage.pair`). ``clock[0]`` gathers the seconds of the
     generator's coarse correction on every level."""
-    from diffnet.galerkin import GalerkinLevel
-    from diffnet.networks import LevelStack
-    from diffnet.stages import TwoStage
+    from diffnet.generators.galerkin import GalerkinLevel
+    from diffnet.generators.networks import LevelStack
+    from diffnet.generators.two_stage import TwoStage
 
     grids: dict[int, object] = {}  # the problem on each level's own grid, built once
     levels = cfg.multigrid.levels

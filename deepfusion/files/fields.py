@@ -54,7 +54,7 @@ def write_fields(
         both also in the XDMF, so ParaView's Threshold on ``inside`` shows the domain alone and a
         Contour of ``sdf`` at 0 its boundary.
     unknowns : sequence of str
-        The family's unknown fields (:attr:`diffnet.family.Family.unknowns`): with one, ``u`` is the
+        The family's unknown fields (:attr:`diffnet.protocol.family.Family.unknowns`): with one, ``u`` is the
         dataset ``u``; with several, ``u`` holds them along axis 1 and each is written as its own
         dataset of that name (S, *grid), listed in the attribute ``unknowns``.
     vectors : mapping, optional
@@ -78,7 +78,7 @@ def write_fields(
     if len(names) != len(grid) or tuple(len(coords[n]) for n in names) != grid:
         raise ValueError(f"coordinates {[(n, len(coords[n])) for n in names]} do not match u {u.shape}")
     if vectors:
-        from diffnet.family import check_vectors
+        from diffnet.protocol.family import check_vectors
 
         check_vectors(unknowns, vectors, len(grid))
     fields = by_unknown(u, unknowns)

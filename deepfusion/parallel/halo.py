@@ -1,5 +1,5 @@
 """Domain parallelism: one sample's grid split into tiles over a group of MPI ranks, with halo
-exchange and the sums over a sample's tiles (the :class:`diffnet.tiling.Tiling` of a process grid).
+exchange and the sums over a sample's tiles (the :class:`diffnet.generators.tiling.Tiling` of a process grid).
 
 The job's ranks form a data x domain grid: ``domain`` = [P_1, ..., P_d] ranks split every
 sample (tile (i_1, ..., i_d) on domain rank i_1 * P_2 ... P_d + ... + i_d, row-major), and
@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from deepfusion.parallel.domain import domain_splits, split_of, tile_bounds
-from diffnet.tiling import Tiling, grow
+from deepfusion.parallel.domain import domain_splits, tile_bounds
+from diffnet.generators.tiling import Tiling, grow
 
 __all__ = ["tile_bounds", "domain_splits", "domain_groups", "data_group", "MPITiling", "DomainSplit"]
 
@@ -128,7 +128,7 @@ class MPITiling(Tiling):
 class _Exchange(torch.autograd.Function):
     """One axis's halos: forward sends the tile's face layers to the neighbours that need them (its
     first ``high`` layers to the low neighbour, its last ``low`` ones to the high one) and grows the
-    tile (:func:`diffnet.tiling.grow`); backward returns the halos' gradients to the tiles they came
+    tile (:func:`diffnet.generators.tiling.grow`); backward returns the halos' gradients to the tiles they came
     from, which add them into those faces (and a replicated boundary face's into its edge layer)."""
 
     @staticmethod
@@ -198,8 +198,9 @@ class _Gather(torch.autograd.Function):
 class DomainSplit:
     """This rank's place in the job's data x domain process grid (``parallel.domain``).
 
-    Built once per run, from the configuration (:meth:`from_config`); the rules it follows
-    (tiles per axis, equal aligned tiles) are :mod:`deepfusion.parallel.domain`'s.
+    Built once per run from the configuration's tiles per axis (:func:`deepfusion.configuration.split.split_of`;
+    collective); the tiles' geometry is :mod:`deepfusion.parallel.domain`'s. ValueError when the tiles do not
+    divide the ranks.
 
     Parameters
     ----------
@@ -222,14 +223,6 @@ class DomainSplit:
         self.tiles = math.prod(self.splits)
         self.domain, _ = domain_groups(comm, self.tiles)  # raises when the tiles do not divide the ranks
         self.data_rank, self.data_size = comm.rank // self.tiles, comm.size // self.tiles
-
-    @classmethod
-    def from_config(cls, cfg, comm) -> "DomainSplit | None":
-        """The split of ``parallel.domain`` over ``comm`` (collective), None when no sample is split.
-        The configuration's own checks (:func:`deepfusion.parallel.domain.check_split`) ran at load; the
-        ranks are known only here: ValueError when the tiles do not divide them."""
-        splits = split_of(cfg)
-        return None if splits is None else cls(comm, splits)
 
     @property
     def data_group(self) -> tuple[int, int]:

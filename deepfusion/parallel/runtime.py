@@ -170,6 +170,6 @@ def select_device(requested: str, local_rank: int, local_size: int, *, cuda_avai
 
 def configure_cuda(tf32: bool) -> None:
     """TF32 for float32 matrix products and convolutions on Ampere and later, on or off."""
-    from diffnet.precision import set_tf32
+    from diffnet.backend.precision import set_tf32
 
     set_tf32(tf32)

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.family import Family, ParameterSpec
-from diffnet.finite_difference import central_residual
-from diffnet.finite_volume import conservative_residual, implicit_diffusion_inverse
-from diffnet.options import all_positive, interval, nonnegative, one_of, option, positive
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.discretisation.finite_difference import central_residual
+from diffnet.discretisation.finite_volume import conservative_residual, implicit_diffusion_inverse
+from diffnet.protocol.options import all_positive, interval, nonnegative, one_of, option, positive
 
 __all__ = [
     "BurgersOptions",
@@ -73,7 +73,7 @@ class BurgersProblem(Family):
     stencil : {"sobel", "scharr", "conservative"}
         The residual: central 3x3 kernels with Sobel or Scharr weights (pointwise PDE
         residual), or the implicit conservative finite-volume scheme of
-        :mod:`diffnet.finite_volume`, whose zero-residual field is the entropy-consistent
+        :mod:`diffnet.discretisation.finite_volume`, whose zero-residual field is the entropy-consistent
         discrete solution (the right choice when nu = 0).
     scheme_order : {1, 2}
         Order of the conservative scheme.
@@ -86,7 +86,7 @@ class BurgersProblem(Family):
     preconditioner : {"none", "implicit_diffusion"}
         With the conservative residual: weight each residual row by the inverse of the
         implicit diffusion operator, (I - nu dt D_xx)^-1, before squaring
-        (:func:`diffnet.finite_volume.implicit_diffusion_inverse`).
+        (:func:`diffnet.discretisation.finite_volume.implicit_diffusion_inverse`).
     c_range : tuple[float, float]
         Training range of c; ``c_values`` a fixed list of training c (sampling "list"),
         ``test_c`` the held-out values.
@@ -146,7 +146,7 @@ class BurgersProblem(Family):
         return ParameterSpec("c", (), lo, hi, positive=True, description="the initial-condition parameter c")
 
     def sample(self, n: int, sampling: str, seed: int) -> np.ndarray:
-        """Training c: ``list`` is ``c_values``; otherwise the family's box (:func:`diffnet.family.sample_box`)."""
+        """Training c: ``list`` is ``c_values``; otherwise the family's box (:func:`diffnet.protocol.family.sample_box`)."""
         if sampling == "list":
             return np.asarray(self.c_values, dtype=np.float64)
         return super().sample(n, sampling, seed)

@@ -4,8 +4,8 @@ vector unknown, the displacement u = (u_x, u_y[, u_z]).
 An instance is a log Young's modulus from the Karhunen-Loève family of the diffusivity families (m
 coefficients) and the Poisson ratio nu: E = exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k)). Each side
 of the box is held ("u=0", "u=V_X,V_Y"), loaded ("traction=T_X,T_Y") or free
-(:func:`diffnet.boundary.parse_vector_side`). The loss is the Q1 total potential energy
-(:mod:`diffnet.elasticity`), the floor the same-grid Q1 solution and the truth the Q1 solution on a
+(:func:`diffnet.instances.boundary.parse_vector_side`). The loss is the Q1 total potential energy
+(:mod:`diffnet.discretisation.elasticity`), the floor the same-grid Q1 solution and the truth the Q1 solution on a
 grid ``truth_refine`` times finer, both by AMG-preconditioned CG with the rigid-body modes
 (:mod:`diffnet.solvers.elasticity`).
 """
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
 
-from diffnet.boundary import SIDES, component_boundaries, vector_side_check
-from diffnet.classical import q1_configurations, q1_to_grid
-from diffnet.constants import constant
-from diffnet.elasticity import PLANES, elasticity_energy, elasticity_stencil
-from diffnet.family import Family, ParameterSpec
-from diffnet.options import integer_in, interval, one_of, option, positive
+from diffnet.instances.boundary import SIDES, component_boundaries, vector_side_check
+from diffnet.solvers.classical import q1_configurations, q1_to_grid
+from diffnet.backend.constants import constant
+from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
+from diffnet.grid.material import PLANES
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
 
@@ -102,7 +102,7 @@ class Elasticity(Family):
 
     @property
     def boundaries(self):
-        """One :class:`~diffnet.boundary.BoxBoundary` per displacement component, x first."""
+        """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
         return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
 
     # -- instances ------------------------------------------------------------------------

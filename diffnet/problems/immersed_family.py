@@ -3,16 +3,16 @@ network's inputs (the signed distance and the coordinates), the same-grid immers
 and floor, the body-fitted solve as truth, V-cycles as polish, and the classical sweep (the immersed
 system by multigrid on other grids, and the body-fitted FEM on other meshes).
 
-A family on a cut domain mixes :class:`ImmersedFamily` into :class:`~diffnet.family.Family` (as
+A family on a cut domain mixes :class:`ImmersedFamily` into :class:`~diffnet.protocol.family.Family` (as
 ``class MyFamily(ImmersedFamily, Family)``) and declares, as public members:
 
-* ``shape(params) -> Shape`` (required): one instance's domain (:mod:`diffnet.geometry`);
+* ``shape(params) -> Shape`` (required): one instance's domain (:mod:`diffnet.instances.geometry`);
 * ``body_fitted(params, h) -> ndarray`` (required for the evaluation's truth): the independent reference,
   a body-fitted solve at mesh size h (:func:`diffnet.solvers.bodyfitted.body_fitted_solve`) read at this
   grid's nodes inside the domain, zero outside;
-* ``cut_condition`` (default u = 0): the condition on the cut boundary Γ, a :class:`~diffnet.boundary.Side`,
+* ``cut_condition`` (default u = 0): the condition on the cut boundary Γ, a :class:`~diffnet.instances.boundary.Side`,
   ``Side("u", g)`` (held weakly by Nitsche's terms) or ``Side("flux", 0.0)`` (insulated);
-* ``box_conditions`` (default None): a :class:`~diffnet.boundary.BoxBoundary` for the parts of the
+* ``box_conditions`` (default None): a :class:`~diffnet.instances.boundary.BoxBoundary` for the parts of the
   domain's boundary on the unit square's sides (a Dirichlet value held exactly, or a flux);
 * ``coefficient(params) -> ndarray`` (default 1): one instance's nodal ν, shape ``resolution``;
 * ``source`` (default 0): the constant f of -∇·(ν∇u) = f;
@@ -36,11 +36,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from diffnet.boundary import BoxBoundary, Side
-from diffnet.classical import Q1_METHODS, Q1Classical, q1_configurations, q1_to_grid
-from diffnet.cutcell import cut_cells
-from diffnet.geometry import Shape
-from diffnet.immersed import Immersed, immersed, immersed_energy, immersed_matrices
+from diffnet.instances.boundary import BoxBoundary, Side
+from diffnet.solvers.classical import Q1_METHODS, Q1Classical, q1_configurations, q1_to_grid
+from diffnet.instances.cutcell import cut_cells
+from diffnet.instances.geometry import Shape
+from diffnet.discretisation.immersed import Immersed, immersed, immersed_energy, immersed_matrices
+from diffnet.multigrid.hessian import probe_stencil
 from diffnet.solvers.fem import FEMSystem
 from diffnet.solvers.matrix_stencil import apply_dirichlet
 
@@ -128,7 +129,7 @@ class ImmersedFamily(Q1Classical):
                         dirichlet=self.cut_condition.kind == "u")
 
     def _energy_arguments(self) -> dict:
-        """f and g of :func:`diffnet.immersed.immersed_energy` and :func:`~diffnet.immersed.immersed_matrices`."""
+        """f and g of :func:`diffnet.discretisation.immersed.immersed_energy` and :func:`~diffnet.discretisation.immersed.immersed_matrices`."""
         g = {"g": self.cut_condition.value} if self.cut_condition.kind == "u" else {}
         return {"f": self.source, **g}
 
@@ -154,20 +155,18 @@ class ImmersedFamily(Q1Classical):
         return data
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The loss's Hessian stencil (S, 9, N_y, N_x): read off the loss by probes (:meth:`Family.hessian`)
+        """The loss's Hessian stencil (S, 9, N_y, N_x): read off the loss by probes (:func:`~diffnet.multigrid.hessian.probe_stencil`)
         the first time an instance is met, then kept: these energies are quadratic, so it does not change
         with the field (the coarse correction, its one user here, refuses a loss whose Hessian does), and
         probing it every step (9 Hessian-vector products) ran the torsion family's training at a fifth of
         its speed."""
-        from diffnet.family import Family
-
         rows = params.detach().double().cpu().numpy().reshape(len(params), -1)
         keys = [(self, np.ascontiguousarray(r).tobytes()) for r in rows]
         cache = _HESSIANS
         missing = [k for k, key in enumerate(keys) if key not in cache]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
-            probed = Family.hessian(self, u.index_select(0, index), params.index_select(0, index.to(params.device)))
+            probed = probe_stencil(self, u.index_select(0, index), params.index_select(0, index.to(params.device)))
             for k, stencil in zip(missing, probed.detach().double().cpu()):
                 _keep(cache, keys[k], stencil)
         for key in keys:
@@ -208,9 +207,9 @@ class ImmersedFamily(Q1Classical):
 
     def _box_fields(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The box's ``free`` mask, ``held`` Dirichlet values or ``flux`` load in ``like``'s dtype and device,
-        built once per grid and conditions (:func:`diffnet.constants.constant`): the field and the loss read
+        built once per grid and conditions (:func:`diffnet.backend.constants.constant`): the field and the loss read
         them every step."""
-        from diffnet.constants import constant
+        from diffnet.backend.constants import constant
 
         box = None if self.box_conditions is None else self.box_conditions.describe()
         make = {"free": lambda: ~self._box()[0], "held": lambda: self._box()[1], "flux": lambda: self._box()[2]}

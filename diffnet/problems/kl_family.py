@@ -16,13 +16,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.boundary import SIDES, BoxBoundary
-from diffnet.classical import Q1Classical
-from diffnet.constants import constant
-from diffnet.family import Family, ParameterSpec
-from diffnet.kl import kl_basis
-from diffnet.options import integer_in, interval, option, positive
-from diffnet.precision import no_tf32
+from diffnet.instances.boundary import SIDES, BoxBoundary
+from diffnet.solvers.classical import Q1Classical
+from diffnet.backend.constants import constant
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.instances.kl import kl_basis
+from diffnet.protocol.options import integer_in, interval, option, positive
+from diffnet.backend.precision import no_tf32
 from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
 __all__ = ["KLOptions", "KLFamily", "kl_log_field"]
@@ -30,7 +30,7 @@ __all__ = ["KLOptions", "KLFamily", "kl_log_field"]
 
 def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple[int, ...]) -> torch.Tensor:
     """sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k) on the unit square's or cube's node grid ``resolution``,
-    (S, *resolution), for coefficient rows (S, terms); the modes are built once per process (diffnet.constants)."""
+    (S, *resolution), for coefficient rows (S, terms); the modes are built once per process (diffnet.backend.constants)."""
     resolution = tuple(resolution)
     axes = [np.linspace(0.0, 1.0, n) for n in resolution]
     modes = constant(("kl", eta, terms, resolution), lambda: kl_basis(eta, terms, axes, len(resolution) / 2), coeffs)
@@ -62,7 +62,7 @@ class KLFamily(Q1Classical, Family):
     diffusivity fields, shape (S, *resolution), may be given in their place (inference on
     arbitrary positive fields). ``constant`` > 0 replaces the family by nu = constant.
     ``truth_refine`` is how much finer the grid of the independent reference (:meth:`truth`) is.
-    The weight lambda_i^{d/2} keeps the field's variance finite in any dimension (:mod:`diffnet.kl`).
+    The weight lambda_i^{d/2} keeps the field's variance finite in any dimension (:mod:`diffnet.instances.kl`).
     """
 
     resolution: tuple[int, ...]
@@ -125,7 +125,7 @@ class KLFamily(Q1Classical, Family):
 
     @property
     def boundary(self) -> BoxBoundary:
-        """The box's conditions per side (:mod:`diffnet.boundary`)."""
+        """The box's conditions per side (:mod:`diffnet.instances.boundary`)."""
         texts = self.sides or self.default_sides
         return BoxBoundary.of(dict(zip(SIDES, texts[: 2 * self.dims])), self.dims)
 

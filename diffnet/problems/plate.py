@@ -4,7 +4,7 @@ centre and radius are part of the instance, with the box's conditions per side a
 
 An instance is the m KL coefficients of ν (as :mod:`diffnet.problems.poisson`) followed by the hole's
 centre (x, y) and radius, each in its own training range. The network reads log ν and the signed
-distance; the loss is the immersed Q1 energy (:mod:`diffnet.immersed`: cut cells around the hole,
+distance; the loss is the immersed Q1 energy (:mod:`diffnet.discretisation.immersed`: cut cells around the hole,
 Nitsche's terms where the hole carries a value) less the box fluxes' work; the floor is the same-grid
 immersed solution, the truth a body-fitted P1 FEM on a triangulation of the plate with its hole.
 """
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.boundary import BoxBoundary, Side, parse_side, side_check
-from diffnet.family import Family, ParameterSpec
-from diffnet.geometry import Box, Difference, Disc, grid_points
-from diffnet.immersed import immersed_energy
-from diffnet.kl import kl_modes
-from diffnet.options import integer_in, interval, option
+from diffnet.instances.boundary import BoxBoundary, Side, parse_side, side_check
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points
+from diffnet.discretisation.immersed import immersed_energy
+from diffnet.instances.kl import kl_modes
+from diffnet.protocol.options import integer_in, interval, option
 from diffnet.problems.immersed_family import ImmersedFamily
 from diffnet.problems.poisson import PoissonOptions, PoissonProblem
 

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.boundary import SIDE_DOC, side_check
-from diffnet.energy import dirichlet_energy, dirichlet_stencil
-from diffnet.kl import kl_modes, kl_roots
-from diffnet.options import option
+from diffnet.instances.boundary import SIDE_DOC, side_check
+from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil
+from diffnet.instances.kl import kl_modes, kl_roots
+from diffnet.protocol.options import option
 from diffnet.problems.kl_family import KLFamily, KLOptions
 from diffnet.solvers.fem import FEMSystem
-from diffnet.tiling import element_sum
+from diffnet.generators.tiling import element_sum
 
 __all__ = ["kl_roots", "kl_modes", "KLOptions", "PoissonOptions", "KLFamily", "PoissonProblem"]
 
@@ -34,7 +34,7 @@ class PoissonProblem(KLFamily):
     """-div(nu grad u) = 0 on [0,1]^d with a Dirichlet value or a flux on each side (``sides``, in the order
     x0, x1, y0, y1[, z0, z1]; default u = 1 at x = 0, u = 0 at x = 1, zero flux elsewhere).
 
-    The field is the lift of the Dirichlet values (:meth:`diffnet.boundary.BoxBoundary.lift`; 1 - x by
+    The field is the lift of the Dirichlet values (:meth:`diffnet.instances.boundary.BoxBoundary.lift`; 1 - x by
     default) plus the network's output off the Dirichlet nodes. The loss is the Q1 energy
     J(u) = integral 1/2 nu |grad u|^2 - integral over the flux sides of q u, divided per sample by the
     lift's energy (1/2 integral nu by default; 1/2 integral nu where the lift is zero): over

@@ -2,7 +2,7 @@
 
 The 2-D family (:class:`~diffnet.problems.poisson.PoissonProblem`) on an (N_z, N_y, N_x) grid:
 u = 1 at x = 0, u = 0 at x = 1, zero flux on the other four faces; nu = exp(sum_i a_i
-lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z)) (the weight lambda_i^{d/2} of :mod:`diffnet.kl`; with
+lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z)) (the weight lambda_i^{d/2} of :mod:`diffnet.instances.kl`; with
 lambda_i alone nu would span 15 decades at 33^3); the trilinear Q1 energy and system. What is its
 own: the name, the dimension, a coarser independent reference (2x finer, not 4x) and the
 multigrid's FMG as the reference solver (AMG's setup dominates in 3-D).
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diffnet.boundary import SIDE_DOC, side_check
-from diffnet.options import integer_in, option
+from diffnet.instances.boundary import SIDE_DOC, side_check
+from diffnet.protocol.options import integer_in, option
 from diffnet.problems.poisson import PoissonOptions, PoissonProblem
 
 __all__ = ["KL3DOptions", "Poisson3D"]

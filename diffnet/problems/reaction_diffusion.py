@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.boundary import SIDE_DOC, side_check
-from diffnet.energy import reaction_diffusion_energy, reaction_diffusion_stencil
-from diffnet.options import nonnegative, one_of, option
+from diffnet.instances.boundary import SIDE_DOC, side_check
+from diffnet.discretisation.energy import reaction_diffusion_energy, reaction_diffusion_stencil
+from diffnet.protocol.options import nonnegative, one_of, option
 from diffnet.problems.kl_family import KLFamily, KLOptions
 from diffnet.solvers.fem import FEMSystem
-from diffnet.tiling import element_sum
+from diffnet.generators.tiling import element_sum
 
 __all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
 

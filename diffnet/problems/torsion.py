@@ -3,7 +3,7 @@ the shape the only parameter.
 
 The domain is r < r(θ) = r0 (1 + Σ_k a_k cos kθ + b_k sin kθ) about the unit square's centre; an
 instance is its 2K Fourier coefficients. The network reads the signed distance on the grid (and the
-coordinates); its field lives on the immersed Q1 space of the shape (:mod:`diffnet.immersed`: cut-cell
+coordinates); its field lives on the immersed Q1 space of the shape (:mod:`diffnet.discretisation.immersed`: cut-cell
 quadrature, Nitsche's boundary terms), whose minimiser is the floor; the truth is a body-fitted P1
 solve on a triangulation of the true shape (:mod:`diffnet.solvers.bodyfitted`). The torsion of a
 disc, u = (R² - r²)/4, is its closed-form check (tests/test_geometry.py).
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.family import Family, ParameterSpec
-from diffnet.geometry import Star, grid_points
-from diffnet.immersed import immersed_energy
-from diffnet.options import integer_in, option, positive
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.instances.geometry import Star, grid_points
+from diffnet.discretisation.immersed import immersed_energy
+from diffnet.protocol.options import integer_in, option, positive
 from diffnet.problems.immersed_family import ImmersedFamily
 
 __all__ = ["TorsionOptions", "StarTorsion"]

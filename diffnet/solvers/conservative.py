@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from diffnet.finite_volume import conservative_residual
+from diffnet.discretisation.finite_volume import conservative_residual
 from diffnet.solvers.newton import newton_solve
 
 __all__ = ["solve_scheme"]
@@ -31,7 +31,7 @@ def solve_scheme(
     initial: np.ndarray | None = None,
     sweeps: int | None = None,
 ) -> np.ndarray:
-    """March the implicit scheme of :func:`diffnet.finite_volume.conservative_residual`.
+    """March the implicit scheme of :func:`diffnet.discretisation.finite_volume.conservative_residual`.
 
     Parameters
     ----------

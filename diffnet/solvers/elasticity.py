@@ -1,7 +1,7 @@
 """The assembled Q1 linear-elasticity system on the unit square or cube and its solve: AMG-preconditioned
 CG with the rigid-body modes as the near-null space (pyamg's smoothed aggregation), or a direct solve.
 
-The element is :mod:`diffnet.elasticity`'s (vector Q1, 2^d-point Gauss, Young's modulus interpolated
+The element is :mod:`diffnet.discretisation.elasticity`'s (vector Q1, 2^d-point Gauss, Young's modulus interpolated
 to the Gauss points), so the solution is the exact minimiser of the energy DiffNet is trained on. The
 unknowns are interleaved per node (node-major: dof = node * d + component, components x first), the
 layout smoothed aggregation takes in blocks of d; a field (S, d, *grid) converts with
@@ -18,12 +18,12 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from diffnet.boundary import BoxBoundary
-from diffnet.elasticity import lame
-from diffnet.energy import gauss_basis
-from diffnet.geometry import grid_points
+from diffnet.instances.boundary import BoxBoundary
+from diffnet.grid.material import lame
+from diffnet.grid.element import gauss_basis
+from diffnet.instances.geometry import grid_points
 from diffnet.solvers.fem import grid_spacing
-from diffnet.solvers.q1 import element_slices
+from diffnet.grid.element import element_slices
 
 __all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
            "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
@@ -64,7 +64,7 @@ def elasticity_matrix(young: np.ndarray, nu: float, plane: str = "strain") -> sp
 
     Unknowns node-major (dof = node * d + component, x first); no boundary conditions: K is singular
     by the rigid-body modes (:func:`rigid_body_modes`). 1/2 uᵀ K u is
-    :func:`diffnet.elasticity.elasticity_energy` of the same field.
+    :func:`diffnet.discretisation.elasticity.elasticity_energy` of the same field.
     """
     young = np.asarray(young, dtype=np.float64)
     if young.ndim not in (2, 3) or min(young.shape) < 2:
@@ -234,7 +234,7 @@ def elasticity_system(young: np.ndarray, nu: float, boundaries: Sequence[BoxBoun
     Parameters
     ----------
     boundaries : sequence of BoxBoundary
-        One per component, x first (:func:`diffnet.boundary.component_boundaries`): a component's
+        One per component, x first (:func:`diffnet.instances.boundary.component_boundaries`): a component's
         Dirichlet sides hold it, its flux sides load it with that traction component.
     force : callable or numpy.ndarray, optional
         The body force, as :func:`body_load` takes it.

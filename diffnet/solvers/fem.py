@@ -1,7 +1,7 @@
 """The assembled Q1 finite-element system on the unit square or cube, with its Dirichlet conditions:
 a direct solve, AMG-preconditioned CG, or the geometric multigrid built from it.
 
-The element is the one of :mod:`diffnet.energy` (multilinear on each pixel or voxel, 2^d-point
+The element is the one of :mod:`diffnet.discretisation.energy` (multilinear on each pixel or voxel, 2^d-point
 Gauss, nodal coefficients interpolated to the Gauss points), so the discrete solution here is
 the exact minimiser of the energies DiffNet is trained on. One system type serves 2-D and 3-D:
 every node is an unknown, the Dirichlet nodes' rows are identity rows, and the dimension is the
@@ -167,8 +167,8 @@ def dirichlet_system(
 ) -> FEMSystem:
     """Assemble -div(nu grad u) + kappa^2 u = f on [0,1]^d with u = ``values`` on the ``fixed`` nodes.
 
-    The Q1 system whose energy is :func:`diffnet.energy.reaction_diffusion_energy` (and, with
-    kappa = 0 and f = 0, :func:`diffnet.energy.dirichlet_energy`) on the same grid: nu and f are
+    The Q1 system whose energy is :func:`diffnet.discretisation.energy.reaction_diffusion_energy` (and, with
+    kappa = 0 and f = 0, :func:`diffnet.discretisation.energy.dirichlet_energy`) on the same grid: nu and f are
     interpolated multilinearly to the 2^d Gauss points of each element, the quadrature those
     energies use, so its solution is the exact minimiser of that energy over the fields with the
     prescribed values (to the solver's tolerance) — a family's same-grid floor and, on a finer
@@ -189,7 +189,7 @@ def dirichlet_system(
         Source, constant or nodal.
     flux : numpy.ndarray, optional
         The Neumann load of fluxes on the boundary, ∫ q N_a dS per node, nu's shape
-        (:meth:`diffnet.boundary.BoxBoundary.flux_load`); the other free boundary nodes carry zero flux.
+        (:meth:`diffnet.instances.boundary.BoxBoundary.flux_load`); the other free boundary nodes carry zero flux.
 
     Returns
     -------

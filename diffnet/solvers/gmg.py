@@ -26,10 +26,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from diffnet.solvers import matrix_stencil as ms
-from diffnet.solvers.matrix_stencil import grid3, interpolation_weights, stencil3, stencil_native
+from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix, interpolation_weights
+from diffnet.solvers.matrix_stencil import grid3, stencil3, stencil_native
 from diffnet.solvers.q1 import coarse_q1_stencil
 
-__all__ = ["interpolation_1d", "prolongation", "grid_hierarchy", "GMGSolver", "StencilSystem", "gmg_solve"]
+__all__ = ["COARSEST", "prolongation", "GMGSolver", "StencilSystem", "gmg_solve"]
 
 COARSEST = 9  # nodes per side at which the hierarchy stops; solved by sparse LU
 
@@ -47,38 +48,12 @@ class StencilSystem(Protocol):
     inactive: np.ndarray | None  # nodes outside a cut domain, or None
 
 
-def interpolation_1d(n_fine: int, n_coarse: int) -> sp.csr_matrix:
-    """(n_fine, n_coarse) linear interpolation between uniform node grids on [0, 1].
-
-    When n_fine = 2 n_coarse - 1 the grids are nested (every other fine node is a coarse
-    node, the others take the mean of their two neighbours); otherwise the same formula
-    interpolates from the coarse nodes bracketing each fine node.
-    """
-    left, w = interpolation_weights(n_fine, n_coarse)
-    rows = np.repeat(np.arange(n_fine), 2)
-    cols = np.stack([left, left + 1], axis=1).ravel()
-    vals = np.stack([1.0 - w, w], axis=1).ravel()
-    keep = vals != 0.0
-    return sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(n_fine, n_coarse))
-
-
 def prolongation(fine: tuple[int, ...], coarse: tuple[int, ...]) -> sp.csr_matrix:
     """Multilinear interpolation from a coarse node grid to a fine one (2-D or 3-D), nodes row-major."""
-    P = interpolation_1d(fine[0], coarse[0])
+    P = sp.csr_matrix(interpolation_matrix(coarse[0], fine[0]))
     for f, c in zip(fine[1:], coarse[1:]):
-        P = sp.kron(P, interpolation_1d(f, c), format="csr")
+        P = sp.kron(P, sp.csr_matrix(interpolation_matrix(c, f)), format="csr")
     return P.tocsr()
-
-
-def grid_hierarchy(shape: tuple[int, ...], coarsest: int = COARSEST) -> list[tuple[int, ...]]:
-    """Node grids from ``shape`` down, halving the cells per side until a side has at most ``coarsest`` nodes.
-
-    (2^k + 1)-node grids nest exactly; others coarsen to ceil(N / 2) nodes.
-    """
-    grids = [tuple(shape)]
-    while min(grids[-1]) > coarsest:
-        grids.append(tuple((n + 1) // 2 for n in grids[-1]))
-    return grids
 
 
 def _nearest(fine: int, coarse: int) -> np.ndarray:
@@ -175,7 +150,7 @@ class GMGSolver:
     coarse_lu: object  # SuperLU of the coarsest operator
     # The smoother of every V-cycle: forward Gauss-Seidel before the coarse correction and backward
     # after (the classical solver's), or ``sweeps`` damped-Jacobi sweeps before and after (the one
-    # the batched torch V-cycle of diffnet.vcycle runs, so this hierarchy is its test oracle).
+    # the batched torch V-cycle of diffnet.multigrid.vcycle runs, so this hierarchy is its test oracle).
     smoother: str = "gauss-seidel"
     sweeps: int = 2
     omega: float = 2.0 / 3.0

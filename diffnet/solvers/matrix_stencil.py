@@ -30,7 +30,7 @@ equal-accuracy comparison is chosen by the grid, not by fixed overheads.
 
 A prolongation between two node grids is multilinear and separable; per axis it is given
 by ``left`` (the coarse node left of each fine node) and ``weight`` (the weight of
-``left + 1``; ``left`` gets ``1 - weight``), as :func:`diffnet.solvers.gmg.interpolation_1d`.
+``left + 1``; ``left`` gets ``1 - weight``), as :func:`diffnet.grid.transfer.interpolation_weights`.
 A one-node axis (the z of a 2-D grid) has left 0 and weight 0, and the kernels never read
 past it.
 """
@@ -44,10 +44,10 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from diffnet.energy import element_nodes
+from diffnet.grid.element import element_nodes
 
 __all__ = ["grid3", "stencil3", "stencil_native", "kernels", "q1_stencil", "q1_galerkin", "apply_dirichlet",
-           "interpolate", "restrict", "coarse_width", "to_csr", "interpolation_weights"]
+           "interpolate", "restrict", "coarse_width", "to_csr"]
 
 
 def grid3(a: np.ndarray) -> np.ndarray:
@@ -64,16 +64,6 @@ def stencil_native(S3: np.ndarray, dims: int) -> np.ndarray:
     """A stencil in the 3-D layout back in the shape of its ``dims``-dimensional grid (a view); the inverse
     of :func:`stencil3`."""
     return S3.reshape(*S3.shape[1:3], *S3.shape[4:]) if dims == 2 else S3
-
-
-def interpolation_weights(n_fine: int, n_coarse: int) -> tuple[np.ndarray, np.ndarray]:
-    """(left, weight) of linear interpolation from ``n_coarse`` to ``n_fine`` uniform nodes on [0, 1]
-    (a one-node axis onto itself: left 0, weight 0)."""
-    if n_coarse == 1:
-        return np.zeros(n_fine, dtype=np.int64), np.zeros(n_fine)
-    x = np.linspace(0.0, 1.0, n_fine) * (n_coarse - 1)
-    left = np.minimum(np.floor(x).astype(np.int64), n_coarse - 2)
-    return left, x - left
 
 
 # -- kernels that do not depend on the dimension ---------------------------------------------

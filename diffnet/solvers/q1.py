@@ -3,7 +3,7 @@
 
 Shared by the assembled systems (:mod:`diffnet.solvers.fem`) and their multigrid
 (:mod:`diffnet.solvers.gmg`), which both need them; neither imports the other's internals.
-The element is :func:`diffnet.energy.gauss_basis`'s, so these are the matrices of the energies
+The element is :func:`diffnet.grid.element.gauss_basis`'s, so these are the matrices of the energies
 DiffNet is trained on. ``spacing`` is (hx, hy[, hz]), x first, as there.
 """
 
@@ -11,24 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from diffnet.energy import element_nodes, gauss_basis
+from diffnet.grid.element import element_matrices, element_nodes, element_slices, gauss_basis
 from diffnet.solvers.matrix_stencil import q1_galerkin, q1_stencil
 
-__all__ = ["element_matrices", "element_slices", "q1_matrix_stencil", "coarse_q1_stencil", "q1_load"]
-
-
-def element_slices(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
-    """Per element node (:func:`~diffnet.energy.element_nodes` order), the slice of a node array of ``shape``
-    that holds that corner of every element: gathering through it gives (cells) arrays, adding into it scatters."""
-    return [tuple(slice(o, n - 1 + o) for o, n in zip(offset, shape)) for offset in element_nodes(len(shape))]
-
-
-def element_matrices(spacing: tuple[float, ...], kappa: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per Gauss point q the element stiffness w grad N_a . grad N_b, shape (Q, 2^d, 2^d); the reaction
-    term's element matrix kappa^2 w sum_q N_a N_b, (2^d, 2^d); the basis at the Gauss points, (Q, 2^d)."""
-    values, *grads, w = gauss_basis(*spacing)
-    stiff = w * sum(g[:, :, None] * g[:, None, :] for g in grads)
-    return stiff, kappa**2 * w * values.T @ values, values
+__all__ = ["q1_matrix_stencil", "coarse_q1_stencil", "q1_load"]
 
 
 def coarse_q1_stencil(nu: np.ndarray, spacing: tuple[float, ...], kappa: float, fixed_coarse: np.ndarray) -> np.ndarray:
@@ -56,7 +42,7 @@ def q1_matrix_stencil(nu: np.ndarray, spacing: tuple[float, ...], kappa: float) 
     """The matrix of -div(nu grad) + kappa^2 for nodal ``nu`` (*grid) as a 3^d-point stencil
     (*grid, 3, ..., 3) (:mod:`diffnet.solvers.matrix_stencil`).
 
-    The element quantities at the Gauss points come from :func:`~diffnet.energy.gauss_basis`;
+    The element quantities at the Gauss points come from :func:`~diffnet.grid.element.gauss_basis`;
     the pass over the elements is compiled (a numpy version of the same sums took 0.25 s
     warm, 1.0 s cold at 1025^2, more than the multigrid solve; in 3-D it would keep
     (elements x 64) index and value arrays, 3 GB at 128^3).

@@ -55,7 +55,7 @@ def solve_sobel(
     max_residual : float
         Its largest residual entry: below ``tol`` for a root.
     """
-    from diffnet.finite_difference import central_residual as residual
+    from diffnet.discretisation.finite_difference import central_residual as residual
     from diffnet.solvers.newton import least_squares_solve, newton_solve
 
     n_x = u0.shape[0]

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import torch
 
-from diffnet.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
+from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.energy3d import dirichlet_energy_3d, dirichlet_stencil_3d
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
@@ -18,7 +18,7 @@ from diffnet.problems.poisson3d import Poisson3D
 from diffnet.solvers.poisson import dirichlet_system, poisson_system
 from diffnet.solvers.q1 import q1_matrix_stencil, coarse_q1_stencil
 from diffnet.solvers.poisson3d import poisson3d_system
-from diffnet.classical import q1_solver
+from diffnet.solvers.classical import q1_solver
 
 out = {}
 rng = np.random.default_rng(7)

@@ -7,7 +7,7 @@ import torch
 from deepfusion.configuration.config import TrainConfig
 from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.training.trainer import TrainingContext, train
-from diffnet.networks import UNet
+from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 
 

@@ -14,7 +14,7 @@ import torch
 from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.parallel.gradsync import GradSync, ParameterDrift, broadcast_parameters, check_parameters
 from deepfusion.parallel.partition import local_indices
-from diffnet.networks import UNet
+from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 

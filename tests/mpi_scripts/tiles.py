@@ -20,7 +20,7 @@ import torch
 
 from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.parallel.halo import MPITiling, domain_groups
-from diffnet.networks import UNet, build_network
+from diffnet.generators.networks import UNet, build_network
 from diffnet.problems.burgers import BurgersProblem
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D

@@ -117,7 +117,7 @@ class CubicReaction(Family):
     name = "cubic_reaction"
     Options = CubicReactionOptions
     in_channels = 3
-    # "precondition" with the default hessian: the base class reads the linearisation of this loss
+    # "precondition" with no hessian of its own: the engine reads the linearisation of this loss
     # off 9 Hessian-vector products (it couples each node to its 8 neighbours only).
     capabilities = frozenset({"reference", "floor", "polish", "precondition"})
     polish_step = "Newton step"

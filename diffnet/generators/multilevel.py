@@ -23,33 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.constants import constant
+from diffnet.backend.constants import constant
+from diffnet.grid.transfer import interpolation_matrix
 
-__all__ = ["interpolation_matrix", "prolong", "prolong_block", "restrict", "synthesise", "synthesis_adjoint"]
-
-
-def interpolation_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
-    """The (n_out, n_in) matrix of 1-D linear interpolation from ``n_in`` to ``n_out`` points.
-
-    ``align_corners=True``: nodal grids whose end points are the domain's ends (the
-    multigrid levels, x_j = j / (n - 1)). ``False``: cell-centred grids, as average pooling
-    makes them (the U-Net's internal levels), with the end values held beyond the first
-    and last centres. Both are PyTorch's conventions for ``interpolate``.
-    """
-    if n_in < 1 or n_out < 1:
-        raise ValueError(f"need n_in, n_out >= 1, got {n_in}, {n_out}")
-    dst = np.arange(n_out, dtype=np.float64)
-    if align_corners:
-        src = dst * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(1)
-    else:
-        src = np.maximum((dst + 0.5) * (n_in / n_out) - 0.5, 0.0)
-    i0 = np.minimum(np.floor(src).astype(int), n_in - 1)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    w1 = src - i0
-    m = np.zeros((n_out, n_in))
-    np.add.at(m, (np.arange(n_out), i0), 1.0 - w1)
-    np.add.at(m, (np.arange(n_out), i1), w1)
-    return m
+__all__ = ["prolong", "prolong_block", "restrict", "synthesise", "synthesis_adjoint"]
 
 
 _MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}

@@ -91,19 +91,23 @@ class Precondition(Protocol):
     """``precondition``: the loss's Hessian as a stencil; the engine trains on the multigrid-preconditioned
     residual (``train.loss = "preconditioned"``) and adds a second stage with it. A family whose Hessian the
     torch V-cycle cannot precondition may instead give B g itself as ``assembled_correction(u, params, cycles)``
-    (:func:`diffnet.preconditioned.correction` asks for it first; the ``target`` form only)."""
+    (:func:`diffnet.multigrid.preconditioned.correction` asks for it first; the ``target`` form only)."""
+
+    #: members a family may leave out: the engine then reads the Hessian off the loss by C 3^d probes
+    #: (:func:`diffnet.multigrid.hessian.hessian_of`), right where the loss couples each node to its 3^d neighbours.
+    OPTIONAL = frozenset({"hessian"})
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil; for C
-        unknowns, at u (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) (default: read off the loss by
-        C 3^d probes)."""
+        unknowns, at u (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) (optional: without it the engine
+        reads it off the loss by C 3^d probes)."""
 
     def at_resolution(self, resolution: tuple[int, ...]) -> Any:
         """The same family on another grid (the V-cycle's coarse levels)."""
 
 
 class Domain(Protocol):
-    """``domain``: the field lives on a domain cut out of the grid (:mod:`diffnet.geometry`), not on the
+    """``domain``: the field lives on a domain cut out of the grid (:mod:`diffnet.instances.geometry`), not on the
     whole box. The engine then reports the field at the domain's nodes only: inference sets the
     others to zero (so errors are measured inside), field files carry the mask (ParaView shows the
     inside), plots draw the boundary."""
@@ -182,8 +186,11 @@ def check_capabilities(family: Any) -> None:
         if capability not in PROTOCOLS:
             raise TypeError(f"{family.name} declares the unknown capability {capability!r} (known: {known})")
         methods, attributes = _members(PROTOCOLS[capability])
+        optional = getattr(PROTOCOLS[capability], "OPTIONAL", frozenset())
         for name, signature in methods.items():
             value = getattr(family, name, None)
+            if value is None and name in optional:
+                continue
             if value is None or not callable(value):
                 what = "has no" if value is None else f"has a {type(value).__name__} as"
                 raise TypeError(f"{family.name} declares {capability!r} and {what} {name}: expected a method "

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from diffnet.multilevel import prolong, prolong_block, synthesise
-from diffnet.tiling import Tiling, tiled_conv, tiled_group_norm, tiled_upsample2
+from diffnet.generators.multilevel import prolong, prolong_block, synthesise
+from diffnet.generators.tiling import Tiling, tiled_conv, tiled_group_norm, tiled_upsample2
 
 __all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "parameter_count"]
 
@@ -23,7 +23,7 @@ def _norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(math.gcd(8, channels), channels)
 
 
-# Per spatial dimension: convolution and average pooling (the resampling is diffnet.multilevel.prolong).
+# Per spatial dimension: convolution and average pooling (the resampling is diffnet.generators.multilevel.prolong).
 _CONV = {2: nn.Conv2d, 3: nn.Conv3d}
 _POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
 
@@ -77,7 +77,7 @@ class UNet(nn.Module):
         ``nodal``: one 1x1 head on the finest features gives the output. ``multilevel``:
         every decoder resolution (the bottom included) has its own 1x1 head, and the
         output is their corrections summed through bilinear prolongation
-        (:func:`diffnet.multilevel.synthesise`, cell-centred as the pooling makes the
+        (:func:`diffnet.generators.multilevel.synthesise`, cell-centred as the pooling makes the
         levels): the same function class, a far better conditioned parameterisation of
         the smooth modes. The finest head is ``head`` in both, every head starts at zero.
     dims : {2, 3}
@@ -131,7 +131,7 @@ class UNet(nn.Module):
     def run(self, x: torch.Tensor, tiling: Tiling | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The output (S, out_channels, *grid) and the finest features (S, channels[0], *grid).
 
-        With a ``tiling`` (:mod:`diffnet.tiling`), ``x`` is one tile of each sample's grid and the
+        With a ``tiling`` (:mod:`diffnet.generators.tiling`), ``x`` is one tile of each sample's grid and the
         result that tile's part of the whole grid's output; every tile side must then be a
         multiple of ``2 ** (len(channels) - 1)`` (no padding between tiles).
         """
@@ -317,7 +317,7 @@ def build_network(
     """Construct the generator named in the config (``model.*``; with ``levels``, nodes per side
     of a multigrid run's grids, a :class:`LevelStack` deepened once per finer grid; ``output``
     the base U-Net's output basis, see :class:`UNet`; ``dims`` 2 or 3 spatial dimensions;
-    ``out_channels`` one per unknown field of the family, :attr:`diffnet.family.Family.fields`)."""
+    ``out_channels`` one per unknown field of the family, :attr:`diffnet.protocol.family.Family.fields`)."""
     if name not in NETWORKS:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(NETWORKS)}")
     base = NETWORKS[name](in_channels, out_channels, channels, checkpoint_activations, output, dims=dims)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from diffnet.multilevel import prolong
+from diffnet.generators.multilevel import prolong
 
 __all__ = ["GalerkinLevel"]
 

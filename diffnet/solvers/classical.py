@@ -3,7 +3,7 @@ solver's choosing, and its field carried onto the network's output grid so the t
 same nodes.
 
 A configuration is (grid, method): nodes per side and a multigrid variant. The Q1 families'
-``classical`` capability (:mod:`diffnet.capabilities`) is built from these functions:
+``classical`` capability (:mod:`diffnet.protocol.capabilities`) is built from these functions:
 :func:`q1_configurations` lists the sweep a comparison at equal accuracy walks through, coarse to
 fine. Burgers's (Godunov on a sweep of cells) lives with its solver, :mod:`diffnet.solvers.burgers`.
 """
@@ -14,6 +14,8 @@ import dataclasses
 from typing import Callable
 
 import numpy as np
+
+from diffnet.grid.transfer import interpolation_matrix
 
 __all__ = ["Q1_METHODS", "q1_configurations", "q1_solver", "q1_to_grid", "Q1Classical"]
 
@@ -73,19 +75,17 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
 def q1_to_grid(problem, native: np.ndarray) -> np.ndarray:
     """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are (bi/tri)linear on their
     elements, so evaluating them at other nodes is the multigrid's own separable interpolation."""
-    from diffnet.solvers.gmg import interpolation_1d
-
     out = np.asarray(native)
     for axis, n in enumerate(problem.resolution):
         if out.shape[axis] != n:
             moved = np.moveaxis(out, axis, 0)
-            carried = interpolation_1d(n, moved.shape[0]) @ moved.reshape(moved.shape[0], -1)
+            carried = interpolation_matrix(moved.shape[0], n) @ moved.reshape(moved.shape[0], -1)
             out = np.moveaxis(carried.reshape(n, *moved.shape[1:]), 0, axis)
     return out
 
 
 class Q1Classical:
-    """The ``classical`` capability of the Q1 families (2-D and 3-D), mixed into a :class:`~diffnet.family.Family`
+    """The ``classical`` capability of the Q1 families (2-D and 3-D), mixed into a :class:`~diffnet.protocol.family.Family`
     with ``fem_system`` and ``truth_refine``: geometric multigrid FMG over a sweep of grids, and pyamg's
     default beside it."""
 

@@ -3,7 +3,7 @@ domain's boundary inside the box, as lists of weighted points (2-D).
 
 Which quadrature and why. The boundary is reconstructed as a polygon: each element is split into two
 triangles along its (0,0)-(1,1) diagonal, the boundary's crossings of the triangles' edges are found
-on the shape itself (:meth:`diffnet.geometry.Shape.crossing`, so every vertex of the polygon lies on
+on the shape itself (:meth:`diffnet.instances.geometry.Shape.crossing`, so every vertex of the polygon lies on
 the true boundary), and joined by straight segments. The inside part of a cut triangle is then a
 triangle or a quadrilateral (two triangles), integrated with the 6-point degree-4 rule of Dunavant,
 and each boundary segment with 4-point Gauss-Legendre (degree 7). That is exact for every integrand of
@@ -12,7 +12,7 @@ fields or gradients: total degree 4 in the cell; on a segment, degree 6), so the
 is exactly the Q1 solution on the reconstructed domain; the reconstruction's geometric error is
 O(h^2), the order of Q1 itself. A finite-cell quadrature (sub-cells to a fixed depth, inside or out by
 their centres) would be simpler but is exact for no shape and converges at O(h / 2^depth) only.
-Elements wholly inside use the 2x2 Gauss rule of :mod:`diffnet.energy` (as convolutions); only the cut
+Elements wholly inside use the 2x2 Gauss rule of :mod:`diffnet.discretisation.energy` (as convolutions); only the cut
 ones are listed here, so the lists stay O(N) long for an N x N grid.
 """
 
@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from diffnet.geometry import Shape
+from diffnet.instances.geometry import Shape
 
 __all__ = ["CutCells", "cut_cells", "bilinear_basis"]
 
@@ -36,14 +36,14 @@ _TRI_WEIGHTS = np.array([0.223381589678011] * 3 + [0.109951743655322] * 3)
 _LINE_POINTS, _LINE_WEIGHTS = np.polynomial.legendre.leggauss(4)
 _LINE_POINTS, _LINE_WEIGHTS = 0.5 * (_LINE_POINTS + 1.0), 0.5 * _LINE_WEIGHTS
 
-# An element's corners as (dy, dx) (diffnet.energy.element_nodes(2)) and its two triangles, as corner indices.
+# An element's corners as (dy, dx) (diffnet.grid.element.element_nodes(2)) and its two triangles, as corner indices.
 _CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))
 _TRIANGLES = ((0, 1, 3), (0, 3, 2))
 
 
 def bilinear_basis(xi: np.ndarray, eta: np.ndarray, hx: float, hy: float) -> tuple[np.ndarray, np.ndarray]:
     """The element's four bilinear functions at local coordinates (xi, eta) in [0, 1]^2 (x and y): values
-    (P, 4) and gradients (P, 4, 2), x first, corners in :func:`diffnet.energy.element_nodes` order."""
+    (P, 4) and gradients (P, 4, 2), x first, corners in :func:`diffnet.grid.element.element_nodes` order."""
     fx = np.stack([1.0 - xi, xi], axis=-1)  # the 1-D factors by corner offset
     fy = np.stack([1.0 - eta, eta], axis=-1)
     sx = np.array([-1.0, 1.0]) / hx

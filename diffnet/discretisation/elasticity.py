@@ -19,26 +19,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from diffnet.energy import at_gauss_points, element_stencils, gauss_basis
+from diffnet.discretisation.energy import at_gauss_points, element_stencils
+from diffnet.grid.element import gauss_basis
+from diffnet.grid.material import lame
 
-__all__ = ["PLANES", "lame", "elasticity_energy", "elasticity_stencil", "displacement_gradients"]
-
-# "strain": plane strain (and every 3-D body); "stress": a thin plate loaded in its plane.
-PLANES = ("strain", "stress")
-
-
-def lame(nu: float | np.ndarray | torch.Tensor, plane: str = "strain"):
-    """The Lamé parameters per unit Young's modulus, (lambda_1, mu_1), for Poisson ratio ``nu``.
-
-    Plane strain and 3-D: lambda_1 = nu / ((1 + nu)(1 - 2 nu)); plane stress: nu / (1 - nu^2);
-    mu_1 = 1 / (2 (1 + nu)) in both (scikit-fem's ``lame_parameters`` and ``plane_stress``).
-    """
-    if plane not in PLANES:
-        raise ValueError(f"plane must be one of {', '.join(PLANES)}, got {plane!r}")
-    mu = 1.0 / (2.0 * (1.0 + nu))
-    lam = nu / ((1.0 + nu) * (1.0 - 2.0 * nu)) if plane == "strain" else nu / (1.0 - nu * nu)
-    return lam, mu
-
+__all__ = ["elasticity_energy", "elasticity_stencil", "displacement_gradients"]
 
 def displacement_gradients(u: torch.Tensor, spacing: tuple[float, ...]) -> list[list[torch.Tensor]]:
     """du_i/dx_j at every element's Gauss points: ``grad[i][j]`` of shape (S, Q, *cells), i and j x first.
@@ -101,7 +86,7 @@ def elasticity_stencil(young: torch.Tensor, nu: float | torch.Tensor, spacing: t
                        plane: str = "strain") -> torch.Tensor:
     """The Hessian of :func:`elasticity_energy` in u as a block stencil (S, d, d, 3^d, *grid).
 
-    Entry [a, b, k] at node i couples component a at i to component b at i + o_k (:mod:`diffnet.vcycle`'s
+    Entry [a, b, k] at node i couples component a at i to component b at i + o_k (:mod:`diffnet.multigrid.vcycle`'s
     layout). Per element and Gauss point the block (a, b) of the element matrix is
     E_q [lambda_1 G_a G_bᵀ + mu_1 (delta_ab sum_j G_j G_jᵀ + G_b G_aᵀ)] w, G_j the basis' x_j-derivatives
     there: the second derivatives of lambda (div u)^2 / 2 and of mu ε:ε.

@@ -43,8 +43,9 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import (along_axes, apply_stencil, as_blocks, as_fields, block_hessian, cholesky, cholesky_solve,
-                            components, dense_interpolation, fixed_nodes, loss_gradient)
+from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
+from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, on_free_nodes
+from diffnet.multigrid.vcycle import along_axes, cholesky, cholesky_solve, dense_interpolation
 
 __all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
 
@@ -83,15 +84,13 @@ class CoarseSpace:
 
         The family's Hessian is formed in float64 too: from float32 coefficients A_c's rounding, times its
         condition number (about 1e3 for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
-        from diffnet.vcycle import _on_free_nodes
-
         vector = components(family) > 1
         grid = tuple(u.shape[2:] if vector else u.shape[1:])
         coarse = coarse_grid(grid, nodes)
         transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
         hessian, free = block_hessian(family, u, params)
         coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
-        stencil = _on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
+        stencil = on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
         space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device), vector)
         dense = space._coarse_operator(stencil)
         # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.

@@ -4,7 +4,7 @@ For a quadratic loss L(u) = 1/2 uᵀ H u - bᵀ u the excess over the minimum is
 of relative size delta in the smooth modes costs delta² times their small eigenvalues, and its
 gradient H e weights each mode by its eigenvalue, so the smooth error, most of a trained
 network's, gets a share of order h² of the gradient. With B an approximate inverse of H (one
-V-cycle, :class:`diffnet.vcycle.VCycle`), B g for the residual g = H u - b is about the error
+V-cycle, :class:`diffnet.multigrid.vcycle.VCycle`), B g for the residual g = H u - b is about the error
 e = u - u_h itself, every mode weighted alike: 1/2 |B g|² estimates 1/2 |e|², and |B g| over
 |u - B g| (the improved field, about |u_h|; never zero, unlike an untrained network's u) the
 relative error against the grid's own solution.
@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from diffnet.vcycle import VCycle, loss_gradient
+from diffnet.multigrid.hessian import loss_gradient
+from diffnet.multigrid.vcycle import VCycle
 
 __all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
 

@@ -58,7 +58,7 @@ def parse_side(text: str) -> Side:
 
 
 def side_check(text: str) -> str | None:
-    """An :func:`diffnet.options.option` check for a side key."""
+    """An :func:`diffnet.protocol.options.option` check for a side key."""
     try:
         parse_side(text)
     except ValueError as error:
@@ -96,7 +96,7 @@ def parse_vector_side(text: str, dims: int) -> tuple[Side, ...]:
 
 
 def vector_side_check(dims: int):
-    """An :func:`diffnet.options.option` check for a vector side key of a ``dims``-D body."""
+    """An :func:`diffnet.protocol.options.option` check for a vector side key of a ``dims``-D body."""
     def check(text: str) -> str | None:
         try:
             parse_vector_side(text, dims)

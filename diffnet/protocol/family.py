@@ -2,7 +2,7 @@
 
 A family is a frozen dataclass subclassing :class:`Family`, with a ``resolution`` field
 (the output grid's nodes per axis, boundary included) and its own configuration keys as
-an ``Options`` dataclass made of :func:`diffnet.options.option` fields. The engine (DeepFusion: training,
+an ``Options`` dataclass made of :func:`diffnet.protocol.options.option` fields. The engine (DeepFusion: training,
 multigrid levels, checkpoints, inference, evaluation, ``compare``, ``uq``) talks to a
 family only through the members below; the built-in families (Burgers, Poisson,
 reaction-diffusion) are written against it exactly as a user's family is
@@ -13,7 +13,7 @@ Required: ``name``, ``Options``, ``in_channels``, :meth:`Family.parameters`,
 :meth:`Family.loss_terms`; :meth:`Family.check_instances` refuses ill-posed instances (default:
 non-finite ones). Optional parts are *declared* in ``capabilities`` (a command
 that needs one the family lacks says so), each a set of members (typed in
-:mod:`diffnet.capabilities`, and checked by :func:`~diffnet.capabilities.check_capabilities`):
+:mod:`diffnet.protocol.capabilities`, and checked by :func:`~diffnet.protocol.capabilities.check_capabilities`):
 
 ==============  ===============================================================================
 capability      members
@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from diffnet.capabilities import PROTOCOLS
+from diffnet.protocol.capabilities import PROTOCOLS
 
 __all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "sample_box"]
 
@@ -194,7 +194,7 @@ class Family:
         The family's name: the registry's key for built-in and entry-point families, and
         the name of its configuration table (``[name]``).
     Options : type
-        Frozen dataclass of the family's own configuration keys (fields from :func:`diffnet.options.option`).
+        Frozen dataclass of the family's own configuration keys (fields from :func:`diffnet.protocol.options.option`).
     in_channels : int
         Channels of the network input :meth:`inputs` builds.
     dims : int
@@ -316,7 +316,7 @@ class Family:
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
         """The whole grid's per-sample loss terms from one tile ``raw`` (S, 1, *tile) of the network's
-        output under a domain split (a :class:`diffnet.tiling.Tiling`); every tile gets the same values.
+        output under a domain split (a :class:`diffnet.generators.tiling.Tiling`); every tile gets the same values.
 
         The default is exact for any family: the tiles' outputs gathered (one field per sample, a
         small part of a generator's memory), then :meth:`field` and :meth:`loss_terms` on the whole
@@ -325,22 +325,8 @@ class Family:
         """
         return self.loss_terms(self.field(tiling.gather(raw), params), params)
 
-    # -- defaults of optional members -------------------------------------------------
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The Hessian of the summed loss terms in the field at ``u`` (S, *resolution), as a stencil
-        (S, 3^d, *resolution) (capability ``precondition``; layout of :func:`diffnet.vcycle.apply_stencil`);
-        for several :attr:`unknowns`, at fields (S, C, *resolution), a block stencil (S, C, C, 3^d,
-        *resolution) whose entry [a, b, k] at node i couples component a at i to component b at i + o_k.
-
-        The default reads it off the loss with 3^d Hessian-vector products (C 3^d for C unknowns)
-        (:func:`diffnet.vcycle.probe_stencil`): right for any loss that couples each node to its
-        3^d neighbours only, linear or not (then it is the linearisation at ``u``). A family whose
-        loss is a known quadratic form returns its stencil directly, at a tenth of the cost.
-        """
-        from diffnet.vcycle import probe_stencil
-
-        return probe_stencil(self, u, params)
-
+    # -- defaults of optional members (the Hessian's, by probing, lives with the multigrid that needs it:
+    # diffnet.multigrid.hessian.hessian_of) -------------------------------------------------------------
     def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
         """The independent reference on this grid's nodes (default: :meth:`reference`)."""
         return self.reference(params, progress)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from diffnet.constants import constant
-from diffnet.precision import conv
+from diffnet.backend.constants import constant
+from diffnet.backend.precision import conv
 
 __all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels", "central_residual"]
 

@@ -3,7 +3,7 @@ differences, or of an occupancy image, in 2-D and 3-D.
 
 A :class:`Shape` answers one question, the signed distance ``sdf(points)`` of points (..., d) given
 x first (x, y[, z]): negative inside, positive outside, zero on the boundary. The immersed Q1 energies
-(:mod:`diffnet.cutcell`) need its sign at the grid's nodes and the boundary's crossings of the
+(:mod:`diffnet.instances.cutcell`) need its sign at the grid's nodes and the boundary's crossings of the
 element edges, found here on the shape itself (:meth:`Shape.crossing`), so that the reconstructed
 boundary's vertices lie on the true one; the network reads the signed distance on the grid.
 

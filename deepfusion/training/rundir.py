@@ -11,7 +11,7 @@ from typing import Callable
 
 from deepfusion.configuration.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
 from deepfusion.configuration.schema import has_lbfgs
-from deepfusion.inputs import InputError
+from deepfusion.configuration.inputs import InputError
 from deepfusion.training.schedule import adam_steps, build_schedule, stage_at, total_steps
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",

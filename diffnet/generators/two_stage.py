@@ -4,7 +4,7 @@ The first network's field u1 sits at an error the optimiser no longer reduces (t
 docs/physics.md). Multi-stage networks (Wang & Lai, J. Comput. Phys. 2024) fit what is left
 with a second network on a rescaled target. Here the target comes from no data: the first
 stage's correction d1 = B g1 (``B`` V-cycles of the loss's Hessian, ``g1`` the loss's gradient
-at u1, :mod:`diffnet.preconditioned`) is about its error, so ``eps = rms(d1)`` per sample sets
+at u1, :mod:`diffnet.multigrid.preconditioned`) is about its error, so ``eps = rms(d1)`` per sample sets
 the scale, the second network sees the family's inputs and d1 / eps (one channel per unknown field),
 and its field v (with the family's homogeneous boundary conditions) is of order one:
 
@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from diffnet.preconditioned import correction
-from diffnet.vcycle import components
+from diffnet.multigrid.preconditioned import correction
+from diffnet.multigrid.stencil import components
 
 __all__ = ["TwoStage", "SecondStage", "Correction"]
 
@@ -57,7 +57,7 @@ class Correction(nn.Module):
 
 class TwoStage(nn.Module):
     """A two-stage generator: ``first`` (any generator of the finest grid, e.g. a
-    :class:`~diffnet.networks.LevelStack`) and ``second`` (a :class:`Correction`).
+    :class:`~diffnet.generators.networks.LevelStack`) and ``second`` (a :class:`Correction`).
 
     Not called itself: :meth:`pair` gives the module and the problem a forward pass runs.
 

@@ -111,13 +111,13 @@ def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, 
 
 
 def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
-    """The instances to solve as one array, checked against the family's :class:`~diffnet.family.ParameterSpec`.
+    """The instances to solve as one array, checked against the family's :class:`~diffnet.protocol.family.ParameterSpec`.
 
     A family with a scalar parameter takes ``c`` (S,); one with a vector parameter takes
     ``coeffs`` (S, *shape) rows; one that declares a field input (``spec.field``, e.g.
     the diffusivity) also takes ``nu`` (S, *resolution) positive nodal fields instead. One
     row or one field may drop the leading axis. An instance the family finds invalid
-    (:meth:`~diffnet.family.Family.check_instances`) raises :class:`InputError` naming its index;
+    (:meth:`~diffnet.protocol.family.Family.check_instances`) raises :class:`InputError` naming its index;
     values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps ``c``/``coeffs``/``nu`` to what the
     caller calls them in messages (the CLI: ``--c``, a file).
     """
@@ -174,8 +174,8 @@ def dataset_name(problem, params: np.ndarray) -> str:
 
 def require(problem, capability: str, what: str) -> None:
     """Refuse, in one line, a command or option that needs a capability the family does not declare (the
-    capability's description is its protocol's: :func:`diffnet.capabilities.describe`)."""
-    from diffnet.capabilities import describe
+    capability's description is its protocol's: :func:`diffnet.protocol.capabilities.describe`)."""
+    from diffnet.protocol.capabilities import describe
 
     if not problem.has(capability):
         raise InputError(f"{what}: the {problem.name} family (as configured) does not declare the {capability!r} "

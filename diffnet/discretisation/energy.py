@@ -16,19 +16,16 @@ The dimension lives in the grid: a field (S, N_y, N_x) with spacings (h_x, h_y),
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.constants import constant
-from diffnet.precision import conv, no_tf32
+from diffnet.backend.constants import constant
+from diffnet.backend.precision import conv, no_tf32
+from diffnet.grid.element import gauss_basis
 
 __all__ = [
-    "ELEMENT_NODES",
-    "element_nodes",
-    "gauss_basis",
     "at_gauss_points",
     "quadratic_energy",
     "quadratic_stencil",
@@ -38,62 +35,6 @@ __all__ = [
     "reaction_diffusion_energy",
     "reaction_diffusion_stencil",
 ]
-
-# Gauss points of the 2-point rule on [0, 1]; each carries weight 1/2.
-_G = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
-
-
-def element_nodes(dims: int) -> tuple[tuple[int, ...], ...]:
-    """An element's nodes as offsets from its lowest corner, one per axis outermost first ((dy, dx) in
-    2-D, (dz, dy, dx) in 3-D), the last axis fastest: the order of :func:`gauss_basis`'s columns, of a
-    2^d convolution kernel read row-major, and of every element matrix built from them (diffnet/solvers/)."""
-    return tuple(itertools.product((0, 1), repeat=dims))
-
-
-# The bilinear element's nodes, (dy, dx).
-ELEMENT_NODES = element_nodes(2)
-
-
-def gauss_basis(*spacing: float) -> tuple[np.ndarray, ...]:
-    """The multilinear basis on one element, evaluated at its 2^d Gauss points.
-
-    Parameters
-    ----------
-    *spacing : float
-        The node spacings, x first: ``(hx, hy)`` for the bilinear element, ``(hx, hy, hz)`` for the
-        trilinear one.
-
-    Returns
-    -------
-    values, grad_x, grad_y[, grad_z] : numpy.ndarray
-        Shape (2^d Gauss points, 2^d nodes): N_a and its derivatives at each point. Nodes are ordered
-        as :func:`element_nodes`; Gauss points likewise (the last axis, x, fastest).
-    weight : float
-        The quadrature weight of every point including the Jacobian, prod(h) / 2^d.
-    """
-    dims = len(spacing)
-    if dims not in (2, 3):
-        raise ValueError(f"need 2 or 3 spacings (x first), got {len(spacing)}")
-    nodes = element_nodes(dims)
-    values = np.empty((2**dims, 2**dims))
-    grads = [np.empty((2**dims, 2**dims)) for _ in range(dims)]
-    for q, point in enumerate(itertools.product(_G, repeat=dims)):
-        xs = point[::-1]  # the point's coordinates x first
-        for a, node in enumerate(nodes):
-            corner = node[::-1]
-            f = [x if c else 1.0 - x for x, c in zip(xs, corner)]  # the 1-D factors, x first
-            v = 1.0
-            for fk in f:
-                v *= fk
-            values[q, a] = v
-            for k in range(dims):  # d/dx_k: the k-th factor's slope times the others, x first
-                g = 1.0 if corner[k] else -1.0
-                for j in range(dims):
-                    if j != k:
-                        g *= f[j]
-                grads[k][q, a] = g / spacing[k]
-    return (values, *grads, math.prod(spacing) / 2**dims)
-
 
 def _kernels(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     """(Q, 2^d) basis rows as Q convolution kernels of shape (Q, 1, 2, ..., 2)."""
@@ -210,7 +151,7 @@ def quadratic_stencil(coeff: torch.Tensor, interp: np.ndarray, ops: list[np.ndar
     -------
     torch.Tensor
         (S, 3^d, *grid): entry k at node i is H[i, i + o_k], the offsets o_k in
-        ``itertools.product((-1, 0, 1), repeat=d)`` order (:mod:`diffnet.vcycle`'s layout).
+        ``itertools.product((-1, 0, 1), repeat=d)`` order (:mod:`diffnet.multigrid.vcycle`'s layout).
     """
     pairs = np.einsum("dqa,dqb->qab", np.stack(ops), np.stack(ops))  # (Q, nodes, nodes): sum_d D_qa D_qb
     return element_stencils(coeff[:, None], interp, pairs[None, None])[:, 0]
@@ -235,7 +176,7 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
     Returns
     -------
     torch.Tensor
-        (S, P, 3^d, *grid) in :mod:`diffnet.vcycle`'s layout.
+        (S, P, 3^d, *grid) in :mod:`diffnet.multigrid.vcycle`'s layout.
     """
     dims = coeff.ndim - 2
     corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order

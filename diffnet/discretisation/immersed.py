@@ -27,8 +27,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from diffnet.cutcell import CutCells
-from diffnet.energy import at_gauss_points, gauss_basis, quadratic_energy
+from diffnet.instances.cutcell import CutCells
+from diffnet.discretisation.energy import at_gauss_points, quadratic_energy
+from diffnet.grid.element import gauss_basis
 
 __all__ = ["ALPHA", "GAMMA_MIN", "Immersed", "immersed", "immersed_energy", "immersed_matrices"]
 

@@ -1,0 +1,6 @@
+"""The structured node grid in numpy, below both the torch losses and the classical solvers: the Q1 reference
+element and its matrices (:mod:`.element`), the one 1-D interpolation and the hierarchy of grids every
+multigrid is built from (:mod:`.transfer`), the elastic material (:mod:`.material`). Imports nothing of diffnet.
+"""
+
+__all__: list[str] = []

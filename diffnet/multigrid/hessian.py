@@ -1,0 +1,108 @@
+"""The Hessian of a family's loss in its field, as the torch multigrid's stencil: the family's own
+(``hessian(u, params)``, capability ``precondition``) or, by default, read off the loss by probing.
+
+**Probing** (:func:`probe_stencil`). Where the loss couples each node only to its 3^d neighbours (the Q1
+energies, linear or not), the Hessian is a 3^d-point stencil, and 3^d Hessian-vector products with
+coloured probes (1 on the nodes whose index is c modulo 3 along each axis) give every entry: each
+neighbour of a node has its own colour; for C unknowns the probes colour nodes *and* components (C 3^d
+products). The products are central differences of the loss's gradient in the field's dtype, exact for
+a quadratic loss up to rounding, and the linearisation at the current field for a nonlinear one.
+
+This default lives here, with the multigrid that needs it, and not on :class:`~diffnet.protocol.family.Family`:
+the protocol imports nothing above it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from diffnet.multigrid.stencil import as_blocks, as_fields, components, neighbour_offsets, shifted
+
+__all__ = ["hessian_of", "block_hessian", "probe_stencil", "fixed_nodes", "loss_gradient"]
+
+_PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
+
+
+def hessian_of(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """The Hessian of the family's summed loss terms in the field at u: the family's ``hessian(u, params)``
+    where it writes one (a known quadratic form, at a tenth of the cost), else :func:`probe_stencil`.
+    (S, 3^d, *grid) for fields (S, *grid); (S, C, C, 3^d, *grid) for C unknowns."""
+    own = getattr(family, "hessian", None)
+    return own(u, params) if own is not None else probe_stencil(family, u, params)
+
+
+def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(S, *grid) bool ((S, C, *grid) for C unknowns): the nodes the family's field does not take from the network's output.
+
+    Found by comparing two fields, unless the problem says itself (a ``fixed_nodes(params, dtype)``
+    member: a field corrected on a coarse space, :class:`diffnet.multigrid.coarse.CoarseCorrected`, moves every
+    free node however it is probed)."""
+    own = getattr(family, "fixed_nodes", None)
+    if own is not None:
+        return own(params, dtype)
+    raw = torch.zeros(params.shape[0], components(family), *family.resolution, dtype=dtype, device=params.device)
+    return family.field(raw + 1.0, params) == family.field(raw, params)
+
+
+def loss_gradient(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """g = dL/du of the family's summed loss terms at the field u (no graph kept)."""
+    v = u.detach().requires_grad_(True)
+    total = sum(t.sum() for t in family.loss_terms(v, params).values())
+    return torch.autograd.grad(total, v)[0]
+
+
+def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
+    """(*grid) int: the colour of each node, sum over axes of (index mod 3) 3^axis."""
+    colour = torch.zeros(grid, dtype=torch.long, device=device)
+    for axis, n in enumerate(grid):
+        shape = [1] * len(grid)
+        shape[axis] = n
+        colour = colour + (torch.arange(n, device=device) % 3).reshape(shape) * 3**axis
+    return colour
+
+
+def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """The Hessian of the family's summed loss at the field u (S, *grid) as a stencil (S, 3^d, *grid),
+    read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype);
+    for C unknowns, fields (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) from C 3^d products
+    (each probe one colour of one component).
+
+    Valid where the loss couples each node to its 3^d neighbours only (the engine's Hessian where a family writes none)."""
+    vector = components(family) > 1
+    blocks = as_blocks(u, vector)
+    grid = tuple(blocks.shape[2:])
+    dims = len(grid)
+    colour = _colours(grid, u.device)
+    step = _PROBE_STEP * u.abs().max().clamp_min(1.0)  # a tensor: no host synchronisation (CUDA graphs)
+    stencil = torch.empty(u.shape[0], blocks.shape[1], blocks.shape[1], 3**dims, *grid, dtype=u.dtype, device=u.device)
+    for b in range(blocks.shape[1]):
+        products = []
+        for c in range(3**dims):
+            e = torch.zeros_like(blocks)
+            e[:, b] = (colour == c).to(u.dtype)
+            e = as_fields(e, vector)
+            g = (loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params)) / (2 * step)
+            products.append(as_blocks(g, vector))
+        for k, offset in enumerate(neighbour_offsets(dims)):
+            # The neighbour i + offset has colour(i + offset): read that probe's product at i.
+            target = shifted(colour[None].to(u.dtype), offset)[0].round().long()
+            inside = shifted(torch.ones(1, *grid, dtype=u.dtype, device=u.device), offset)[0] > 0
+            entry = torch.zeros_like(blocks)
+            for c in range(3**dims):
+                entry = torch.where((target == c) & inside, products[c], entry)
+            stencil[:, :, b, k] = entry
+    return stencil if vector else stencil[:, 0, 0]
+
+
+def block_hessian(family: Any, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The family's Hessian at u, at every node, and its free nodes, in the block layout: (S, C, C, 3^d, *grid)
+    and (S, C, *grid) bool (C = 1 for a scalar family: the same values). The V-cycle and the coarse
+    correction build their operators from it (:func:`on_free_nodes`)."""
+    free = fixed_nodes(family, params, u.dtype).logical_not()
+    hessian = hessian_of(family, u, params).to(u.dtype)
+    if components(family) == 1:
+        free, hessian = free[:, None], hessian[:, None, None]
+    return hessian, free
+

@@ -1,0 +1,92 @@
+"""The stencil layout of the torch multigrid: a field's Hessian as a 3^d-point stencil, and its algebra.
+
+A scalar family's Hessian at a field (S, *grid) is a stencil (S, 3^d, *grid), entry k at node i the
+coupling of i to i + o_k (offsets o_k in :func:`itertools.product` order of (-1, 0, 1)); a family with C
+unknown fields (S, C, *grid) has a block stencil (S, C, C, 3^d, *grid), entry [a, b, k] at node i coupling
+component a at i to component b at i + o_k. Internally everything is in the block layout (C = 1 for a
+scalar family: the same arithmetic).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+__all__ = ["neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
+           "on_free_nodes"]
+
+
+def neighbour_offsets(dims: int) -> list[tuple[int, ...]]:
+    return list(itertools.product((-1, 0, 1), repeat=dims))
+
+
+def components(family: Any) -> int:
+    """C, the family's number of unknown fields: a field is (S, *grid) for C = 1, (S, C, *grid) otherwise."""
+    return len(getattr(family, "unknowns", ("u",)))
+
+
+def as_blocks(x: torch.Tensor, vector: bool) -> torch.Tensor:
+    """Fields in the block layout (S, C, *grid): a scalar family's (S, *grid) get their C = 1 axis."""
+    return x if vector else x[:, None]
+
+
+def as_fields(x: torch.Tensor, vector: bool) -> torch.Tensor:
+    """Block-layout fields (S, C, *grid) back in the family's own shape (:func:`as_blocks` undone)."""
+    return x if vector else x[:, 0]
+
+
+def shifted(x: torch.Tensor, offset: tuple[int, ...]) -> torch.Tensor:
+    """y[..., i] = x[..., i + offset] (zero outside the grid) along x's last len(offset) axes."""
+    pad = []
+    for o in reversed(offset):
+        pad += [max(-o, 0), max(o, 0)]
+    padded = torch.nn.functional.pad(x, pad)
+    # Along each axis the padding before it is max(-o, 0): node i + o sits at i + o + max(-o, 0).
+    grid = x.shape[x.ndim - len(offset):]
+    index = tuple(slice(max(-o, 0) + o, max(-o, 0) + o + n) for o, n in zip(offset, grid))
+    return padded[(Ellipsis, *index)]
+
+
+def apply_blocks(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A x for a block stencil (S, C, C, 3^d, *grid) and fields x (S, C, *grid)."""
+    # x padded once with a layer of zeros; each neighbour is then a view into it (a pad per
+    # offset cost 27 copies of the field in 3-D). For C = 1 the products and their order are the
+    # scalar stencil's.
+    dims = x.ndim - 2
+    padded = torch.nn.functional.pad(x, (1, 1) * dims)
+    out = torch.zeros_like(x)
+    for k, offset in enumerate(neighbour_offsets(dims)):
+        view = padded[(slice(None), slice(None), *(slice(1 + o, 1 + o + n) for o, n in zip(offset, x.shape[2:])))]
+        for b in range(x.shape[1]):
+            out += stencil[:, :, b, k] * view[:, b : b + 1]
+    return out
+
+
+def apply_stencil(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A x for a 3^d-point stencil (S, 3^d, *grid) (offsets in :func:`itertools.product` order) and x (S, *grid),
+    or a block stencil (S, C, C, 3^d, *grid) and fields x (S, C, *grid)."""
+    if stencil.ndim == x.ndim + 2:
+        return apply_blocks(stencil, x)
+    return apply_blocks(stencil[:, None, None], x[:, None])[:, 0]
+
+
+def on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """The operator on the free nodes of a block stencil (S, C, C, 3^d, *grid) and free (S, C, *grid):
+    couplings to fixed nodes cut, identity rows on them, and symmetrised ((a, i; b, i + o) and
+    (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding)."""
+    dims = free.ndim - 2
+    offsets = neighbour_offsets(dims)
+    mask = free.to(stencil.dtype)
+    cut = torch.stack([stencil[:, :, :, k] * mask[:, :, None] * shifted(mask, o)[:, None] for k, o in enumerate(offsets)],
+                      dim=3)
+    mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
+    swapped = cut.transpose(1, 2)
+    twin = torch.stack([shifted(swapped[:, :, :, mirror[k]], o) for k, o in enumerate(offsets)], dim=3)
+    out = 0.5 * (cut + twin)
+    centre = offsets.index((0,) * dims)
+    for a in range(free.shape[1]):
+        out[:, a, a, centre] = torch.where(free[:, a], out[:, a, a, centre], torch.ones_like(out[:, a, a, centre]))
+    return out
+
