@@ -20,12 +20,12 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
     """
     from deepfusion.analysis.inference import predict, relative_l2
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem
+    from deepfusion.configuration.run import Run
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
     cfg = load_config(run / "config.toml")
-    problem = build_problem(cfg)
-    model = build_model(cfg, problem)
+    made = Run.from_config(cfg)
+    problem, model = made.problem, made.build_model()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     logged = np.array([[0.0, 0.0]] + [[r["step"], r["elapsed_s"]] for r in records])
     points = []

@@ -76,13 +76,13 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     """Best seconds of one training step, and its counted convolution FLOPs."""
     import torch
 
-    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
+    from deepfusion.configuration.run import Run
     from deepfusion.training.stepper import training_step
 
-    problem = build_problem(cfg)
-    model = build_model(cfg, problem).to(device).train()
+    run = Run.from_config(cfg)
+    problem, model = run.problem, run.build_model().to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device=device)
+    params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device=device)
     x = problem.inputs(params)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)

@@ -94,11 +94,12 @@ def _setup(config: str, overrides: list[str], batch: int, stage: int):
     import torch
 
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem, level_models, training_parameters
+    from deepfusion.configuration.run import Run
 
     cfg = load_config(ROOT / config, overrides=[*overrides, "parallel.device=cuda"])
-    model, problem = level_models(cfg, build_model(cfg, build_problem(cfg)).to("cuda"))(stage)
-    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device="cuda")
+    run = Run.from_config(cfg)
+    model, problem = run.levels(run.build_model().to("cuda"))(stage)
+    params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device="cuda")
     return cfg, problem, model.train(), params
 
 

@@ -39,7 +39,7 @@ def thread_env(threads: int | None = None, **extra: str) -> dict:
 # each run is then a fresh process forked from it, as clean as a new interpreter (the server runs
 # no computation, so no thread pool or kernel cache is inherited).
 _PRELOAD = ["numpy", "scipy.sparse", "h5py", "numba", "torch", "torch._dynamo", "deepfusion.cli",
-            "deepfusion.commands.train", "deepfusion.configuration.wiring", "deepfusion.analysis.evaluate"]
+            "deepfusion.commands.train", "deepfusion.configuration.run", "deepfusion.analysis.evaluate"]
 
 
 def _forked(args: list[str], cwd: str, env: dict, quiet: bool) -> None:

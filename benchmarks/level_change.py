@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args()
 
-    from deepfusion.configuration.wiring import level_models, training_parameters
+    from deepfusion.configuration.run import Run
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.training.rundir import run_config, trained_model
     from deepfusion.training.schedule import build_schedule
@@ -56,8 +56,8 @@ def main() -> None:
     stages = build_schedule(cfg)
     saved = {load_checkpoint(path).step: path for path in checkpoint_files(args.run_dir / "checkpoints")}
     records = [json.loads(line) for line in (args.run_dir / "metrics.jsonl").read_text().splitlines()]
-    params = training_parameters(cfg)
-    on_grid = cfg.replace(multigrid=dataclasses.replace(cfg.multigrid, coarse_loss="rediscretised"))
+    on_grid = Run.from_config(cfg.replace(multigrid=dataclasses.replace(cfg.multigrid, coarse_loss="rediscretised")))
+    params = on_grid.training
     changes = []
     for old, new in zip(stages, stages[1:]):
         if new.level <= old.level:
@@ -66,7 +66,7 @@ def main() -> None:
             raise SystemExit(f"level_change.py: no checkpoint at step {old.end} (the end of stage {old.index}); "
                              f"train with --set train.keep_checkpoints=0")
         _, model, _ = trained_model(args.run_dir, saved[old.end], lambda line: None)
-        level = level_models(on_grid, model)
+        level = on_grid.levels(model)
         coarse_gen, coarse = level(old.level)
         fine_gen, fine = level(new.level)
         changes.append({

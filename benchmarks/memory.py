@@ -53,17 +53,17 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     import torch
 
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem, training_parameters
+    from deepfusion.configuration.run import Run
     from deepfusion.training.stepper import training_step
 
     torch.set_num_threads(threads)
     dims = len(load_config(config).problem.resolution)  # a 3-D family's grid is grid^3
     cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution={[grid] * dims}",
                                f"model.checkpoint_activations={str(checkpointed).lower()}"])
-    problem = build_problem(cfg)
-    model = build_model(cfg, problem).to(device).train()
+    run = Run.from_config(cfg)
+    problem, model = run.problem, run.build_model().to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    params = torch.as_tensor(training_parameters(cfg)[:batch], dtype=torch.float32, device=device)
+    params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device=device)
     gpu = device.startswith("cuda")
     step = training_step(model, problem, optimizer)  # the input contiguous, as `deepfusion train` feeds it
     if gpu:  # device memory as torch's allocator counts it

@@ -44,7 +44,7 @@ def train(config: Path, out: Path, ranks: int, sets: list[str]) -> None:
 def curve(run: Path) -> dict:
     """Held-out error of every checkpoint of ``run`` at its grid, against its training time."""
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import heldout_parameters
+    from deepfusion.configuration.run import Run
     from deepfusion.files.fields import read_fields
 
     cfg = load_config(run / "config.toml")
@@ -61,7 +61,7 @@ def curve(run: Path) -> dict:
     # The run's own evaluation holds the floor and, in test_reference.h5, the reference fields.
     evaluation = json.loads((run / "eval.json").read_text())
     truth = read_fields(run / "test_reference.h5")["u"]
-    points = checkpoint_curve(run, {"error": (heldout_parameters(cfg), truth)})
+    points = checkpoint_curve(run, {"error": (Run.from_config(cfg).heldout, truth)})
     return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],
             "floor": evaluation["mean_floor"], "ratio_to_floor": evaluation["ratio_to_floor"],
             "stage_seconds": stage_seconds, "curve": points}

@@ -55,11 +55,11 @@ CHECKPOINTS = 12
 
 def validation_parameters(cfg) -> np.ndarray:
     """Instances for choosing among candidates, apart from training and test ones."""
-    from deepfusion.configuration.wiring import sample_parameters
+    from deepfusion.configuration.run import Run
 
     if cfg.problem.family == "burgers":
         return np.array([3.15, 3.6, 4.4, 5.2, 5.75])
-    return sample_parameters(cfg, 16, "random", cfg.data.seed + 31337)
+    return Run.from_config(cfg).problem.sample(16, "random", cfg.data.seed + 31337)
 
 
 def run_arm(name: str, overrides: list[str], work: Path, ranks: int) -> Path:
@@ -197,15 +197,16 @@ def summary(runs: list[dict]) -> dict:
 def study(problem: str, args, work: Path) -> dict:
     from deepfusion.analysis.inference import against_floor
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_problem, heldout_parameters
+    from deepfusion.configuration.run import Run
 
     n_train = args.poisson_n_train if problem == "poisson" else None
     common = ["multigrid.levels=[]", "output.plots=false", "train.keep_checkpoints=0", "train.log_every=1"]
     common += ([f"data.n_train={n_train}"] if n_train else []) + args.set
     cfg = load_config(CONFIGS[problem], common)
     n = cfg.data.n_train
-    pde = build_problem(cfg)
-    val, test = validation_parameters(cfg), heldout_parameters(cfg)
+    made = Run.from_config(cfg)
+    pde = made.problem
+    val, test = validation_parameters(cfg), made.heldout
     print(f"{problem}: references for {len(val)} validation and {len(test)} test instances", file=sys.stderr,
           flush=True)
     floor = against_floor(pde, test, np.zeros((len(test), *cfg.problem.resolution)))

@@ -27,6 +27,8 @@ class Surrogate:
 
     Attributes
     ----------
+    run : Run
+        The run (:class:`deepfusion.configuration.run.Run`): its config, family and held-out instances.
     config : Config
         The run's resolved config.
     problem
@@ -45,20 +47,17 @@ class Surrogate:
     >>> u = s(c=[3.5, 4.0, 5.5])                        # (3, 64, 64) over (t, x)
     """
 
-    def __init__(self, config, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
-        from deepfusion.configuration.wiring import build_problem, generator_problem
+    def __init__(self, run, model, checkpoint: Path, device: str = "cpu", memory_mb: float = 512.0):
+        from deepfusion.configuration.memory import inference_bytes_per_sample
 
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
-        self.config = config
-        self.problem = build_problem(config)
-        self._generator = generator_problem(config, self.problem)  # the fields, with the generator's coarse correction
+        self.run, self.config, self.problem = run, run.cfg, run.problem
+        self._generator = run.generator()  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
-        from deepfusion.configuration.wiring import inference_bytes_per_sample
-
-        per_sample = inference_bytes_per_sample(config)
+        per_sample = inference_bytes_per_sample(run.cfg)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
 
     @classmethod
@@ -92,9 +91,9 @@ class Surrogate:
         if not source.exists():
             raise InputError(f"{source}: no such run directory or checkpoint")
         # A damaged newest checkpoint is skipped for the previous one, with a warning naming it.
-        cfg, model, path = trained_model(source, checkpoint,
+        run, model, path = trained_model(source, checkpoint,
                                          lambda line: warnings.warn(line, RuntimeWarning, stacklevel=3))
-        return cls(cfg, model, path, device, memory_mb)
+        return cls(run, model, path, device, memory_mb)
 
     @property
     def grid(self) -> dict[str, np.ndarray]:

@@ -80,11 +80,10 @@ def float32_atol(run_dir: Path, scale: float = 1.0) -> float:
     import torch
 
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem
+    from deepfusion.configuration.run import Run
 
-    cfg = load_config(run_dir / "config.toml")
-    problem = build_problem(cfg)
-    model = build_model(cfg, problem)
+    run = Run.from_config(load_config(run_dir / "config.toml"))
+    problem, model = run.problem, run.build_model()
     points = math.prod(problem.resolution)
     terms = []
     for layer in model.modules():

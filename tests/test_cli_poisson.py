@@ -45,9 +45,9 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     assert (run_dir / "plots" / "fields.png").is_file()
     # The held-out coefficients are not training ones.
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import training_parameters
+    from deepfusion.configuration.run import Run
 
-    train = training_parameters(load_config(run_dir / "config.toml"))
+    train = Run.from_config(load_config(run_dir / "config.toml")).training
     assert not np.isclose(a[:, None], train[None], atol=1e-9).all(axis=2).any()
 
 
@@ -55,14 +55,14 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
 def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     run_dir, _ = poisson_run
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_problem
+    from deepfusion.configuration.run import Run
 
     with h5py.File(run_dir / "test_prediction.h5") as f:
         a, expected = f["a"][()], f["u"][()]
     np.save(tmp_path / "a.npy", a[:2])
     proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "fa.h5"))
     assert proc.returncode == 0, proc.stderr
-    problem = build_problem(load_config(run_dir / "config.toml"))
+    problem = Run.from_config(load_config(run_dir / "config.toml")).problem
     np.save(tmp_path / "nu.npy", problem.diffusivity_numpy(a[:2]))
     proc = run_cli("infer", str(run_dir), "--nu", str(tmp_path / "nu.npy"), "--out", str(tmp_path / "fn.h5"))
     assert proc.returncode == 0, proc.stderr
@@ -98,7 +98,7 @@ def test_reference_poisson_equals_a_direct_solve(tmp_path):
 ])
 def test_reference_truth_writes_the_evaluations_independent_reference(tmp_path, family, rows, resolution):
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_problem
+    from deepfusion.configuration.run import Run
 
     np.save(tmp_path / "p.npy", rows)
     out = tmp_path / "truth.h5"
@@ -106,9 +106,10 @@ def test_reference_truth_writes_the_evaluations_independent_reference(tmp_path, 
     proc = run_cli("reference", family, "--coeffs", str(tmp_path / "p.npy"), "--resolution", str(resolution),
                    *extra, "--truth", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    problem = build_problem(load_config(None, [f"problem.family={family}", f"problem.resolution=[{resolution},{resolution}]",
-                                                "data.sampling=random", "data.n_train=1", "train.batch_size=1",
-                                                *[e for e in extra if e != "--set"]]))
+    problem = Run.from_config(load_config(None, [f"problem.family={family}",
+                                                 f"problem.resolution=[{resolution},{resolution}]",
+                                                 "data.sampling=random", "data.n_train=1", "train.batch_size=1",
+                                                 *[e for e in extra if e != "--set"]])).problem
     assert "the independent reference: " + problem.truth_name() in proc.stdout
     with h5py.File(out) as f:
         assert f.attrs["source"] == "truth" and f.attrs["reference"] == problem.truth_name()

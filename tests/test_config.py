@@ -197,11 +197,11 @@ class OwnSampling(PoissonProblem):
 def test_sampling_choices_are_the_familys():
     own = {"problem": {"family": "test_config:OwnSampling", "resolution": [9, 9]}, "multigrid": {"levels": []}}
     cfg = config_from_dict(own | {"data": {"sampling": "halton", "n_train": 8}, "train": {"batch_size": 4}})
-    from deepfusion.configuration.wiring import training_parameters  # the training set is the family's own draw
+    from deepfusion.configuration.run import Run  # the training set is the family's own draw
     from scipy.stats import qmc
 
     assert cfg.data.sampling == "halton"
-    assert (training_parameters(cfg) == -3 + 6 * qmc.Halton(d=6, seed=cfg.data.seed).random(8)).all()
+    assert (Run.from_config(cfg).training == -3 + 6 * qmc.Halton(d=6, seed=cfg.data.seed).random(8)).all()
     with pytest.raises(ConfigError, match="data.sampling.*uniform, random, sobol, halton"):
         config_from_dict(own | {"data": {"sampling": "list"}})
     with pytest.raises(ConfigError, match="data.sampling.*uniform, random, sobol"):  # a built-in family's own list

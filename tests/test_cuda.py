@@ -55,22 +55,23 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
     # parallel.cuda_graphs: the step's forward and backward captured once and replayed (float64: the replay is
     # the eager step to rounding), for every family and output basis, or refused in one line by the config.
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_model, build_problem, level_models, training_parameters
+    from deepfusion.configuration.run import Run
     from deepfusion.parallel.gradsync import GradSync
     from deepfusion.training.stepper import make_local_step
 
     config, overrides, stage = CAPTURED[case]
     cfg = load_config(ROOT / "configs" / config, [*overrides, "multigrid.levels=[]", "parallel.device=cuda",
                                                   "train.dtype=float64"])
-    params = torch.as_tensor(training_parameters(cfg)[:4], dtype=torch.float64, device="cuda")
+    run = Run.from_config(cfg)
+    params = torch.as_tensor(run.training[:4], dtype=torch.float64, device="cuda")
     grads = []
     for graphed in (False, True):
         torch.manual_seed(0)
-        whole = build_model(cfg, build_problem(cfg))
+        whole = run.build_model()
         with torch.no_grad():
             for p in whole.parameters():  # the zero-initialised heads would make the gradients trivial
                 p.add_(0.05 * torch.randn_like(p))
-        model, problem = level_models(cfg, whole.to("cuda"))(stage)
+        model, problem = run.levels(whole.to("cuda"))(stage)
         sync = GradSync(model, SerialCommunicator(), "flat")
         step = make_local_step(model, problem, sync, 4, cuda_graph=graphed, example=params)
         for _ in range(2):

@@ -93,12 +93,13 @@ def test_one_polish_step_reduces_the_error_on_every_instance(name):
     # network's output: one step (a V-cycle, a Newton sweep) never makes it worse. On the cut domains the
     # extension past the boundary is re-solved first; without that, one V-cycle raised such errors 2-4x.
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.wiring import build_problem
+    from deepfusion.configuration.run import Run
 
     grid = {"poisson3d": [9, 9, 9], "burgers": [17, 33]}.get(name, [33, 33])
     extra = ["burgers.residual=conservative"] if name == "burgers" else []
-    problem = build_problem(load_config(None, [f"problem.family={name}", f"problem.resolution={grid}",
-                                               "data.sampling=random", "data.n_train=1", "train.batch_size=1", *extra]))
+    problem = Run.from_config(load_config(None, [f"problem.family={name}", f"problem.resolution={grid}",
+                                                 "data.sampling=random", "data.n_train=1", "train.batch_size=1",
+                                                 *extra])).problem
     rng = np.random.default_rng(1)
     params = problem.sample(6, "random", 3)
     exact, start, measured = _network_like(problem, params, rng)

@@ -2,6 +2,6 @@
 reference and the floor, the run's evaluation report, where the error lives, the comparison with
 the cheapest classical solve of equal accuracy, and many-query statistics.
 
-May import: :mod:`deepfusion.files`, :mod:`deepfusion.configuration`, :mod:`deepfusion.training`'s
-step helpers and diffnet; never the commands.
+May import: :mod:`deepfusion.files`, :mod:`deepfusion.configuration`, :mod:`deepfusion.training`
+(the step helpers, the trained model of a run directory) and diffnet; never the commands.
 """

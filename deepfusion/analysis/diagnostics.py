@@ -13,7 +13,6 @@ import torch
 from scipy.fft import dctn
 
 from deepfusion.analysis.inference import predict
-from deepfusion.configuration.wiring import level_models
 from diffnet.generators.multilevel import prolong
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
@@ -48,11 +47,12 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0), 0.0)
 
 
-def coarse_imprint(cfg, model, params: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level)."""
-    if len(cfg.multigrid.levels) < 2:
+def coarse_imprint(run, model, params: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level);
+    ``run`` a :class:`~deepfusion.configuration.run.Run` (its level 0, the family on that grid built once)."""
+    if len(run.cfg.multigrid.levels) < 2:
         return None
-    generator, problem = level_models(cfg, model)(0)
+    generator, problem = run.levels(model)(0)
     coarse = predict(generator, problem, params)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
         # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use; several unknown

@@ -16,7 +16,6 @@ import torch
 
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, predict, relative_l2
-from deepfusion.configuration.wiring import field_attrs, generator_problem, heldout_parameters
 from deepfusion.files.fields import by_unknown, write_fields
 from diffnet.multigrid.preconditioned import error_estimate
 from diffnet.generators.two_stage import TwoStage
@@ -53,29 +52,32 @@ class Assessment:
     infer_seconds: float
     correction_seconds: float  # of the inference, in the generator's coarse correction
 
-    def report(self, cfg, problem, train_seconds: float | None) -> dict:
+    def report(self, run, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
-        pname, acc = problem.parameters.name, self.accuracy
+        cfg, pname, acc = run.cfg, run.problem.parameters.name, self.accuracy
         return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
                 "inference_seconds": self.infer_seconds, **self.structure, **self.estimate, **self.first,
                 **({"fields": self.per_field} if self.per_field else {})}
 
 
-def assess(cfg, problem, generator, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
+def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
            infer_seconds: float, correction_seconds: float = 0.0) -> Assessment:
     """The held-out fields ``pred`` of ``test`` against the family's truth and floor, and the error's structure
-    and estimate (``generator``: the problem the model's fields come from, :func:`generator_problem`)."""
+    and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``generator``: the problem the model's
+    fields come from, :meth:`~deepfusion.configuration.run.Run.generator`)."""
+    cfg, problem = run.cfg, run.problem
     acc = against_floor(problem, test, pred)
-    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(cfg, model, test, pred.shape[1:]),
+    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, model, test, pred.shape[1:]),
                                 dims=len(problem.coordinates()))
     return Assessment(test, acc, structure, _per_field(problem, pred, acc),
                       _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
                       infer_seconds, correction_seconds)
 
 
-def print_assessment(cfg, problem, generator, found: Assessment, names: list[str]) -> None:
+def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:
     """The evaluation's table and its lines, as a run prints them."""
+    cfg, problem = run.cfg, run.problem
     acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
     width = max(10, max(len(n) for n in names))
     print(f"\n{'instance':>{width}}   rel. L2 vs reference   floor    ratio")
@@ -111,7 +113,7 @@ def print_assessment(cfg, problem, generator, found: Assessment, names: list[str
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
 
 
-def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,
+def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,
                  pred: tuple[np.ndarray, float] | None = None) -> FloorReport | None:
     """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
 
@@ -122,28 +124,28 @@ def evaluate_run(cfg, problem, model: torch.nn.Module, run_dir: Path, train_seco
     :func:`print_assessment` prints). A family without a reference solver gets its held-out loss
     instead (and None is returned).
     """
-    test = heldout_parameters(cfg)
+    cfg, problem, test = run.cfg, run.problem, run.heldout  # the run's family, built once (run.Run)
     pname = problem.parameters.name
     clock = [0.0]
-    generator = generator_problem(cfg, problem, clock)  # the fields are the generator's, with its coarse correction
+    generator = run.generator(clock)  # the fields are the generator's, with its coarse correction
     if pred is None:
         t0 = time.perf_counter()
         pred = (predict(model, generator, test), time.perf_counter() - t0)
     pred, infer_seconds = pred
     coords, domain = problem.coordinates(), domain_of(problem, test)
     layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, field_attrs(cfg, "diffnet"), domain,
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
                  **layout)
     if not problem.has("reference"):
         return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
-    found = assess(cfg, problem, generator, model, test, pred, infer_seconds, clock[0])
+    found = assess(run, generator, model, test, pred, infer_seconds, clock[0])
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
-                 field_attrs(cfg, "reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
-    (run_dir / "eval.json").write_text(json.dumps(found.report(cfg, problem, train_seconds), indent=2) + "\n")
+                 run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
+    (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
     names = _labels(problem, test)
-    print_assessment(cfg, problem, generator, found, names)
+    print_assessment(run, generator, found, names)
     if cfg.output.plots:
         _plots(problem, test, pred, found.accuracy, names, run_dir / "plots")
     print(f"run directory: {run_dir}")

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from deepfusion.commands import warn
-from deepfusion.configuration.wiring import build_problem, generator_problem, heldout_parameters
 from deepfusion.training.rundir import run_config, trained_model, training_time
 from deepfusion.configuration.inputs import InputError, check_output_file, require
 
@@ -35,9 +34,8 @@ def _check(args: argparse.Namespace) -> list[int]:
 def run(args: argparse.Namespace, comm) -> int:
     """The network's error and inference time, the classical sweep to equal accuracy, the report."""
     run_dir = Path(args.run_dir)
-    cfg = run_config(run_dir)
+    run_config(run_dir)  # "not a run directory" before anything else
     threads = _check(args)
-    params = heldout_parameters(cfg, args.samples)
     from deepfusion.parallel.runtime import apply_threads
 
     apply_threads(threads[0])  # before torch starts its thread pool
@@ -47,10 +45,11 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import against_floor, predict
 
     t0 = time.perf_counter()
-    _, model, path = trained_model(run_dir, args.checkpoint, warn)
+    run, model, path = trained_model(run_dir, args.checkpoint, warn)
     load_s = time.perf_counter() - t0
-    problem = build_problem(cfg)
-    generator = generator_problem(cfg, problem)  # the network's fields, with its coarse correction if it has one
+    cfg, problem = run.cfg, run.problem
+    params = run.heldout_first(args.samples)
+    generator = run.generator()  # the network's fields, with its coarse correction if it has one
     product = _product(problem, generator)
     for capability in ("reference", "floor", "classical"):
         require(problem, capability, "compare")

@@ -16,7 +16,6 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of
-    from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_fields
     from deepfusion.training.rundir import run_config
     from deepfusion.surrogate import Surrogate
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace, comm) -> int:
     seconds = time.perf_counter() - t0
     if comm.rank != 0:
         return 0
-    attrs = field_attrs(surrogate.config, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
+    attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
     problem = surrogate.problem
     out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
                        domain_of(problem, params), problem.unknowns, problem.vectors)

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, comm) -> int:
 
 def _domain(args: argparse.Namespace, cfg) -> tuple[int, ...] | None:
     """The domain split ``--memory-per-node`` asks for (None: the config's own, or none needed)."""
-    from deepfusion.configuration.wiring import training_bytes_per_sample
+    from deepfusion.configuration.memory import training_bytes_per_sample
     from deepfusion.jobs import JobError, size_domain
     from deepfusion.training.schedule import build_schedule
 

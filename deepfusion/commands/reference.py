@@ -22,7 +22,7 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of
     from deepfusion.configuration.config import family_table, load_config, parse_override
     from deepfusion.configuration.registry import FamilyError, family_class
-    from deepfusion.configuration.wiring import build_problem, field_attrs
+    from deepfusion.configuration.run import Run
     from deepfusion.files.fields import write_fields
 
     check_output_file(args.out)
@@ -39,7 +39,8 @@ def run(args: argparse.Namespace, comm) -> int:
     for text in args.set:
         if parse_override(text)[0] != table:
             raise InputError(f"--set {text}: reference takes the family's own keys only ({table}.KEY=VALUE)")
-    problem = build_problem(cfg)
+    run = Run.from_config(cfg)
+    problem = run.problem
     require(problem, "reference", "reference")
     with warnings.catch_warnings():  # a classical solve has no training range
         warnings.simplefilter("ignore", ParameterRangeWarning)
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace, comm) -> int:
     u = solve(params, progress=_progress)
     seconds = time.perf_counter() - t0
     # The file says which of the two it holds: the evaluation's truth or the family's same-grid reference.
-    attrs = field_attrs(cfg, "truth" if args.truth else "reference") | {"reference": name}
+    attrs = run.field_attrs("truth" if args.truth else "reference") | {"reference": name}
     out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
                        domain_of(problem, params), problem.unknowns, problem.vectors)
     n = len(params)

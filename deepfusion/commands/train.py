@@ -14,7 +14,7 @@ import numpy as np
 
 from deepfusion.commands import agree, warn
 from deepfusion.configuration.config import Config, defaults_notice, load_config, to_toml
-from deepfusion.configuration.wiring import build_model, build_problem, heldout_parameters, level_models, training_parameters
+from deepfusion.configuration.run import Run
 from deepfusion.training.rundir import initial_weights, resume_point, trained_seconds
 from deepfusion.configuration.inputs import InputError
 
@@ -65,10 +65,10 @@ def _setup_device(cfg: Config, comm) -> str:
     return device
 
 
-def _batch_warnings(cfg: Config, stages, params: np.ndarray, groups: int, key: str, unit: str = "rank") -> None:
+def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank") -> None:
     from deepfusion.parallel.partition import local_batch_size
 
-    test = heldout_parameters(cfg)
+    test, params = run.heldout, run.training
     rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
     overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
     if overlap.any():
@@ -119,15 +119,16 @@ def run(args: argparse.Namespace, comm) -> int:
     # refusal on any rank a refusal on all.
     resume_from, ckpt, extended = agree(comm, lambda: resume_point(run_dir, args.resume, cfg, warn if leader else say))
     torch.manual_seed(cfg.data.seed)
-    problem = build_problem(cfg)
+    run = Run.from_config(cfg)  # the family, its instances and levels, built once for the whole command
+    problem = run.problem
     clock = [0.0]  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
     device = _setup_device(cfg, comm)
-    model = build_model(cfg, problem)
+    model = run.build_model()
     init_from = None
     if args.init_from is not None and ckpt is None:
         init_from = agree(comm, lambda: initial_weights(Path(args.init_from), model, warn if leader else say))
     model = model.to(device)
-    params = agree(comm, lambda: _training_instances(cfg, problem))
+    params = agree(comm, lambda: _training_instances(run))
     start_step = ckpt.step if ckpt is not None else 0
     total = total_steps(cfg.train, stages)
     if ckpt is not None:
@@ -138,10 +139,10 @@ def run(args: argparse.Namespace, comm) -> int:
         # starts the metrics over; a resumed one drops lines past its checkpoint.
         truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
-        _batch_warnings(cfg, stages, params, groups, key, "rank" if domain is None else "data-parallel group")
+        _batch_warnings(run, stages, groups, key, "rank" if domain is None else "data-parallel group")
     ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, run_dir=run_dir,
                           config_text=to_toml(cfg), log=say)
-    _announce(cfg, args, ctx, problem, model, len(params), stages, (resume_from, ckpt, extended, init_from))
+    _announce(run, args, ctx, model, stages, (resume_from, ckpt, extended, init_from))
     if start_step >= total:
         say(f"the run is complete: {run_dir} finished its {total} steps ({resume_from}); nothing to train. "
             f"To train longer, give more epochs (--set train.epochs=N, or multigrid.epochs); evaluating it again")
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace, comm) -> int:
         try:
             with stop_on_signals() as stop:
                 result = train(model, problem, params, cfg.train, dataclasses.replace(ctx, stop=stop), resume=ckpt,
-                               stages=stages, level=level_models(cfg, model, clock))
+                               stages=stages, level=run.levels(model, clock))
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
@@ -186,23 +187,23 @@ def run(args: argparse.Namespace, comm) -> int:
         from deepfusion.analysis.inference import predict
 
         t0 = time.perf_counter()
-        fields = predict(model, problem, heldout_parameters(cfg), tiling=domain.tiling(problem.resolution))
+        fields = predict(model, problem, run.heldout, tiling=domain.tiling(problem.resolution))
         pred = (fields, time.perf_counter() - t0)
     if leader:
         from deepfusion.analysis.evaluate import evaluate_run
 
-        evaluate_run(cfg, problem, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
+        evaluate_run(run, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
                      pred=pred)
     return 0
 
 
-def _announce(cfg: Config, args: argparse.Namespace, ctx, problem, model, samples: int, stages,
-              start: tuple) -> None:
+def _announce(run: Run, args: argparse.Namespace, ctx, model, stages, start: tuple) -> None:
     """Rank 0's opening lines: the run, its schedule, defaults taken, where it starts from, the ranks.
     ``start`` is (checkpoint path, checkpoint, a longer schedule's line, --init-from's path)."""
     import torch
 
     resume_from, ckpt, extended, init_from = start
+    cfg, problem, samples = run.cfg, run.problem, len(run.training)
     say = ctx.log
     say(
         f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
@@ -226,10 +227,8 @@ def _announce(cfg: Config, args: argparse.Namespace, ctx, problem, model, sample
     if notice:
         say(notice)
     if cfg.model.coarse_correction:
-        from deepfusion.configuration.wiring import generator_problem
-
         say(f"coarse correction: the generator's field u~ becomes u~ - P A_c^-1 P^T g(u~), the energy's minimiser over "
-            f"u~ + range(P), P from {generator_problem(cfg, problem).coarse_text()} (model.coarse_correction = "
+            f"u~ + range(P), P from {run.generator().coarse_text()} (model.coarse_correction = "
             f"{cfg.model.coarse_correction}; at most half each level's intervals)")
     if len(visits) < len(stages):
         s = stages[-1]
@@ -263,11 +262,11 @@ def _out_of_memory_line(cfg: Config, comm, domain) -> str:
             f"activations (model.checkpoint_activations = true)")
 
 
-def _training_instances(cfg: Config, problem) -> np.ndarray:
+def _training_instances(run: Run) -> np.ndarray:
     """The training set, every instance of which the family finds valid (else one line naming the first)."""
-    params = training_parameters(cfg)
+    params = run.training
     try:
-        problem.check_instances(params)
+        run.problem.check_instances(params)
     except ValueError as e:
         raise InputError(f"data: the training set's {e} (the family's check_instances)") from None
     return params

@@ -34,10 +34,9 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     from deepfusion.analysis.compare import classical_sweep
     from deepfusion.analysis.equal_accuracy import cheapest
     from deepfusion.analysis.inference import relative_l2
-    from deepfusion.configuration.wiring import heldout_parameters
 
     problem = surrogate.problem
-    held = heldout_parameters(surrogate.config)[:4]
+    held = surrogate.run.heldout[:4]
     # Only the error is needed here: the reference, not the floor (compare reports that).
     truth = reference_cache.truth(problem, held)
     target = float(relative_l2(surrogate.fields(held), truth).mean())
@@ -52,7 +51,6 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.uq import draw_parameters, run_study
     from deepfusion.analysis.uq import summary as field_summary
-    from deepfusion.configuration.wiring import field_attrs
     from deepfusion.files.fields import write_statistics
     from deepfusion.training.rundir import run_config
     from deepfusion.surrogate import Surrogate
@@ -109,7 +107,7 @@ def run(args: argparse.Namespace, comm) -> int:
     nodes_inside = int(np.isfinite(mean if mean.ndim == len(surrogate.grid) else mean[0]).sum())
     fields = _per_field(fields, surrogate.problem.unknowns, len(surrogate.grid))
     summary["fields"] = field_summary(fields, surrogate.grid)
-    attrs = field_attrs(cfg, "diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
+    attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
                                            "distribution": args.distribution, "seed": args.seed,
                                            "std_divisor": "N - 1"}
     out = write_statistics(args.out, fields, surrogate.grid, {name: params}, attrs)

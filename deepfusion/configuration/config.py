@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.configuration.registry import DEFAULT_FAMILY
+from deepfusion.configuration.registry import DEFAULT_FAMILY, configured_family
 from deepfusion.configuration.schema import first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
 from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
@@ -207,7 +207,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
     resolution = tuple(cfg.problem.resolution)
     with _family_errors(family):
         family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
-        configured = family.from_options(cfg.family, resolution)  # the family as this run has it
+        configured = configured_family(cfg.problem.family, cfg.family, resolution)  # the family as the run has it
         _first_inputs(configured)
         _first_field(configured)
     try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)

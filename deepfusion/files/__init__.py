@@ -1,8 +1,5 @@
-"""What a run reads and writes: HDF5 checkpoints (atomic, verified), HDF5/XDMF field files, the run
-directory (its config, the checkpoint to continue from, what a continued run may change) and the
-plots.
+"""The file formats a run reads and writes: HDF5 checkpoints (atomic, verified), HDF5/XDMF field files and
+the plots. (The run directory's rules, what a continued run may change, are :mod:`deepfusion.training.rundir`'s.)
 
-May import: :mod:`deepfusion.configuration`, diffnet, and the schedule's pure functions
-(:mod:`deepfusion.training.schedule`: a continued run's schedule is compared with the saved one);
-never the training loop itself or the analysis.
+May import: diffnet's family protocol; nothing of the engine.
 """

@@ -7,7 +7,6 @@ Messages carry no key: each caller names its own (``parallel.domain``, ``--domai
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 __all__ = ["tile_bounds", "domain_splits"]

@@ -187,14 +187,15 @@ def _architecture(cfg: Config) -> tuple:
 
 
 def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Callable[[str], None] = lambda s: None):
-    """``(config, generator, checkpoint path)`` of a run directory or a checkpoint file.
+    """``(run, generator, checkpoint path)`` of a run directory or a checkpoint file (``run``: the
+    :class:`~deepfusion.configuration.run.Run` of its config, whose family built the generator).
 
     A run directory gives its ``config.toml`` and, unless ``checkpoint`` names one, its newest
     valid checkpoint (damaged ones are skipped with a line to ``warn``); a checkpoint file
     alone gives the config stored in it. The checkpoint must belong to the config's problem
     and model.
     """
-    from deepfusion.configuration.wiring import build_model, build_problem
+    from deepfusion.configuration.run import Run
     from deepfusion.files.checkpoint import latest_valid_checkpoint, load_checkpoint
 
     source = Path(source)
@@ -218,9 +219,10 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
             f"{list(saved.model.channels)} does not belong to this run ({cfg.problem.family} "
             f"{list(cfg.problem.resolution)} {cfg.model.name} {list(cfg.model.channels)}, or other problem settings)"
         )
-    model = build_model(cfg, build_problem(cfg))
+    run = Run.from_config(cfg)
+    model = run.build_model()
     ckpt.restore(model)
-    return cfg, model, path
+    return run, model, path
 
 
 def training_time(run_dir: Path) -> tuple[float | None, int | None]:
