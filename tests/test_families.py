@@ -9,6 +9,7 @@ import h5py
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -526,3 +527,40 @@ def test_the_two_species_family_trains_with_the_pages_winning_setting(tmp_path):
                    "--set", "output.plots=false", *sets, path=[tmp_path])
     assert proc.returncode == 0, proc.stderr
     assert "an exact coarse correction on 9x9" in proc.stdout and "the second stage takes it to" in proc.stdout
+
+
+@pytest.mark.filterwarnings("ignore:diffnet.*is deprecated:DeprecationWarning")  # asserted below, in a child
+def test_a_plugin_written_against_the_docs_of_before_the_subpackages_still_trains(tmp_path):
+    # tests/data/legacy: the tutorial's family as docs/families.md had it on 2026-11-26, its keys in an Options class
+    # and its imports from the flat module paths (diffnet.family, diffnet.energy, ...): it trains, infers and
+    # evaluates as before, and the old paths warn of their new homes.
+    legacy = ROOT / "tests" / "data" / "legacy"
+    quick = ["--set", "multigrid.epochs=[4,2]", "--set", "data.n_train=16", "--set", "data.n_test=2",
+             "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
+    proc = run_cli("train", str(legacy / "legacy_screened.toml"), "--out", str(tmp_path / "run"), *quick, path=[legacy])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert len(report["k"]) == 2 and report["ratio_to_floor"] > 1
+    done = subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", "import legacy_screened"],
+                          cwd=legacy, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "diffnet.family is deprecated: import from diffnet.protocol.family" in done.stderr
+
+
+def test_each_key_of_a_family_is_declared_once_on_its_field():
+    # A key is a field made with option(): Family.Options, from_options and docs/configuration.md read it there.
+    from deepfusion.configuration.registry import builtin_families, family_class
+    from diffnet.protocol.options import option_fields
+
+    for name in builtin_families():
+        cls = family_class(name)
+        keys = option_fields(cls)
+        options = cls.Options
+        assert [f.name for f in dataclasses.fields(options)] == list(keys), name
+        for f in dataclasses.fields(options):
+            assert (f.default, f.metadata["doc"]) == (keys[f.name].default, keys[f.name].metadata["doc"]), (name, f.name)
+        grid = (9,) * cls.dims
+        assert cls.from_options(options(), grid) == cls(grid)  # the defaults are the fields' own
+    assert family_class("burgers").from_options(family_class("burgers").Options(residual="conservative"), (9, 9)).stencil \
+        == "conservative"  # key= names the key where it is not the field's
+    for path in sorted((ROOT / "diffnet" / "problems").glob("*.py")):
+        assert not re.search(r"^class \w+Options\b", path.read_text(), re.M), path

@@ -209,7 +209,7 @@ def test_plate_trains_infers_and_polishes_to_its_floor(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         polished, inside = f["u"][0], f["inside"][0].astype(bool)
-    family = PlateWithHole((24, 24), sides=("u=1", "flux=-1", "flux=0", "flux=0"))
+    family = PlateWithHole((24, 24), x0="u=1", x1="flux=-1", y0="flux=0", y1="flux=0")
     np.testing.assert_allclose(polished, family.reference(row[None])[0], atol=1e-8)
     assert np.all(polished[~inside] == 0) and np.all(polished[:, 0] == 1.0)
 

@@ -8,7 +8,8 @@ import torch
 
 from diffnet.protocol.family import sample_box
 from diffnet.instances.kl import kl_basis
-from diffnet.problems.poisson import PoissonProblem, kl_modes, kl_roots
+from diffnet.instances.kl import kl_modes, kl_roots
+from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 
 
@@ -124,7 +125,7 @@ def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minim
     from diffnet.problems.kl_family import KLFamily
 
     q = 0.75
-    family = PoissonProblem((9, 13), sides=("u=1", f"flux={q}", "flux=0", "flux=0"))
+    family = PoissonProblem((9, 13), x0="u=1", x1=f"flux={q}", y0="flux=0", y1="flux=0")
     params = torch.zeros(2, 6, dtype=torch.float64)  # a = 0: nu = 1
     u = family.fem_system(params[0].numpy()).solve("direct")
     x = np.linspace(0.0, 1.0, 13)
@@ -136,9 +137,9 @@ def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minim
     grad = torch.autograd.grad(family.loss_terms(v, params)["energy"].sum(), v)[0]
     assert grad[:, :, 1:].abs().max() < 1e-12  # stationary on the free nodes
     # Dirichlet on y sides instead: the lift follows y, corners take the x sides' values.
-    other = PoissonProblem((5, 5), sides=("flux=0", "flux=0", "u=0", "u=2"))
+    other = PoissonProblem((5, 5), x0="flux=0", x1="flux=0", y0="u=0", y1="u=2")
     lift = other.field(torch.zeros(1, 1, 5, 5, dtype=torch.float64), params[:1])[0]
     torch.testing.assert_close(lift[:, 2], torch.linspace(0, 2, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="at least one side needs a Dirichlet value"):
-        PoissonProblem((5, 5), sides=("flux=1", "flux=0", "flux=0", "flux=0"))
+        PoissonProblem((5, 5), x0="flux=1", x1="flux=0", y0="flux=0", y1="flux=0")
     assert issubclass(PoissonProblem, KLFamily)

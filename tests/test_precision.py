@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from diffnet.backend.precision import _restore, no_tf32, set_tf32, tf32_state
 from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import KLFamily, PoissonProblem
+from diffnet.problems.kl_family import KLFamily
+from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
 from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
 

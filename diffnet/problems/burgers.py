@@ -15,7 +15,6 @@ from diffnet.discretisation.finite_volume import conservative_residual, implicit
 from diffnet.protocol.options import all_positive, interval, nonnegative, one_of, option, positive
 
 __all__ = [
-    "BurgersOptions",
     "BurgersProblem",
     "initial_condition",
     "first_shock_time",
@@ -33,13 +32,20 @@ def first_shock_time(c: float) -> float:
 
 
 @dataclass(frozen=True)
-class BurgersOptions:
-    """``[burgers]``: the Burgers family's keys."""
+class BurgersProblem(Family):
+    """The parametric Burgers family on a nodal (N_t, N_x) space-time grid, t_n = n T / (N_t - 1).
 
+    Its configuration keys ``[burgers]`` are the fields below (each :func:`~diffnet.protocol.options.option` says
+    what it means). The conservative residual is the implicit finite-volume scheme of
+    :mod:`diffnet.discretisation.finite_volume`, whose zero-residual field is the entropy-consistent discrete
+    solution (the right choice when nu = 0); the central ones are the pointwise PDE residual.
+    """
+
+    resolution: tuple[int, int]
     viscosity: float = option(0.01, "ν ≥ 0", nonnegative)
-    residual: str = option("sobel", "the loss: 3×3 central kernels with `sobel` (1,2,1) or `scharr` (3,10,3) weights, "
-                           "or `conservative` (an implicit finite-volume scheme; see docs/physics.md)",
-                           one_of("sobel", "scharr", "conservative"))
+    stencil: str = option("sobel", "the loss: 3×3 central kernels with `sobel` (1,2,1) or `scharr` (3,10,3) weights, "
+                          "or `conservative` (an implicit finite-volume scheme; see docs/physics.md)",
+                          one_of("sobel", "scharr", "conservative"), key="residual")
     scheme_order: int = option(2, "conservative residual: 1 (backward Euler, first-order states) or 2 (BDF2, minmod "
                                "MUSCL states)", lambda v: None if v in (1, 2) else "must be 1 or 2")
     flux: str = option("godunov", "conservative residual: `godunov` or `engquist_osher` numerical flux",
@@ -57,70 +63,14 @@ class BurgersOptions:
     test_c: tuple[float, ...] = option((3.3, 4.1, 4.77, 5.5, 5.9), "held-out c for the accuracy table (random "
                                        "draws when empty)", all_positive)
 
-
-@dataclass(frozen=True)
-class BurgersProblem(Family):
-    """The parametric Burgers family on a nodal (N_t, N_x) space-time grid.
-
-    Parameters
-    ----------
-    resolution : tuple[int, int]
-        (N_t, N_x) nodes including the boundary.
-    viscosity : float
-        nu >= 0.
-    t_final : float
-        T; t_n = n T / (N_t - 1).
-    stencil : {"sobel", "scharr", "conservative"}
-        The residual: central 3x3 kernels with Sobel or Scharr weights (pointwise PDE
-        residual), or the implicit conservative finite-volume scheme of
-        :mod:`diffnet.discretisation.finite_volume`, whose zero-residual field is the entropy-consistent
-        discrete solution (the right choice when nu = 0).
-    scheme_order : {1, 2}
-        Order of the conservative scheme.
-    flux : {"godunov", "engquist_osher"}
-        Numerical flux of the conservative scheme.
-    boundary : {"exact", "penalty"}
-        Impose the IC and BC by construction of the field, or by a penalty term.
-    penalty : float
-        Weight lambda of the boundary term when ``boundary == "penalty"``.
-    preconditioner : {"none", "implicit_diffusion"}
-        With the conservative residual: weight each residual row by the inverse of the
-        implicit diffusion operator, (I - nu dt D_xx)^-1, before squaring
-        (:func:`diffnet.discretisation.finite_volume.implicit_diffusion_inverse`).
-    c_range : tuple[float, float]
-        Training range of c; ``c_values`` a fixed list of training c (sampling "list"),
-        ``test_c`` the held-out values.
-    """
-
-    resolution: tuple[int, int]
-    viscosity: float = 0.01
-    t_final: float = 1.0 / 3.0
-    stencil: str = "sobel"
-    boundary: str = "exact"
-    penalty: float = 1.0
-    scheme_order: int = 2
-    flux: str = "godunov"
-    preconditioner: str = "none"
-    c_range: tuple[float, float] = (3.0, 6.0)
-    c_values: tuple[float, ...] = ()
-    test_c: tuple[float, ...] = (3.3, 4.1, 4.77, 5.5, 5.9)
-
     name = "burgers"
     smooth_error_lever = "burgers.preconditioner"  # the implicit-diffusion weighting of the residual
-    Options = BurgersOptions
     samplings = ("uniform", "random", "sobol", "list")
     in_channels = 3
     polish_step = "Newton sweep"  # one iteration of :meth:`polish`
 
     @classmethod
-    def from_options(cls, options: BurgersOptions, resolution: tuple[int, ...]) -> "BurgersProblem":
-        o = options
-        return cls(resolution=tuple(resolution), viscosity=o.viscosity, t_final=o.t_final, stencil=o.residual,
-                   scheme_order=o.scheme_order, flux=o.flux, preconditioner=o.preconditioner, boundary=o.boundary,
-                   penalty=o.penalty, c_range=tuple(o.c_range), c_values=tuple(o.c_values), test_c=tuple(o.test_c))
-
-    @classmethod
-    def check_options(cls, options: BurgersOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+    def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         if options.preconditioner != "none" and options.residual != "conservative":
             raise ValueError(f"preconditioner: applies to the conservative residual (residual = 'conservative'; "
                              f"got {options.residual!r})")

@@ -28,7 +28,7 @@ from diffnet.protocol.options import integer_in, interval, one_of, option, posit
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
 
-__all__ = ["ElasticityOptions", "Elasticity", "Elasticity3DOptions", "Elasticity3D"]
+__all__ = ["Elasticity", "Elasticity3D"]
 
 
 def _poisson_ratio(v: tuple[float, ...]) -> str | None:
@@ -39,11 +39,12 @@ def _poisson_ratio(v: tuple[float, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class ElasticityOptions:
-    """``[elasticity]``: the body's modulus and ratio, its sides, and the evaluation's reference."""
+class Elasticity(Family):
+    """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
+    resolution: tuple[int, ...]
     kl_terms: int = option(4, "m, KL terms of log E", integer_in(1, 64))
-    kl_eta: float = option(0.5, "correlation length η of log E", positive)
+    eta: float = option(0.5, "correlation length η of log E", positive, key="kl_eta")
     coeff_range: tuple[float, ...] = option((-1.5, 1.5), "range of each coefficient a_i of log E", interval)
     nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", _poisson_ratio)
     plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
@@ -55,22 +56,7 @@ class ElasticityOptions:
     truth_refine: int = option(4, "evaluation: the independent reference is the Q1 solution on a grid with this "
                                "many times the intervals (2..16)", integer_in(2, 16))
 
-
-@dataclass(frozen=True)
-class Elasticity(Family):
-    """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
-
-    resolution: tuple[int, ...]
-    kl_terms: int = 4
-    eta: float = 0.5
-    coeff_range: tuple[float, float] = (-1.5, 1.5)
-    nu_range: tuple[float, float] = (0.2, 0.4)
-    plane: str = "stress"
-    sides: tuple[str, ...] = ("u=0", "traction=0,-1", "free", "free")
-    truth_refine: int = 4
-
     name = "elasticity"
-    Options = ElasticityOptions
     in_channels = 4  # log E, nu, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
@@ -88,12 +74,10 @@ class Elasticity(Family):
         if not any(b.dirichlet for b in self.boundaries):
             raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
 
-    @classmethod
-    def from_options(cls, options: ElasticityOptions, resolution: tuple[int, ...]) -> "Elasticity":
-        o = options
-        return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
-                   nu_range=tuple(o.nu_range), plane=o.plane, truth_refine=o.truth_refine,
-                   sides=tuple(getattr(o, k) for k in SIDES[: 2 * cls.dims]))
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The box's conditions, x0, x1, y0, y1[, z0, z1]: the family's side fields (each a key of its own)."""
+        return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
 
     def describe(self) -> str:
         sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
@@ -234,32 +218,23 @@ class Elasticity(Family):
 
 
 @dataclass(frozen=True)
-class Elasticity3DOptions(ElasticityOptions):
-    """``[elasticity3d]``: as ``[elasticity]`` for a body on the unit cube, with the sides z = 0, 1 (``plane`` unused:
-    a 3-D body is its own model); the truth 2x finer (4x at 33^3 would be 129^3 x 3 = 6.4 M unknowns per instance)."""
+class Elasticity3D(Elasticity):
+    """Linear elasticity on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
 
+    # (plane unused: a 3-D body is its own model; the truth 2x finer: 4x at 33^3 would be 129^3 x 3 = 6.4 M
+    # unknowns per instance)
+    plane: str = option("strain", "unused in 3-D (\"strain\")", one_of("strain"))
     x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
                      vector_side_check(3))
     x1: str = option("traction=0,0,-1", "the side x = 1 (as x0)", vector_side_check(3))
     y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(3))
     y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(3))
-    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
-    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
-    plane: str = option("strain", "unused in 3-D (\"strain\")", one_of("strain"))
     truth_refine: int = option(2, "evaluation: the independent reference is the Q1 solution on a grid with this "
                                "many times the intervals (2..8)", integer_in(2, 8))
-
-
-@dataclass(frozen=True)
-class Elasticity3D(Elasticity):
-    """Linear elasticity on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
-
-    plane: str = "strain"
-    sides: tuple[str, ...] = ("u=0", "traction=0,0,-1", "free", "free", "free", "free")
-    truth_refine: int = 2
+    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
+    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
 
     name = "elasticity3d"
-    Options = Elasticity3DOptions
     dims = 3
     in_channels = 5  # log E, nu, and the three coordinates
     unknowns = ("u_x", "u_y", "u_z")

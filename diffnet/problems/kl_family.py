@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from diffnet.protocol.options import integer_in, interval, option, positive
 from diffnet.backend.precision import no_tf32
 from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
-__all__ = ["KLOptions", "KLFamily", "kl_log_field"]
+__all__ = ["KLFamily", "kl_log_field"]
 
 
 def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple[int, ...]) -> torch.Tensor:
@@ -41,19 +40,6 @@ def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple
 
 
 @dataclass(frozen=True)
-class KLOptions:
-    """``[poisson]``: the Karhunen-Loève diffusivity family and the evaluation's reference."""
-
-    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
-    kl_eta: float = option(0.5, "correlation length η (the roots ω_i are computed for any η)", positive)
-    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
-    # The independent reference is the Q1 FEM on a grid with this many times the intervals
-    # in each direction (its nodes include ours).
-    truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
-                               "times the intervals (2..16)", integer_in(2, 16))
-
-
-@dataclass(frozen=True)
 class KLFamily(Q1Classical, Family):
     """Diffusivities nu = exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k)) on a nodal grid of [0,1]^d,
     d = ``dims`` (2: (N_y, N_x); a subclass sets 3 for (N_z, N_y, N_x)).
@@ -66,15 +52,16 @@ class KLFamily(Q1Classical, Family):
     """
 
     resolution: tuple[int, ...]
-    kl_terms: int = 6
-    eta: float = 0.5
-    coeff_range: tuple[float, float] = (-3.0, 3.0)
-    constant: float = 0.0
-    truth_refine: int = 4
-    sides: tuple[str, ...] = ()  # the box's conditions, x0, x1, y0, y1[, z0, z1] (default: the family's own)
+    kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
+    eta: float = option(0.5, "correlation length η (the roots ω_i are computed for any η)", positive, key="kl_eta")
+    coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
+    # The independent reference is the Q1 FEM on a grid with this many times the intervals
+    # in each direction (its nodes include ours).
+    truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
+                               "times the intervals (2..16)", integer_in(2, 16))
+    constant: float = 0.0  # > 0: nu = constant in place of the KL family (not a key of its own)
 
     in_channels = 3  # log nu and the d coordinates
-    default_sides: ClassVar[tuple[str, ...]] = ()  # the family's conditions per side when a config names none
     polish_step = "V-cycle"  # one iteration of :meth:`polish`
     # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
     # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
@@ -116,23 +103,20 @@ class KLFamily(Q1Classical, Family):
         """``diffusivity`` in float64 numpy, for the reference solver."""
         return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
 
-    @classmethod
-    def from_options(cls, options: KLOptions, resolution: tuple[int, ...]) -> "KLFamily":
-        o = options
-        sides = tuple(getattr(o, k) for k in SIDES[: 2 * cls.dims] if hasattr(o, k))
-        return cls(resolution=tuple(resolution), kl_terms=o.kl_terms, eta=o.kl_eta, coeff_range=tuple(o.coeff_range),
-                   truth_refine=o.truth_refine, sides=sides, **cls._extra(o))
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The box's conditions, x0, x1, y0, y1[, z0, z1]: the family's side fields (each a key of its own)."""
+        return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
+
+    def default_sides(self) -> tuple[str, ...]:
+        """The conditions the family has when a configuration names none: its side fields' defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return tuple(defaults[k] for k in SIDES[: 2 * self.dims])
 
     @property
     def boundary(self) -> BoxBoundary:
         """The box's conditions per side (:mod:`diffnet.instances.boundary`)."""
-        texts = self.sides or self.default_sides
-        return BoxBoundary.of(dict(zip(SIDES, texts[: 2 * self.dims])), self.dims)
-
-    @staticmethod
-    def _extra(options) -> dict:
-        """Constructor arguments of a subclass's own keys."""
-        return {}
+        return BoxBoundary.of(dict(zip(SIDES, self.sides)), self.dims)
 
     def describe(self) -> str:
         if self.constant > 0:

@@ -23,9 +23,9 @@ from diffnet.discretisation.immersed import immersed_energy
 from diffnet.instances.kl import kl_modes
 from diffnet.protocol.options import integer_in, interval, option
 from diffnet.problems.immersed_family import ImmersedFamily
-from diffnet.problems.poisson import PoissonOptions, PoissonProblem
+from diffnet.problems.poisson import PoissonProblem
 
-__all__ = ["PlateOptions", "PlateWithHole"]
+__all__ = ["PlateWithHole"]
 
 
 def _hole_check(text: str) -> str | None:
@@ -36,8 +36,10 @@ def _hole_check(text: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class PlateOptions(PoissonOptions):
-    """``[plate]``: the KL diffusivity, the box's sides, the hole's ranges and condition, the reference."""
+class PlateWithHole(ImmersedFamily, PoissonProblem):
+    """-∇·(ν∇u) = 0 on the unit square minus a disc (the instance's last three entries: centre x, y and
+    radius), ν from the KL family (the first ``kl_terms`` entries), conditions per side of the square
+    (default u = 1 at x = 0, u = 0 at x = 1, insulated y sides) and on the hole (default insulated)."""
 
     hole_x: tuple[float, ...] = option((0.35, 0.65), "range of the hole's centre x", interval)
     hole_y: tuple[float, ...] = option((0.35, 0.65), "range of the hole's centre y", interval)
@@ -46,31 +48,13 @@ class PlateOptions(PoissonOptions):
     truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
                                "the grid (2..16)", integer_in(2, 16))
 
-
-@dataclass(frozen=True)
-class PlateWithHole(ImmersedFamily, PoissonProblem):
-    """-∇·(ν∇u) = 0 on the unit square minus a disc (the instance's last three entries: centre x, y and
-    radius), ν from the KL family (the first ``kl_terms`` entries), conditions per side of the square
-    (default u = 1 at x = 0, u = 0 at x = 1, insulated y sides) and on the hole (default insulated)."""
-
-    hole_x: tuple[float, float] = (0.35, 0.65)
-    hole_y: tuple[float, float] = (0.35, 0.65)
-    hole_r: tuple[float, float] = (0.1, 0.2)
-    hole: str = "flux=0"
-
     name = "plate"
-    Options = PlateOptions
     in_channels = 4  # log nu, the signed distance, y, x
     capabilities = ImmersedFamily.capabilities | {"input_fields"}
     tile_loss_terms = Family.tile_loss_terms  # the whole grid's loss from the gathered tiles
 
-    @staticmethod
-    def _extra(options: PlateOptions) -> dict:
-        return {"hole_x": tuple(options.hole_x), "hole_y": tuple(options.hole_y), "hole_r": tuple(options.hole_r),
-                "hole": options.hole}
-
     @classmethod
-    def check_options(cls, options: PlateOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+    def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
         for axis in ("x", "y"):
             lo, hi = getattr(options, f"hole_{axis}")

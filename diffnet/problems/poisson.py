@@ -11,27 +11,16 @@ import torch
 
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil
-from diffnet.instances.kl import kl_modes, kl_roots
 from diffnet.protocol.options import option
-from diffnet.problems.kl_family import KLFamily, KLOptions
+from diffnet.problems.kl_family import KLFamily
 from diffnet.solvers.fem import FEMSystem
 from diffnet.generators.tiling import element_sum
 
-__all__ = ["kl_roots", "kl_modes", "KLOptions", "PoissonOptions", "KLFamily", "PoissonProblem"]
-
-@dataclass(frozen=True)
-class PoissonOptions(KLOptions):
-    """``[poisson]``: the KL diffusivity family, the evaluation's reference and the condition on each side."""
-
-    x0: str = option("u=1", SIDE_DOC.format("x = 0"), side_check)
-    x1: str = option("u=0", SIDE_DOC.format("x = 1"), side_check)
-    y0: str = option("flux=0", SIDE_DOC.format("y = 0"), side_check)
-    y1: str = option("flux=0", SIDE_DOC.format("y = 1"), side_check)
-
+__all__ = ["PoissonProblem"]
 
 @dataclass(frozen=True)
 class PoissonProblem(KLFamily):
-    """-div(nu grad u) = 0 on [0,1]^d with a Dirichlet value or a flux on each side (``sides``, in the order
+    """-div(nu grad u) = 0 on [0,1]^d with a Dirichlet value or a flux on each side (keys
     x0, x1, y0, y1[, z0, z1]; default u = 1 at x = 0, u = 0 at x = 1, zero flux elsewhere).
 
     The field is the lift of the Dirichlet values (:meth:`diffnet.instances.boundary.BoxBoundary.lift`; 1 - x by
@@ -42,9 +31,12 @@ class PoissonProblem(KLFamily):
     would own the gradient.
     """
 
+    x0: str = option("u=1", SIDE_DOC.format("x = 0"), side_check)
+    x1: str = option("u=0", SIDE_DOC.format("x = 1"), side_check)
+    y0: str = option("flux=0", SIDE_DOC.format("y = 0"), side_check)
+    y1: str = option("flux=0", SIDE_DOC.format("y = 1"), side_check)
+
     name = "poisson"
-    Options = PoissonOptions
-    default_sides = ("u=1", "u=0", "flux=0", "flux=0", "flux=0", "flux=0")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,7 +46,7 @@ class PoissonProblem(KLFamily):
 
     def describe(self) -> str:
         text = super().describe()
-        return text if not self.sides or self.sides == self.default_sides[: 2 * self.dims] else \
+        return text if self.sides == self.default_sides() else \
             f"{text} {self.boundary.describe()}"
 
     def _energy(self, u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:

@@ -14,21 +14,9 @@ from dataclasses import dataclass
 
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.protocol.options import integer_in, option
-from diffnet.problems.poisson import PoissonOptions, PoissonProblem
+from diffnet.problems.poisson import PoissonProblem
 
-__all__ = ["KL3DOptions", "Poisson3D"]
-
-
-@dataclass(frozen=True)
-class KL3DOptions(PoissonOptions):
-    """``[poisson3d]``: the 3-D Karhunen-Loève diffusivity family, the evaluation's reference and the
-    condition on each side."""
-
-    # 2x finer in 3-D: 4x at 65^3 would be 257^3 = 17 M unknowns per instance.
-    truth_refine: int = option(2, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
-                               "times the intervals (2..8)", integer_in(2, 8))
-    z0: str = option("flux=0", SIDE_DOC.format("z = 0"), side_check)
-    z1: str = option("flux=0", SIDE_DOC.format("z = 1"), side_check)
+__all__ = ["Poisson3D"]
 
 
 @dataclass(frozen=True)
@@ -39,10 +27,13 @@ class Poisson3D(PoissonProblem):
     (S, N_z, N_y, N_x) in their place.
     """
 
-    truth_refine: int = 2
+    # 2x finer in 3-D: 4x at 65^3 would be 257^3 = 17 M unknowns per instance.
+    truth_refine: int = option(2, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
+                               "times the intervals (2..8)", integer_in(2, 8))
+    z0: str = option("flux=0", SIDE_DOC.format("z = 0"), side_check)
+    z1: str = option("flux=0", SIDE_DOC.format("z = 1"), side_check)
 
     name = "poisson3d"
-    Options = KL3DOptions
     dims = 3
     in_channels = 4
     reference_method = "gmg"  # FMG to a tenth of the discretisation error

@@ -11,11 +11,11 @@ import torch
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.discretisation.energy import reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.protocol.options import nonnegative, one_of, option
-from diffnet.problems.kl_family import KLFamily, KLOptions
+from diffnet.problems.kl_family import KLFamily
 from diffnet.solvers.fem import FEMSystem
 from diffnet.generators.tiling import element_sum
 
-__all__ = ["ReactionDiffusionOptions", "ReactionDiffusionProblem", "energy_scale"]
+__all__ = ["ReactionDiffusionProblem", "energy_scale"]
 
 
 def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
@@ -30,10 +30,16 @@ def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class ReactionDiffusionOptions(KLOptions):
-    """``[reaction_diffusion]``: the KL keys, a constant-diffusivity option, κ and f."""
+class ReactionDiffusionProblem(KLFamily):
+    """-div(nu grad u) + kappa^2 u = f with a Dirichlet value or a flux on each side (default u = 0 on every
+    side); nu from the KL family (or constant).
 
-    diffusivity: str = option("kl", "ν: the KL family, or `\"constant\"` (= `viscosity`)", one_of("kl", "constant"))
+    The loss is the Q1 energy integral [1/2 nu |grad u|^2 + 1/2 kappa^2 u^2 - f u],
+    divided per sample by :func:`energy_scale`; it is negative at the solution.
+    """
+
+    nu_model: str = option("kl", "ν: the KL family, or `\"constant\"` (= `viscosity`)", one_of("kl", "constant"),
+                           key="diffusivity")
     viscosity: float = option(0.01, "the constant ν with `diffusivity = \"constant\"`", nonnegative)
     kappa: float = option(1.0, "κ (reaction term κ²u)", nonnegative)
     source: float = option(1.0, "constant source f (non-zero)",
@@ -43,30 +49,15 @@ class ReactionDiffusionOptions(KLOptions):
     y0: str = option("u=0", SIDE_DOC.format("y = 0"), side_check)
     y1: str = option("u=0", SIDE_DOC.format("y = 1"), side_check)
 
-
-@dataclass(frozen=True)
-class ReactionDiffusionProblem(KLFamily):
-    """-div(nu grad u) + kappa^2 u = f with a Dirichlet value or a flux on each side (default u = 0 on every
-    side); nu from the KL family (or constant).
-
-    The loss is the Q1 energy integral [1/2 nu |grad u|^2 + 1/2 kappa^2 u^2 - f u],
-    divided per sample by :func:`energy_scale`; it is negative at the solution.
-    """
-
-    kappa: float = 1.0
-    source: float = 1.0
-
     name = "reaction_diffusion"
-    Options = ReactionDiffusionOptions
-    default_sides = ("u=0",) * 4
 
-    @staticmethod
-    def _extra(options: ReactionDiffusionOptions) -> dict:
-        return {"constant": options.viscosity if options.diffusivity == "constant" else 0.0, "kappa": options.kappa,
-                "source": options.source}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.nu_model == "constant":  # the key diffusivity = "constant": nu is viscosity everywhere
+            object.__setattr__(self, "constant", self.viscosity)
 
     @classmethod
-    def check_options(cls, options: ReactionDiffusionOptions, *, n_train: int, sampling: str,
+    def check_options(cls, options, *, n_train: int, sampling: str,
                       resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
         if options.diffusivity == "constant" and options.viscosity <= 0:

@@ -22,20 +22,9 @@ from diffnet.discretisation.immersed import immersed_energy
 from diffnet.protocol.options import integer_in, option, positive
 from diffnet.problems.immersed_family import ImmersedFamily
 
-__all__ = ["TorsionOptions", "StarTorsion"]
+__all__ = ["StarTorsion"]
 
 _CENTRE = (0.5, 0.5)
-
-
-@dataclass(frozen=True)
-class TorsionOptions:
-    """``[torsion]``: the star-shaped domains and the evaluation's reference."""
-
-    modes: int = option(3, "K: Fourier modes of the boundary (an instance is a_1..a_K, b_1..b_K)", integer_in(1, 8))
-    r0: float = option(0.3, "the star's mean radius r0 (its centre is (0.5, 0.5))", positive)
-    amplitude: float = option(0.08, "each coefficient's range [-A, A]", positive)
-    truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
-                               "the grid (2..16)", integer_in(2, 16))
 
 
 @dataclass(frozen=True)
@@ -43,19 +32,19 @@ class StarTorsion(ImmersedFamily, Family):
     """-Δu = 1 in a star-shaped domain of the unit square, u = 0 on its boundary; the instance is the shape."""
 
     resolution: tuple[int, int]
-    modes: int = 3
-    r0: float = 0.3
-    amplitude: float = 0.08
-    truth_refine: int = 4
+    modes: int = option(3, "K: Fourier modes of the boundary (an instance is a_1..a_K, b_1..b_K)", integer_in(1, 8))
+    r0: float = option(0.3, "the star's mean radius r0 (its centre is (0.5, 0.5))", positive)
+    amplitude: float = option(0.08, "each coefficient's range [-A, A]", positive)
+    truth_refine: int = option(4, "evaluation: the body-fitted (P1) reference's mesh is this many times finer than "
+                               "the grid (2..16)", integer_in(2, 16))
 
     name = "torsion"
-    Options = TorsionOptions
     in_channels = 3  # the signed distance, y, x
     dims = 2
     source = 1.0  # -Δu = 1; u = 0 on the star (cut_condition's default)
 
     @classmethod
-    def check_options(cls, options: TorsionOptions, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+    def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         spread = 2 * options.modes * options.amplitude
         if not (options.r0 * (1 - spread) > 0 and options.r0 * (1 + spread) < 0.5):
             raise ValueError(f"amplitude: with r0 = {options.r0} and {options.modes} modes the radius r0 (1 ± 2KA) "

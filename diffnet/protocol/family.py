@@ -1,14 +1,14 @@
 """The PDE-family protocol: what a parametric family gives the engine, and which optional parts it declares.
 
 A family is a frozen dataclass subclassing :class:`Family`, with a ``resolution`` field
-(the output grid's nodes per axis, boundary included) and its own configuration keys as
-an ``Options`` dataclass made of :func:`diffnet.protocol.options.option` fields. The engine (DeepFusion: training,
+(the output grid's nodes per axis, boundary included) and its own configuration keys as fields made
+with :func:`diffnet.protocol.options.option` (``Family.Options`` is read off them). The engine (DeepFusion: training,
 multigrid levels, checkpoints, inference, evaluation, ``compare``, ``uq``) talks to a
 family only through the members below; the built-in families (Burgers, Poisson,
 reaction-diffusion) are written against it exactly as a user's family is
 (docs/families.md is the tutorial).
 
-Required: ``name``, ``Options``, ``in_channels``, :meth:`Family.parameters`,
+Required: ``name``, ``in_channels``, :meth:`Family.parameters`,
 :meth:`Family.coordinates`, :meth:`Family.inputs`, :meth:`Family.field`,
 :meth:`Family.loss_terms`; :meth:`Family.check_instances` refuses ill-posed instances (default:
 non-finite ones). Optional parts are *declared* in ``capabilities`` (a command
@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from diffnet.protocol.capabilities import PROTOCOLS
+from diffnet.protocol.options import option_fields, options_class
 
 __all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "sample_box"]
 
@@ -185,6 +186,15 @@ def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: i
     raise ValueError(f"sampling {sampling!r} is not available for this family (uniform, random, sobol)")
 
 
+class _DeclaredKeys:
+    """``Family.Options``: the frozen dataclass of a family's configuration keys, read off the family's own fields
+    made with :func:`~diffnet.protocol.options.option` (:func:`~diffnet.protocol.options.options_class`); a family
+    that assigns its own ``Options`` class (the layout before 2026-11) keeps it."""
+
+    def __get__(self, instance: Any, owner: type) -> type:
+        return options_class(owner)
+
+
 class Family:
     """Base of every PDE family; see the module docstring for the protocol.
 
@@ -194,7 +204,8 @@ class Family:
         The family's name: the registry's key for built-in and entry-point families, and
         the name of its configuration table (``[name]``).
     Options : type
-        Frozen dataclass of the family's own configuration keys (fields from :func:`diffnet.protocol.options.option`).
+        Frozen dataclass of the family's own configuration keys, read off the family's fields made with
+        :func:`diffnet.protocol.options.option` (declared once, there; ``key=`` where a key's name is not its field's).
     in_channels : int
         Channels of the network input :meth:`inputs` builds.
     dims : int
@@ -214,7 +225,7 @@ class Family:
     """
 
     name: ClassVar[str]
-    Options: ClassVar[type]
+    Options: ClassVar[type] = _DeclaredKeys()
     in_channels: ClassVar[int]
     dims: ClassVar[int] = 2
     unknowns: ClassVar[tuple[str, ...]] = ("u",)
@@ -229,9 +240,13 @@ class Family:
     # -- construction from the configuration -------------------------------------------
     @classmethod
     def from_options(cls, options: Any, resolution: tuple[int, ...]) -> "Family":
-        """The family on ``resolution`` with the keys of its table; by default the Options
-        fields are the dataclass's own fields of the same names."""
-        return cls(resolution=tuple(resolution), **dataclasses.asdict(options))
+        """The family on ``resolution`` with the keys of its table: each key goes to the field that declares it
+        (:func:`~diffnet.protocol.options.option`, ``key=`` where the names differ); a family that declares its
+        own ``Options`` class gets them under the same names."""
+        fields = option_fields(cls)
+        values = {fields[k].name if k in fields else k: getattr(options, k) for k in (f.name for f in
+                                                                                     dataclasses.fields(options))}
+        return cls(resolution=tuple(resolution), **values)
 
     @classmethod
     def check_options(cls, options: Any, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:

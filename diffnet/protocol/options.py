@@ -1,23 +1,54 @@
-"""Declaring configuration keys: a family's ``Options`` (and the engine's own sections) are frozen
-dataclasses whose fields come from :func:`option`, each with a default, a one-line meaning
-and a check; docs/configuration.md is generated from them."""
+"""Declaring configuration keys, once: a family's keys are the fields of its own dataclass made with
+:func:`option` (each with a default, a one-line meaning and a check); the engine's sections are
+dataclasses of such fields too. :func:`options_class` reads a family's keys off its fields as the
+frozen dataclass ``Family.Options`` the configuration parses into, and ``Family.from_options`` hands
+them back to the fields; docs/configuration.md is generated from the same fields.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
 from dataclasses import field
 from typing import Any, Callable
 
-__all__ = ["option", "one_of", "positive", "nonnegative", "interval", "all_positive", "integer_in"]
+__all__ = ["option", "option_fields", "options_class", "one_of", "positive", "nonnegative", "interval",
+           "all_positive", "integer_in"]
 
 Check = Callable[[Any], "str | None"]
 
 
-def option(default: Any, doc: str, check: Check | None = None):
+def option(default: Any, doc: str, check: Check | None = None, *, key: str | None = None):
     """A configuration key: its default, its meaning (markdown, one line) and an optional
     ``check(value) -> error text or None``. The type comes from the field's annotation:
-    ``int``, ``float``, ``bool``, ``str`` or ``tuple[T, ...]`` of one of them (a TOML list)."""
-    return field(default=default, metadata={"check": check, "doc": doc})
+    ``int``, ``float``, ``bool``, ``str`` or ``tuple[T, ...]`` of one of them (a TOML list).
+    ``key``: the key's name in the configuration where it is not the field's (Burgers' field ``stencil``
+    is the key ``residual``)."""
+    return field(default=default, metadata={"check": check, "doc": doc, "key": key})
+
+
+def option_fields(cls: type) -> dict[str, dataclasses.Field]:
+    """The configuration keys a dataclass declares with :func:`option`, key -> its field, in field order."""
+    return {f.metadata.get("key") or f.name: f for f in dataclasses.fields(cls) if "doc" in f.metadata}
+
+
+@functools.cache
+def options_class(family: type) -> type:
+    """The frozen dataclass of ``family``'s configuration keys (``Family.Options``), read off its fields made
+    with :func:`option`: one field per key, with the field's type, default, meaning and check; its docstring
+    ``[name]: `` and the first sentence of the family's."""
+    hints = typing.get_type_hints(family)
+    keys = [(key, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+            for key, f in option_fields(family).items()]
+    options = dataclasses.make_dataclass(f"{family.__name__}Options", keys, frozen=True)
+    own = family.__dict__.get("__doc__") or ""  # its own docstring, not a base class's
+    summary = " ".join(own.split()).split(". ")[0].rstrip(".") or f"the {family.name} family's keys"
+    options.__doc__ = f"``[{family.name}]``: {summary}."
+    options.__module__ = family.__module__
+    options.__qualname__ = f"{family.__qualname__}.Options"
+    return options
 
 
 def one_of(*allowed: str) -> Check:

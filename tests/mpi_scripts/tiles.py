@@ -112,7 +112,7 @@ def main(comm, dtypes: set[str], device: str = "cpu") -> None:
         (PoissonProblem((32, 32)), kl(2)),
         (ReactionDiffusionProblem((16, 32)), kl(2)),
         # Per-side conditions: a lift in y, fluxes on two sides (their work summed over the tiles' nodes).
-        (PoissonProblem((32, 32), sides=("flux=0.5", "flux=-1", "u=0", "u=2")), kl(2)),
+        (PoissonProblem((32, 32), x0="flux=0.5", x1="flux=-1", y0="u=0", y1="u=2"), kl(2)),
         (BurgersProblem((16, 32), viscosity=0.01), torch.tensor([3.5, 5.0], dtype=torch.float64)),
         (Poisson3D((16, 16, 16)), kl(2)),
     ]

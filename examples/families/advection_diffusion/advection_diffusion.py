@@ -24,17 +24,6 @@ from diffnet import Family, ParameterSpec, interval, option, positive
 __all__ = ["AdvectionDiffusionOptions", "AdvectionDiffusion", "exact", "scheme_matrix"]
 
 
-@dataclass(frozen=True)
-class AdvectionDiffusionOptions:
-    """``[advection_diffusion]``: the pulse, the speeds and the diffusion."""
-
-    v_range: tuple[float, ...] = option((0.5, 1.5), "range of the speed v (> 0: x = 0 is the inflow)", interval)
-    epsilon: float = option(0.002, "diffusion ε", positive)
-    t_final: float = option(0.25, "T", positive)
-    x0: float = option(0.3, "initial centre of the pulse", positive)
-    width: float = option(0.07, "initial standard deviation s0 of the pulse", positive)
-
-
 def exact(v: float, t: np.ndarray, x: np.ndarray, eps: float, x0: float, s0: float) -> np.ndarray:
     """The whole-line solution on the (t, x) nodes, shape (len(t), len(x))."""
     s2 = s0 * s0 + 2.0 * eps * t[:, None]
@@ -70,15 +59,17 @@ def scheme_matrix(n: int, dx: float, v: float, eps: float, time_coefficient: flo
 
 @dataclass(frozen=True)
 class AdvectionDiffusion(Family):
+    """A Gaussian pulse carried at a parametric speed v and spread by a small diffusion on [0, 1] x [0, T]. Its keys
+    (``[advection_diffusion]``) are the fields made with ``option``."""
+
     resolution: tuple[int, ...]
-    v_range: tuple[float, ...] = (0.5, 1.5)
-    epsilon: float = 0.002
-    t_final: float = 0.25
-    x0: float = 0.3
-    width: float = 0.07
+    v_range: tuple[float, ...] = option((0.5, 1.5), "range of the speed v (> 0: x = 0 is the inflow)", interval)
+    epsilon: float = option(0.002, "diffusion ε", positive)
+    t_final: float = option(0.25, "T", positive)
+    x0: float = option(0.3, "initial centre of the pulse", positive)
+    width: float = option(0.07, "initial standard deviation s0 of the pulse", positive)
 
     name = "advection_diffusion"
-    Options = AdvectionDiffusionOptions
     in_channels = 4
     capabilities = frozenset({"reference", "floor", "classical"})
 

@@ -30,17 +30,6 @@ __all__ = ["CubicReactionOptions", "CubicReaction", "NewtonSolver"]
 _NODES = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 
-@dataclass(frozen=True)
-class CubicReactionOptions:
-    """``[cubic_reaction]``: the coefficient range, the source and the reference's refinement."""
-
-    coeff_range: tuple[float, ...] = option((-1.0, 1.0), "range of a1, a2 in nu = exp(a1 cos πx + a2 cos πy)",
-                                            interval)
-    source: float = option(30.0, "constant source f (> 0; the cubic term matters from f ≈ 10)", positive)
-    truth_refine: int = option(4, "the reference is the Newton solve on a grid this many times finer",
-                               integer_in(2, 8))
-
-
 class NewtonSolver:
     """Newton's method on the discrete energy of one instance on an n x n grid (numpy + scipy + pyamg).
 
@@ -109,13 +98,17 @@ class NewtonSolver:
 
 @dataclass(frozen=True)
 class CubicReaction(Family):
+    """-div(nu grad u) + u^3 = f on the unit square, u = 0 on its boundary. Its keys (``[cubic_reaction]``) are the
+    fields made with ``option``."""
+
     resolution: tuple[int, ...]
-    coeff_range: tuple[float, ...] = (-1.0, 1.0)
-    source: float = 30.0
-    truth_refine: int = 4
+    coeff_range: tuple[float, ...] = option((-1.0, 1.0), "range of a1, a2 in nu = exp(a1 cos πx + a2 cos πy)",
+                                            interval)
+    source: float = option(30.0, "constant source f (> 0; the cubic term matters from f ≈ 10)", positive)
+    truth_refine: int = option(4, "the reference is the Newton solve on a grid this many times finer",
+                               integer_in(2, 8))
 
     name = "cubic_reaction"
-    Options = CubicReactionOptions
     in_channels = 3
     # "precondition" with no hessian of its own: the engine reads the linearisation of this loss
     # off 9 Hessian-vector products (it couples each node to its 8 neighbours only).

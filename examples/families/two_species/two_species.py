@@ -11,13 +11,6 @@ from diffnet import (Family, ParameterSpec, at_gauss_points, dirichlet_energy, d
                      integer_in, option)
 
 
-@dataclass(frozen=True)
-class TwoSpeciesOptions:
-    """``[two_species]``: the reference's refinement."""
-
-    truth_refine: int = option(4, "the reference is the Q1 solve on a grid this many times finer", integer_in(2, 8))
-
-
 def q1_solve(k: float, c: float, n: int) -> np.ndarray:
     """The coupled Q1 solution (2, n, n): w = u1 + u2 and u1 - u2 decouple into -lap w + (k^2 -+ c) w = 1."""
     edge = np.ones((n, n), dtype=bool)
@@ -29,11 +22,13 @@ def q1_solve(k: float, c: float, n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TwoSpecies(Family):
+    """Two coupled screened species u1, u2 on the unit square, zero on its boundary. Its keys (``[two_species]``)
+    are the fields made with ``option``."""
+
     resolution: tuple[int, ...]
-    truth_refine: int = 4
+    truth_refine: int = option(4, "the reference is the Q1 solve on a grid this many times finer", integer_in(2, 8))
 
     name = "two_species"
-    Options = TwoSpeciesOptions
     in_channels = 4
     unknowns = ("u1", "u2")  # two output channels; field returns (S, 2, N_y, N_x)
     capabilities = frozenset({"reference", "floor", "precondition"})  # the Hessian: read off the loss by probes
