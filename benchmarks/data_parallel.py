@@ -74,9 +74,10 @@ def worker_deepfusion(case: str, threads: int, steps: int, gradsync: str = "buck
     """deepfusion's trainer on ``case``; samples/s after the warm-up, exposed communication per step
     (the time a step waits for its sums), and with ``bandwidth`` the flat Allreduce against a raw one;
     ``batch`` replaces the case's global batch."""
-    from deepfusion.configuration.config import ParallelConfig, TrainConfig
+    from deepfusion.configuration.schema import ParallelConfig, TrainConfig
     from deepfusion.parallel.comm import world
-    from deepfusion.training.trainer import TrainingContext, train
+    from deepfusion.training.context import TrainingContext
+    from deepfusion.training.trainer import train
 
     comm = world()
     problem, model, b = _setup(case, threads, batch)

@@ -49,11 +49,12 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     import numpy as np
     import torch
 
-    from deepfusion.configuration.config import ParallelConfig, TrainConfig
+    from deepfusion.configuration.schema import ParallelConfig, TrainConfig
     from deepfusion.configuration.registry import family_class
     from deepfusion.parallel.comm import world
     from deepfusion.parallel.halo import DomainSplit
-    from deepfusion.training.trainer import TrainingContext, train
+    from deepfusion.training.context import TrainingContext
+    from deepfusion.training.trainer import train
     from diffnet.generators.networks import UNet
 
     torch.set_num_threads(1)

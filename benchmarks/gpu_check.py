@@ -11,7 +11,7 @@ Sections (each one's failure is recorded in the summary, and the others still ru
 * ``environment``: torch, CUDA, the GPU's name, the TF32 settings torch obeys (``fp32_precision`` from
   torch 2.9 on), the MPI mpi4py is built on and the launcher :func:`~deepfusion.parallel.runtime.find_mpiexec`
   picks for it.
-* ``tests``: ``pytest -k "cuda or gpu"`` over the CUDA-facing test files (tests/test_cuda.py, test_precision.py,
+* ``tests``: ``pytest -k "cuda or gpu"`` over the CUDA-facing test files (tests/engine/test_cuda.py, test_precision.py,
   test_preconditioned.py, test_coarse.py): passed, failed, skipped, and the failures' names.
 * ``throughput``: samples/s of one rank's training step (forward, loss, backward, Adam) at the shipped
   configs' batch, for Poisson 128² (batch 32, single level) and 3-D Poisson 64³ (batch 8): the first stage
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TEST_FILES = ["tests/test_cuda.py", "tests/test_precision.py", "tests/test_preconditioned.py", "tests/test_coarse.py"]
+TEST_FILES = ["tests/engine/test_cuda.py", "tests/science/test_precision.py", "tests/science/test_preconditioned.py", "tests/science/test_coarse.py"]
 # (name, config, batch, overrides): the step as the shipped configs train it, on one level.
 CASES = [
     ("poisson128", "configs/poisson_128.toml", 32, ["multigrid.levels=[]"]),

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from deepfusion.commands import agree, warn
-from deepfusion.configuration.config import Config, defaults_notice, load_config, to_toml
+from deepfusion.configuration.schema import Config
+from deepfusion.configuration.config import defaults_notice, load_config, to_toml
 from deepfusion.configuration.run import Run
 from deepfusion.training.rundir import initial_weights, resume_point, trained_seconds
 from deepfusion.configuration.inputs import InputError
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.parallel.halo import DomainSplit, data_group
     from deepfusion.parallel.partition import local_batch_size
     from deepfusion.training.schedule import build_schedule, total_steps
-    from deepfusion.training.trainer import TrainingContext, TrainingDiverged, train
+    from deepfusion.training.context import TrainingContext
+    from deepfusion.training.recorder import TrainingDiverged
+    from deepfusion.training.trainer import train
 
     stages = build_schedule(cfg)
     try:

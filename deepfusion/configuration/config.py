@@ -13,21 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY, configured_family
-from deepfusion.configuration.schema import first_order, has_lbfgs
+from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
-from deepfusion.configuration.schema import (Config, ConfigError, DataConfig, ModelConfig, MultigridConfig, OutputConfig,
-                               ParallelConfig, ProblemConfig, TrainConfig)
 
 __all__ = [
-    "ConfigError",
-    "Config",
-    "ProblemConfig",
-    "DataConfig",
-    "ModelConfig",
-    "TrainConfig",
-    "ParallelConfig",
-    "OutputConfig",
-    "MultigridConfig",
     "load_config",
     "family_table",
     "config_from_dict",

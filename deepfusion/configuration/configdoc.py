@@ -2,7 +2,7 @@
 
     python -m deepfusion.configuration.configdoc > docs/configuration.md
 
-``tests/test_config.py`` fails when the file and the schema drift apart.
+``tests/engine/test_config.py`` fails when the file and the schema drift apart.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepfusion.configuration.config import Config
+from deepfusion.configuration.schema import Config
 
 __all__ = ["inference_bytes_per_sample", "training_bytes_per_sample"]
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from deepfusion.configuration.config import Config, family_table
+from deepfusion.configuration.schema import Config
+
+from deepfusion.configuration.config import family_table
 from deepfusion.configuration.registry import configured_family
 
 __all__ = ["Run", "HELDOUT_STREAM"]

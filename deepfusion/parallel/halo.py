@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from deepfusion.parallel.domain import domain_splits, tile_bounds
+from deepfusion.parallel.domain import tile_bounds
 from diffnet.generators.tiling import Tiling, grow
 
-__all__ = ["tile_bounds", "domain_splits", "domain_groups", "data_group", "MPITiling", "DomainSplit"]
+__all__ = ["domain_groups", "data_group", "MPITiling", "DomainSplit"]
 
 
 def domain_groups(comm, tiles: int):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from deepfusion.configuration.config import ParallelConfig
+from deepfusion.configuration.schema import ParallelConfig
 from deepfusion.parallel.halo import DomainSplit, data_group
 from deepfusion.training.signals import StopRequest
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepfusion.configuration.config import TrainConfig
+from deepfusion.configuration.schema import TrainConfig
 from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.parallel.gradsync import check_parameters
 from deepfusion.training.context import TrainingContext

@@ -9,7 +9,9 @@ import tomllib
 from pathlib import Path
 from typing import Callable
 
-from deepfusion.configuration.config import Config, ConfigError, TrainConfig, config_from_dict, family_table, load_config
+from deepfusion.configuration.schema import Config, ConfigError, TrainConfig
+
+from deepfusion.configuration.config import config_from_dict, family_table, load_config
 from deepfusion.configuration.schema import has_lbfgs
 from deepfusion.configuration.inputs import InputError
 from deepfusion.training.schedule import adam_steps, build_schedule, stage_at, total_steps

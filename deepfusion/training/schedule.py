@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepfusion.configuration.config import Config, TrainConfig
+from deepfusion.configuration.schema import Config, TrainConfig
 from deepfusion.configuration.schema import first_order, has_lbfgs
 from deepfusion.parallel.partition import steps_per_epoch
 

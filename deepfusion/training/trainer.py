@@ -12,18 +12,18 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from deepfusion.configuration.config import TrainConfig
+from deepfusion.configuration.schema import TrainConfig
 from deepfusion.configuration.schema import first_order
 from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.parallel.gradsync import GradSync, broadcast_parameters, check_parameters
 from deepfusion.parallel.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.training.context import TrainingContext
 from deepfusion.training.lbfgs_phase import lbfgs_phase
-from deepfusion.training.recorder import Recorder, TrainingDiverged, format_eta, stages_eta
+from deepfusion.training.recorder import Recorder, format_eta, stages_eta
 from deepfusion.training.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.training.stepper import make_local_step
 
-__all__ = ["Problem", "TrainingContext", "TrainingDiverged", "TrainResult", "learning_rate", "train"]
+__all__ = ["Problem", "TrainResult", "learning_rate", "train"]
 
 
 class Problem(Protocol):

@@ -6,7 +6,7 @@ instance is its 2K Fourier coefficients. The network reads the signed distance o
 coordinates); its field lives on the immersed Q1 space of the shape (:mod:`diffnet.discretisation.immersed`: cut-cell
 quadrature, Nitsche's boundary terms), whose minimiser is the floor; the truth is a body-fitted P1
 solve on a triangulation of the true shape (:mod:`diffnet.solvers.bodyfitted`). The torsion of a
-disc, u = (R² - r²)/4, is its closed-form check (tests/test_geometry.py).
+disc, u = (R² - r²)/4, is its closed-form check (tests/science/test_geometry.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     git worktree add /tmp/q1-before 224584a
     cd /tmp/q1-before && PYTHONPATH=. python /path/to/tests/data/q1_golden.py q1_golden.npz
 
-tests/test_q1_stack.py makes the same calls through today's API and compares.
+tests/science/test_q1_stack.py makes the same calls through today's API and compares.
 """
 import sys
 import numpy as np

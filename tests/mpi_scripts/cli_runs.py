@@ -1,4 +1,4 @@
-"""Several ``deepfusion`` commands in one MPI job (tests/conftest.py's ``run_cli_jobs``).
+"""Several ``deepfusion`` commands in one MPI job (tests/helpers.py's ``run_cli_jobs``).
 
 Run under mpiexec with a JSON file of argument lists and the path of a JSON report: every rank
 runs ``deepfusion.cli.main`` on each list in turn, as ``mpiexec -n P deepfusion ARGS`` would, its

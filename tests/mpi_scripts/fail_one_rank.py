@@ -4,9 +4,10 @@ an Allreduce; the whole job must end with a non-zero status and rank 1's message
 import numpy as np
 import torch
 
-from deepfusion.configuration.config import TrainConfig
+from deepfusion.configuration.schema import TrainConfig
 from deepfusion.parallel.comm import abort_on_error, world
-from deepfusion.training.trainer import TrainingContext, train
+from deepfusion.training.context import TrainingContext
+from deepfusion.training.trainer import train
 from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
 

@@ -1,0 +1,148 @@
+"""The Python API: ``Surrogate.load(run)(c=...)`` gives what ``deepfusion infer`` writes, in chunks, with
+the CLI's checks raised as InputError and a warning outside the training range."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import h5py
+import re
+
+import numpy as np
+import pytest
+
+from helpers import float32_atol, run_cli
+from deepfusion import InputError, ParameterRangeWarning, Surrogate
+from deepfusion.files.checkpoint import checkpoint_files
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_runs):
+    return tiny_runs
+
+
+def test_import_after_install_needs_no_torch():
+    code = "import sys; from deepfusion import Surrogate; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_fields_equal_infer_bitwise(runs, tmp_path):
+    c = [3.2, 4.0, 5.75]
+    proc = run_cli("infer", str(runs["burgers"]), *(a for v in c for a in ("--c", str(v))), "--out",
+                   str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    s = Surrogate.load(runs["burgers"])
+    with h5py.File(tmp_path / "u.h5") as f:
+        np.testing.assert_array_equal(s(c=c), f["u"][()])
+        assert f.attrs["checkpoint"] == str(s.checkpoint)
+    assert set(s.grid) == {"t", "x"} and s.grid["x"].shape == (16,)
+    assert s.parameter_range == (3.0, 6.0) and s.config.problem.family == "burgers"
+    # Loading the checkpoint file alone gives the same surrogate.
+    alone = Surrogate.load(checkpoint_files(runs["burgers"] / "checkpoints")[0])
+    np.testing.assert_array_equal(alone(c=c), s(c=c))
+
+
+@pytest.mark.float32
+def test_chunks_and_threads_give_the_same_fields(runs):
+    rng = np.random.default_rng(0)
+    coeffs = rng.uniform(-3, 3, size=(7, 6))
+    tiny = Surrogate.load(runs["poisson"], threads=1, memory_mb=1e-3)
+    whole = Surrogate.load(runs["poisson"], threads=2)  # last: the process keeps this machine's default
+    assert tiny.chunk == 1 and whole.chunk >= 7
+    u = whole(coeffs=coeffs)
+    assert u.shape == (7, 16, 16) and u.dtype == np.float64
+    # Other batch sizes and thread counts change only float32 rounding inside the network (conftest).
+    atol = float32_atol(runs["poisson"], np.abs(u).max())
+    np.testing.assert_allclose(tiny(coeffs=coeffs), u, rtol=0, atol=atol)
+    # One row, and fields of nu instead of KL rows, are accepted too.
+    np.testing.assert_allclose(whole(coeffs=coeffs[0]), u[:1], rtol=0, atol=atol)
+    nu = np.exp(rng.normal(size=(2, 16, 16)))
+    assert whole(nu=nu).shape == (2, 16, 16)
+    # Under the family's own name (the field files' dataset): a = the KL rows.
+    assert np.array_equal(whole(a=coeffs), whole(coeffs=coeffs))
+
+
+@pytest.mark.parametrize("run, kwargs, fragment", [
+    ("burgers", {"c": [-1.0]}, "c: instance 0: c = -1; every entry must be finite and > 0"),
+    ("burgers", {"c": [np.nan]}, "NaN or Inf"),
+    ("burgers", {"c": []}, "non-empty"),
+    ("burgers", {"coeffs": np.zeros((1, 6))}, "coeffs: this run's family (burgers) takes exactly one of c (the initial-condition"),
+    ("burgers", {"c": "four"}, "expected numbers"),
+    ("poisson", {"c": [4.0]}, "c: this run's family (poisson) takes exactly one of coeffs (rows of KL coefficients) or nu"),
+    ("poisson", {}, "this run's family (poisson) takes exactly one of coeffs"),
+    ("poisson", {"coeffs": np.zeros((2, 5))}, "coeffs: each instance must have shape (6,)"),
+    ("poisson", {"nu": np.ones((1, 8, 8))}, "the run's resolution"),
+    ("poisson", {"nu": -np.ones((1, 16, 16))}, "nu: nu must be > 0 everywhere"),
+    ("poisson", {"k": [1.0]}, "k: this run's family (poisson) takes its instances as a or nu"),
+    ("poisson", {"a": np.zeros((1, 6)), "coeffs": np.zeros((1, 6))}, "a: the instances are given twice (as a and as coeffs)"),
+    ("burgers", {"c": [4.0, 9.0], "a": [1.0]}, "a: this run's family (burgers) takes its instances as c"),
+])
+def test_bad_input_raises_input_error(runs, run, kwargs, fragment):
+    s = Surrogate.load(runs[run])
+    c = kwargs.pop("c", None)
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        s(c, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"device": "tpu"}, "device: must be"),
+    ({"threads": 0}, "threads: must be"),
+    ({"memory_mb": 0}, "memory_mb: must be > 0"),
+])
+def test_bad_load_options(runs, kwargs, fragment):
+    with pytest.raises(InputError, match=fragment):
+        Surrogate.load(runs["burgers"], **kwargs)
+
+
+def test_missing_run_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such run directory or checkpoint"):
+        Surrogate.load(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="not a run directory"):
+        Surrogate.load(tmp_path / "empty")
+
+
+def test_outside_the_training_range_warns(runs):
+    s = Surrogate.load(runs["burgers"])
+    with pytest.warns(ParameterRangeWarning, match=r"7 is outside the training range \[3, 6\]"):
+        s(c=[4.0, 7.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inside the range: no warning at all
+        s(c=[3.0, 6.0])
+    with pytest.warns(ParameterRangeWarning, match="outside the training range"):
+        Surrogate.load(runs["poisson"])(coeffs=np.full((1, 6), 3.5))
+
+
+def test_infer_warns_outside_the_range_on_one_line(runs, tmp_path):
+    proc = run_cli("infer", str(runs["burgers"]), "--c", "7", "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "deepfusion: warning: --c: 7 is outside the training range [3, 6]; " \
+                                  "the field is an extrapolation"
+    assert "1 field (16, 16)" in proc.stdout and "from checkpoint" in proc.stdout
+
+
+def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
+    """``polish=k``: k multigrid V-cycles from the network's fields; ``infer --polish k`` writes the same."""
+    s = Surrogate.load(runs["poisson"])
+    coeffs = np.random.default_rng(4).uniform(-3, 3, size=(2, 6))
+    fem = s.problem.reference(coeffs, method="direct")
+    distance = [np.abs(s(coeffs=coeffs, polish=k) - fem).max() for k in (0, 1, 3)]
+    assert distance[1] < 0.5 * distance[0] and distance[2] < 0.5 * distance[1]
+    np.save(tmp_path / "a.npy", coeffs)
+    proc = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "1",
+                   "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert "+ 1 polish iteration" in proc.stdout
+    with h5py.File(tmp_path / "u.h5") as f:
+        assert f.attrs["polish"] == 1
+        np.testing.assert_array_equal(f["u"][()], s(coeffs=coeffs, polish=1))
+    with pytest.raises(InputError, match="polish: must be an integer"):
+        s(coeffs=coeffs, polish=-1)
+    # The tiny Burgers run trained the central (Sobel) residual: no scheme to polish with.
+    with pytest.raises(InputError, match=r"the burgers family \(as configured\) does not declare the 'polish' capability"):
+        Surrogate.load(runs["burgers"])(c=[4.0], polish=1)
+    bad = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "-2",
+                  "--out", str(tmp_path / "v.h5"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["deepfusion: error: --polish: must be in 0..1000, got -2"]

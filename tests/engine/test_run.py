@@ -1,0 +1,62 @@
+"""The run built once (deepfusion.configuration.run.Run): one object from the configuration holds the family, its
+training and held-out instances and field attributes, and train, evaluate, diagnostics, compare, uq and the
+Surrogate take it instead of building the family again."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import PLAIN, ROOT
+
+from deepfusion.configuration.config import load_config
+from deepfusion.configuration.run import Run
+
+SMALL = [*PLAIN, "--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[17,33]",
+         "--set", "multigrid.epochs=[1,1]", "--set", "model.channels=[4,8]", "--set", "data.n_train=8",
+         "--set", "data.n_test=2", "--set", "train.batch_size=4", "--set", "output.plots=false",
+         "--set", "parallel.threads_per_rank=1"]
+
+
+def test_a_run_holds_its_family_and_instances_once():
+    cfg = load_config(ROOT / "configs" / "poisson.toml", [a for a in SMALL if a != "--set"])
+    run = Run.from_config(cfg)
+    assert Run.from_config(cfg).problem is run.problem  # the configuration's checks built it; the run takes it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.problem = None
+    np.testing.assert_array_equal(run.training, run.problem.sample(8, cfg.data.sampling, cfg.data.seed))
+    assert run.training is run.training and run.heldout is run.heldout  # drawn once
+    np.testing.assert_array_equal(run.heldout_first(1), run.heldout[:1])  # the stream's first rows
+    assert len(run.heldout_first(5)) == 5 and not np.isclose(run.heldout[:, None], run.training[None]).all(2).any()
+    assert run.on_grid((17, 17)) is run.on_grid((17, 17)) and run.on_grid((33, 33)) is run.problem
+    assert run.field_attrs("diffnet")["problem"] == "poisson" and run.field_attrs("diffnet")["source"] == "diffnet"
+
+
+# Counts every construction of the family through its options, by grid, over one whole `deepfusion train`
+# (configuration, training on two levels, the evaluation with its coarse imprint and estimate).
+_COUNTING = """
+import atexit, collections, sys
+from diffnet.problems.poisson import PoissonProblem
+built = collections.Counter()
+original = PoissonProblem.from_options.__func__
+def counted(cls, options, resolution):
+    built[tuple(resolution)] += 1
+    return original(cls, options, resolution)
+PoissonProblem.from_options = classmethod(counted)
+atexit.register(lambda: print("BUILT", sorted(built.items()), file=sys.stderr))
+from deepfusion.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_one_train_and_its_evaluation_build_the_family_once_per_grid(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _COUNTING, "train", str(ROOT / "configs" / "poisson.toml"),
+                           "--out", str(tmp_path / "run"), *SMALL], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "cosine with the coarse level's imprint" in done.stdout  # the diagnostics ran, on level 0's family
+    line = next(line for line in done.stderr.splitlines() if line.startswith("BUILT"))
+    assert line == "BUILT [((17, 17), 1), ((33, 33), 1)]"  # before the Run: six times on 33^2, three on 17^2

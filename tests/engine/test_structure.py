@@ -1,0 +1,257 @@
+"""The code's shape, checked: every module imports on its own in a fresh interpreter; no two modules
+and no two packages import each other, directly or around a loop, whether the import is at the top, inside a function
+(an import inside a function hides a cycle from the interpreter, not from the reader) or for types only
+(under TYPE_CHECKING); each of diffnet's subpackages imports only the floors below it; no engine
+function takes more than eight parameters (training state travels as one TrainingContext)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import ROOT
+
+PACKAGES = ("deepfusion", "diffnet")
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports anywhere in its text (the package a submodule
+    lives in excepted: importing a package's own ``__init__`` from inside it is not a loop)."""
+    modules = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(tree):  # type-only imports (under TYPE_CHECKING) count: a reader follows them too
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = owner(name)
+                if target and target != module and not module.startswith(target + "."):
+                    graph[module].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_checker_finds_a_cycle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_the_project_modules():
+    graph = import_graph()
+    assert len(graph) > 70 and graph["deepfusion.analysis.evaluate"] >= {"deepfusion.analysis.diagnostics", "deepfusion.analysis.inference"}
+    assert cycles(graph) == []
+
+
+def test_diffnet_never_imports_deepfusion():
+    graph = import_graph()
+    offenders = {m: sorted(t for t in targets if t.startswith("deepfusion"))
+                 for m, targets in graph.items() if m.startswith("diffnet")}
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    # One interpreter per module would cost a torch import each (~2 s); a module that needs another
+    # imported first fails here too, since each import below starts from the modules already loaded
+    # by nothing but itself: sys.modules is cleared of the project's modules between them.
+    script = (
+        "import importlib, sys\n"
+        f"names = {sorted(_modules())!r}\n"
+        "failed = []\n"
+        "for name in names:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] in ('deepfusion', 'diffnet')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {exc!r}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+MAX_PARAMETERS = 8
+
+
+def _parameter_counts(package: str) -> dict[str, int]:
+    counts = {}
+    for module, path in _modules().items():
+        if not module.startswith(package):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [
+                    x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                if names[:1] in (["self"], ["cls"]):
+                    names = names[1:]
+                counts[f"{module}.{node.name}:{node.lineno}"] = len(names)
+    return counts
+
+
+def test_no_engine_function_takes_more_than_eight_parameters():
+    counts = _parameter_counts("deepfusion")
+    assert counts["deepfusion.training.trainer.train:" + next(k.split(":")[1] for k in counts
+                                                     if k.startswith("deepfusion.training.trainer.train:"))] == 8
+    assert {k: n for k, n in counts.items() if n > MAX_PARAMETERS} == {}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the project's packages its modules import: a module of a subpackage counts as that
+    subpackage (``diffnet.multigrid``), a top-level module as itself (``deepfusion.surrogate``)."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        path = ROOT.joinpath(*parts[:2])
+        return ".".join(parts[:2]) if path.is_dir() or len(parts) <= 2 else module
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        graph.setdefault(package(module), set()).update(package(t) for t in targets)
+    return {p: {t for t in targets if t != p} for p, targets in graph.items()}
+
+
+def test_no_import_cycle_among_the_packages():
+    graph = package_graph()
+    assert {"diffnet.protocol", "diffnet.multigrid", "deepfusion.training", "deepfusion.files"} <= set(graph)
+    assert cycles(graph) == []
+
+
+# What each of diffnet's subpackages may import (docs/design.md draws it): the protocol, the torch backend
+# and the numpy grid on the ground floor, the built-in families on top.
+DIFFNET_LAYERS = {
+    "protocol": set(), "backend": set(), "grid": set(),
+    "instances": {"grid"},
+    "discretisation": {"backend", "grid", "instances"},
+    "multigrid": {"backend", "grid"},
+    "generators": {"backend", "grid", "multigrid"},
+    "solvers": {"grid", "instances", "discretisation"},
+    "problems": {"protocol", "backend", "grid", "instances", "discretisation", "multigrid", "generators", "solvers"},
+}
+
+
+def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
+    graph = package_graph()
+    subpackages = {p.name for p in (ROOT / "diffnet").iterdir() if (p / "__init__.py").exists()}
+    assert subpackages == set(DIFFNET_LAYERS)
+    beyond = {name: sorted(t.split(".", 1)[1] for t in graph[f"diffnet.{name}"] if t.startswith("diffnet.")
+                           and t.split(".", 1)[1] not in allowed)
+              for name, allowed in DIFFNET_LAYERS.items()}
+    assert {name: found for name, found in beyond.items() if found} == {}
+
+
+def test_the_module_paths_of_before_the_subpackages_still_import_with_a_deprecation():
+    # A plugin written against the flat diffnet of before (docs/families.md until 2026-11) still imports; the
+    # old path hands on the new module's objects (the same ones) and warns once.
+    import warnings
+
+    from diffnet._moved import MOVED
+
+    script = (
+        "import importlib, warnings, sys\n"
+        "warnings.simplefilter('error')\n"
+        "import diffnet\n"
+        "warnings.simplefilter('always')\n"
+        f"moved = {MOVED!r}\n"
+        "for old, new in moved.items():\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        module = importlib.import_module(old)\n"
+        "    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old\n"
+        "    for name in importlib.import_module(new).__all__:\n"
+        "        assert getattr(module, name) is getattr(importlib.import_module(new), name), (old, name)\n"
+        "from diffnet.energy import gauss_basis, dirichlet_energy\n"
+        "from diffnet.elasticity import lame\n"
+        "from diffnet.vcycle import probe_stencil\n"
+        "from diffnet.grid.element import gauss_basis as g\n"
+        "assert gauss_basis is g\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import diffnet  # noqa: F401  (importing the package itself warns of nothing)
+
+
+def test_every_public_name_has_one_import_path():
+    # A module's __all__ lists what it defines: no module hands on another's names (the packages' faces,
+    # `diffnet` and `deepfusion`, are the public surface and name the defining modules).
+    faces = {"diffnet", "deepfusion"}
+    foreign = {}
+    for module, path in _modules().items():
+        if module in faces:
+            continue
+        tree = ast.parse(path.read_text())
+        defined, listed = set(), []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = {t.id for t in targets if isinstance(t, ast.Name)}
+                defined |= names
+                if "__all__" in names:
+                    listed = list(ast.literal_eval(node.value))
+        if set(listed) - defined:
+            foreign[module] = sorted(set(listed) - defined)
+    assert foreign == {}

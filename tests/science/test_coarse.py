@@ -1,0 +1,333 @@
+"""The generator's exact coarse-space correction (diffnet/multigrid/coarse.py, ``model.coarse_correction``): the
+energy's minimiser over u~ + range(P), its gradient, the FEM solution left alone, and every command
+that runs a model running it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
+from deepfusion.parallel.runtime import find_mpiexec
+from diffnet.multigrid.hessian import hessian_of
+from diffnet.multigrid.coarse import CoarseCorrected, CoarseSpace, coarse_correction, coarse_grid
+from diffnet.problems.elasticity import Elasticity, Elasticity3D
+from diffnet.problems.plate import PlateWithHole
+from diffnet.problems.poisson import PoissonProblem
+from diffnet.problems.poisson3d import Poisson3D
+from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.problems.torsion import StarTorsion
+
+POISSON = str(ROOT / "configs" / "poisson.toml")
+RNG = np.random.default_rng(7)
+
+
+def _kl(family, n):
+    return torch.as_tensor(RNG.uniform(-3, 3, (n, 6)))
+
+
+def _drawn(family, n):
+    return torch.as_tensor(family.sample(n, "random", 3))
+
+
+def _dense_minimiser(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes: int) -> torch.Tensor:
+    """u~ + P c with c minimising the family's summed loss over the coarse space, by a dense Newton step in c
+    (autograd's Hessian in c; exact for a quadratic loss): an oracle that shares nothing with the code's A_c."""
+    space = CoarseSpace.build(family, u_tilde, params, nodes)
+    fields = tuple(u_tilde.shape[1 : u_tilde.ndim - len(family.resolution)])  # (C,) for C unknowns, () for one
+    coarse, grid = fields + coarse_grid(family.resolution, nodes), tuple(u_tilde.shape[1:])
+    n, out = int(np.prod(coarse)), []
+    for k in range(len(params)):
+        columns = []
+        for j in range(n):  # P's column j of sample k: the prolonged unit vector
+            e = torch.zeros(len(params), n, dtype=torch.float64)
+            e[k, j] = 1.0
+            columns.append(space.prolong(e.reshape(len(params), *coarse))[k].reshape(-1))
+        P = torch.stack(columns, 1)  # (fine nodes, coarse nodes)
+
+        def energy(c):
+            v = (u_tilde[k].reshape(-1) + P @ c).reshape(1, *grid)
+            return sum(t.sum() for t in family.loss_terms(v, params[k : k + 1]).values())
+
+        c0 = torch.zeros(n, dtype=torch.float64)
+        hessian = torch.autograd.functional.hessian(energy, c0)
+        gradient = torch.autograd.functional.jacobian(energy, c0)
+        used = P.abs().sum(0) > 0  # coarse nodes whose basis function lies on free nodes
+        c = torch.zeros(n, dtype=torch.float64)
+        c[used] = -torch.linalg.solve(hessian[used][:, used], gradient[used])
+        out.append((u_tilde[k].reshape(-1) + P @ c).reshape(grid))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("family, params, nodes", [
+    (PoissonProblem((20, 20)), _kl, 7),  # 19 intervals on 6: grids that do not nest
+    (PoissonProblem((17, 17)), _kl, 5),
+    (Poisson3D((11, 11, 11)), _kl, 4),
+    (ReactionDiffusionProblem((17, 17)), _drawn, 5),
+    (StarTorsion((24, 24)), _drawn, 7),  # a cut domain: nodes outside are fixed
+    (PlateWithHole((24, 24)), _drawn, 7),
+    (Elasticity((14, 13)), _drawn, 5),  # two unknowns: the block Hessian, P on each component
+    (Elasticity3D((7, 7, 6)), _drawn, 4),
+], ids=["poisson-20-7", "poisson-17-5", "poisson3d-11-4", "reaction_diffusion", "torsion", "plate", "elasticity",
+        "elasticity3d"])
+def test_the_correction_is_the_energys_minimiser_over_the_coarse_space(family, params, nodes):
+    p = params(family, 2)
+    raw = torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    u_tilde = family.field(raw, p)
+    corrected = coarse_correction(family, u_tilde, p, nodes)
+    expected = _dense_minimiser(family, u_tilde, p, nodes)
+    scale = float(expected.abs().max())
+    assert float((corrected - expected).abs().max()) <= 1e-10 * scale
+    assert not torch.allclose(corrected, u_tilde)  # it did something
+
+
+def _example_family(module: str, name: str):
+    """A family class of examples/families/MODULE, imported from its folder."""
+    sys.path.insert(0, str(ROOT / "examples" / "families" / module))
+    try:
+        return getattr(__import__(module), name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_a_nonlinear_loss_gets_one_coarse_newton_step():
+    family = _example_family("cubic_reaction", "CubicReaction")((17, 17))
+    p = _drawn(family, 2)
+    u_tilde = family.field(torch.randn(2, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(2)), p)
+    corrected = coarse_correction(family, u_tilde, p, 5)
+    expected = _dense_minimiser(family, u_tilde, p, 5)  # one Newton step in c, the exact Hessian
+    # The family's Hessian is probed by central differences: exact for a quadratic, O(step^2) for u^3.
+    assert float((corrected - expected).abs().max()) <= 1e-6 * float(expected.abs().max())
+
+
+def test_a_plugins_two_unknowns_take_the_probed_block_hessian():
+    # docs/families.md's two coupled species declare `precondition` and write no `hessian`: the default
+    # probes read the 2 x 2 block stencil off the loss, and the correction is the energy's coarse minimiser.
+    family = _example_family("two_species", "TwoSpecies")((13, 13))
+    p = torch.tensor([[2.0, 0.8], [7.0, 0.4]], dtype=torch.float64)
+    u_tilde = family.field(torch.randn(2, 2, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
+    assert not hasattr(family, "hessian")
+    stencil = hessian_of(family, u_tilde, p)
+    assert stencil.shape == (2, 2, 2, 9, 13, 13) and stencil[:, 0, 1].abs().max() > 0  # the species are coupled
+    corrected = coarse_correction(family, u_tilde, p, 5)
+    expected = _dense_minimiser(family, u_tilde, p, 5)
+    assert float((corrected - expected).abs().max()) <= 1e-9 * float(expected.abs().max())
+    fem = torch.as_tensor(family.reference(p.numpy()))  # and the grid's own solution is left alone
+    assert float((coarse_correction(family, fem, p, 5) - fem).abs().max()) <= 1e-10 * float(fem.abs().max())
+
+
+@pytest.mark.parametrize("family", [PoissonProblem((17, 17)), Poisson3D((9, 9, 9))], ids=["2-D", "3-D"])
+def test_the_fem_solution_is_left_unchanged(family):
+    p = _kl(family, 2)
+    fem = torch.as_tensor(family.reference(p.numpy(), method="direct"))
+    assert float((coarse_correction(family, fem, p, 5) - fem).abs().max()) <= 1e-12 * float(fem.abs().max())
+
+
+def test_the_gradient_is_the_transpose_of_the_corrections_jacobian():
+    family = PoissonProblem((7, 7))
+    p = _kl(family, 1)
+    u = family.field(torch.randn(1, 1, 7, 7, dtype=torch.float64), p).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v: coarse_correction(family, v, p, 4), (u,), eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+def test_through_the_energy_the_gradient_is_the_energys_at_the_corrected_field():
+    # P^T grad E(u) = 0 at the corrected u, so d E(u(u~)) / d u~ = grad E(u): no backward through the solve needed.
+    family = PoissonProblem((33, 33))
+    p = _kl(family, 3)
+    u_tilde = family.field(torch.randn(3, 1, 33, 33, dtype=torch.float64), p).requires_grad_(True)
+    corrected = coarse_correction(family, u_tilde, p, 9)
+    (through,) = torch.autograd.grad(family.loss_terms(corrected, p)["energy"].sum(), u_tilde)
+    at = corrected.detach().requires_grad_(True)
+    (direct,) = torch.autograd.grad(family.loss_terms(at, p)["energy"].sum(), at)
+    assert float((through - direct).abs().max()) <= 1e-12 * float(direct.abs().max())
+
+
+def test_a_float32_field_is_corrected_in_float64_and_returned_in_float32():
+    family = PoissonProblem((33, 33))
+    p = _kl(family, 2)
+    u64 = family.field(torch.randn(2, 1, 33, 33, dtype=torch.float64), p)
+    out = coarse_correction(family, u64.float(), p.float(), 9)
+    assert out.dtype == torch.float32
+    exact = coarse_correction(family, u64.float().double(), p.float().double(), 9)
+    # The same float64 computation from the same float32 inputs; only the result is rounded to float32.
+    assert float((out.double() - exact).abs().max()) <= 2**-23 * float(exact.abs().max())
+
+
+def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
+    family = PoissonProblem((17, 17))
+    wrapped = CoarseCorrected(family, family, 9)
+    p = _kl(family, 1)
+    from diffnet.multigrid.hessian import fixed_nodes
+
+    assert torch.equal(fixed_nodes(wrapped, p, torch.float64), fixed_nodes(family, p, torch.float64))
+    assert wrapped.name == "poisson" and wrapped.resolution == (17, 17) and wrapped.coarse_text() == "9x9"
+    assert wrapped.at_resolution((9, 9)).coarse_text() == "5x5"  # at most half the level's intervals
+    assert coarse_grid((128, 128), 17) == (17, 17) and coarse_grid((16, 16), 17) == (8, 8)
+    with pytest.raises(NotImplementedError, match="domain split"):
+        wrapped.tile_loss_terms(None, p, None)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["problem.family=burgers"], "model.coarse_correction: the coarse solve needs the loss's Hessian, and the burgers "
+                                 "family (as configured) does not declare the 'precondition' capability (its lever is "
+                                 "burgers.preconditioner); use 0"),
+    (["parallel.domain=[2]"], "model.coarse_correction: the coarse solve needs each sample whole"),
+    (["model.coarse_correction=2"], "model.coarse_correction: must be 0 (off) or at least 3"),
+])
+def test_what_cannot_take_the_correction_is_refused_in_one_line(tmp_path, overrides, message):
+    config = POISSON if "problem.family=burgers" not in overrides else str(ROOT / "configs" / "burgers.toml")
+    sets = [a for o in ["model.coarse_correction=9", "train.second_stage_epochs=0", "train.loss=family",
+                        *[x for x in overrides if not x.startswith("problem.family")]] for a in ("--set", o)]
+    proc = run_cli("train", config, "--out", str(tmp_path / "r"), *sets)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+# A two-level 17^2 Poisson run with the correction on 5^2 (9^2 capped at half of 8 intervals on the coarse level).
+RUN = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,2]",
+       "--set", "model.channels=[4,8]", "--set", "multigrid.top_channels=4", "--set", "data.n_train=16",
+       "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
+       "--set", "train.checkpoint_every=2", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
+       "--set", "model.coarse_correction=5", "--set", "train.loss=family", "--set", "train.second_stage_epochs=0"]
+
+
+@pytest.fixture(scope="module")
+def corrected_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("coarse") / "run"
+    proc = run_cli("train", POISSON, "--out", str(run_dir), *RUN)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, proc.stdout
+
+
+def test_training_reports_the_corrections_share_and_evaluates_its_fields(corrected_run):
+    run_dir, stdout = corrected_run
+    assert "coarse correction: the generator's field u~ becomes" in stdout and "P from 5x5" in stdout
+    assert "the coarse correction" in stdout.split("trained ", 1)[1].splitlines()[0]
+    assert "(an exact coarse correction on 5x5:" in stdout
+    from deepfusion import Surrogate
+    from deepfusion.analysis.inference import predict
+    import h5py
+
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        held, params = f["u"][()], f["a"][()]
+    surrogate = Surrogate.load(run_dir)
+    family = surrogate.problem
+    plain = predict(surrogate._model, family, params)  # the network's own field, uncorrected
+    expected = coarse_correction(family, torch.as_tensor(plain), torch.as_tensor(params), 5).numpy()
+    np.testing.assert_allclose(held, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    # The Python API runs it too (another thread count than the run's: float32 rounding apart, conftest).
+    np.testing.assert_allclose(surrogate.fields(params), held, rtol=0, atol=float32_atol(run_dir, np.abs(held).max()))
+    assert not np.allclose(plain, held, atol=1e-4)
+
+
+def test_infer_uq_compare_and_polish_run_the_corrected_generator(corrected_run, tmp_path):
+    run_dir, _ = corrected_run
+    import h5py
+
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        held, params = f["u"][()], f["a"][()]
+    np.save(tmp_path / "a.npy", params)
+    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "u.h5") as f:
+        np.testing.assert_allclose(f["u"][()], held, rtol=0, atol=float32_atol(run_dir, np.abs(held).max()))
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--polish", "1",
+                   "--out", str(tmp_path / "c.json"))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert [r["product"] for r in rows] == ["DiffNet + coarse solve (5x5)", "DiffNet + coarse solve (5x5) + 1 V-cycle"]
+    assert rows[0]["diffnet_error"] == pytest.approx(json.loads((run_dir / "eval.json").read_text())["mean_rel_l2"],
+                                                     rel=1e-6)
+    proc = run_cli("uq", str(run_dir), "--samples", "8", "--batch", "4", "--out", str(tmp_path / "s.h5"))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_preconditioned_loss_and_a_second_stage_compose_with_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("train", POISSON, "--out", str(run_dir), *RUN, "--set", "train.loss=preconditioned",
+                   "--set", "train.second_stage_epochs=2")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert np.isfinite(report["ratio_to_floor"]) and report["first_stage_ratio_to_floor"] > 0
+
+
+@pytest.mark.parametrize("config, extra", [
+    ("poisson3d.toml", ["--set", "problem.resolution=[9,9,9]", "--set", "multigrid.levels=[]", "--set",
+                        "model.channels=[4,8]", "--set", "model.coarse_correction=3"]),
+    ("reaction_diffusion.toml", ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[]"]),
+    ("torsion.toml", ["--set", "problem.resolution=[24,24]", "--set", "multigrid.levels=[]"]),
+    ("plate.toml", ["--set", "problem.resolution=[24,24]", "--set", "multigrid.levels=[]"]),
+])
+def test_every_capable_built_in_family_trains_with_it(tmp_path, config, extra):
+    quick = ["--set", "model.channels=[4,8]", "--set", "data.n_train=8", "--set", "train.batch_size=4",
+             "--set", "train.epochs=1", "--set", "data.n_test=1", "--set", "parallel.threads_per_rank=1",
+             "--set", "output.plots=false", "--set", "model.coarse_correction=5"]
+    proc = run_cli("train", str(ROOT / "configs" / config), "--out", str(tmp_path / "r"), *quick, *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "coarse correction: the generator's field" in proc.stdout
+    assert np.isfinite(json.loads((tmp_path / "r" / "eval.json").read_text())["ratio_to_floor"])
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
+def test_one_and_two_ranks_train_one_model_and_resume_bitwise(tmp_path):
+    from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
+
+    args = ["train", POISSON, *RUN, "--set", "train.dtype=float64"]
+    one = run_cli(*args, "--out", str(tmp_path / "p1"))
+    (two,) = run_cli_jobs(2, [*args, "--out", str(tmp_path / "p2")], timeout=250)
+    for proc in (one, two):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def final(run):
+        return load_checkpoint(checkpoint_files(run / "checkpoints")[0])
+
+    a, b = final(tmp_path / "p1"), final(tmp_path / "p2")
+    assert a.step == b.step == 8 and b.ranks == 2
+    assert max(float(np.abs(a.model[k] - b.model[k]).max()) for k in a.model) < 1e-9
+    # Resumed from the checkpoint inside the second level: bitwise the uninterrupted run.
+    for path in checkpoint_files(tmp_path / "p1" / "checkpoints"):
+        if load_checkpoint(path).step > 6:
+            path.unlink()
+    proc = run_cli(*args, "--out", str(tmp_path / "p1"))
+    assert proc.returncode == 0 and "(step 6)" in proc.stdout, proc.stderr
+    c = final(tmp_path / "p1")
+    assert all(np.array_equal(a.model[k], c.model[k]) for k in a.model)
+
+
+def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_path):
+    # docs/families.md's tutorial family with the 'precondition' capability declared and nothing else: its
+    # Hessian is probed from its loss (diffnet.multigrid.hessian), and the correction runs on every level.
+    from test_families import _tutorial
+
+    config = _tutorial(tmp_path)
+    (tmp_path / "capable.py").write_text("from screened_poisson import ScreenedPoisson\n\n\n"
+                                         "class Capable(ScreenedPoisson):\n"
+                                         "    capabilities = ScreenedPoisson.capabilities | {'precondition'}\n")
+    proc = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", 'problem.family="capable:Capable"',
+                   "--set", "multigrid.epochs=[2,1]", "--set", "data.n_train=16", "--set", "data.n_test=2",
+                   "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
+                   "--set", "model.coarse_correction=5", path=[tmp_path])
+    assert proc.returncode == 0, proc.stderr
+    assert "P from 5x5" in proc.stdout
+    assert np.isfinite(json.loads((tmp_path / "run" / "eval.json").read_text())["ratio_to_floor"])
+
+
+def test_a_constant_first_built_under_inference_mode_trains_afterwards():
+    # The coarse correction's fixed nodes evaluate the family's field, which keeps its lift and mask
+    # (diffnet.backend.constants); built first inside torch.inference_mode (an evaluation), they must still serve a
+    # later training step in the same process.
+    family = PoissonProblem((13, 11))
+    p = _kl(family, 2)
+    with torch.inference_mode():
+        coarse_correction(family, family.field(torch.zeros(2, 1, 13, 11, dtype=torch.float64), p), p, 5)
+    raw = torch.randn(2, 1, 13, 11, dtype=torch.float64, requires_grad=True)
+    family.loss_terms(coarse_correction(family, family.field(raw, p), p, 5), p)["energy"].sum().backward()
+    assert raw.grad is not None and torch.isfinite(raw.grad).all()
