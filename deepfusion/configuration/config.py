@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # The engine's own sections; the family's table (named after the family) is added per config.
-_SECTIONS: dict[str, type] = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+_SECTIONS: dict[str, type] = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family_keys"}
 _COMMON = tuple(f.name for f in dataclasses.fields(ProblemConfig))
 
 
@@ -195,8 +195,8 @@ def _cross_checks(cfg: Config, family: type) -> None:
                           f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
     resolution = tuple(cfg.problem.resolution)
     with _family_errors(family):
-        family.check_options(cfg.family, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
-        configured = configured_family(cfg.problem.family, cfg.family, resolution)  # the family as the run has it
+        family.check_options(cfg.family_keys, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
+        configured = configured_family(cfg.problem.family, cfg.family_keys, resolution)  # the family as the run has it
         _first_inputs(configured)
         _first_field(configured)
     try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
@@ -350,7 +350,7 @@ def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
                                   f"{problem.get('family', DEFAULT_FAMILY)!r}, whose keys go in [{family.name}])")
             raise ConfigError(f"{section}: unknown section (known: {', '.join(_SECTIONS)}, {family.name})")
         sections[section] = _build_section(section, values)
-    cfg = Config(**sections, family=_build_section(family.name, data[family.name], family.Options))
+    cfg = Config(**sections, family_keys=_build_section(family.name, data[family.name], family.Options))
     _cross_checks(cfg, family)
     return cfg
 
@@ -402,9 +402,9 @@ def defaults_notice(path: str | Path | None, overrides: list[str], cfg: Config) 
     table = family_table(cfg)
     given = set(data.get(table, {})) | {k for k in data.get("problem", {}) if k not in (*_COMMON, "name")}
     given |= {key for section, key, _ in map(parse_override, overrides) if section == table}
-    if given or cfg.family is None:
+    if given or cfg.family_keys is None:
         return ""
-    values = ", ".join(f"{f.name} = {toml_value(getattr(cfg.family, f.name))}" for f in dataclasses.fields(cfg.family))
+    values = ", ".join(f"{f.name} = {toml_value(getattr(cfg.family_keys, f.name))}" for f in dataclasses.fields(cfg.family_keys))
     return f"{table}: the config has no [{table}] table; the family's defaults: {values}"
 
 
@@ -433,7 +433,7 @@ def to_toml(cfg: Config) -> str:
     lines = []
     for section in ("problem", family_table(cfg), *list(_SECTIONS)[1:]):
         lines.append(f"[{section}]")
-        obj = cfg.family if section == family_table(cfg) else getattr(cfg, section)
+        obj = cfg.family_keys if section == family_table(cfg) else getattr(cfg, section)
         for f in dataclasses.fields(obj):
             lines.append(f"{f.name} = {toml_value(getattr(obj, f.name))}")
         lines.append("")

@@ -42,7 +42,7 @@ def markdown() -> str:
     from deepfusion.configuration.registry import builtin_families, family_class
     from deepfusion.configuration.schema import Config
 
-    engine = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+    engine = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family_keys"}
     families = {name: family_class(name).Options for name in builtin_families()}
     sections = {"problem": engine.pop("problem"), **families, **engine}
     out = [_INTRO]

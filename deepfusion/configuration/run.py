@@ -48,7 +48,7 @@ class Run:
     def from_config(cls, cfg: Config) -> "Run":
         """The run of ``cfg``: its family (``problem.family``, :mod:`deepfusion.configuration.registry`) with the
         keys of its table, on ``problem.resolution`` (the object the configuration's checks built)."""
-        return cls(cfg, configured_family(cfg.problem.family, cfg.family, tuple(cfg.problem.resolution)))
+        return cls(cfg, configured_family(cfg.problem.family, cfg.family_keys, tuple(cfg.problem.resolution)))
 
     def on_grid(self, resolution: tuple[int, ...]):
         """The family on another grid (a multigrid level's), built once per grid."""
@@ -56,7 +56,7 @@ class Run:
         if resolution == tuple(self.problem.resolution):
             return self.problem
         if resolution not in self._grids:
-            self._grids[resolution] = configured_family(self.cfg.problem.family, self.cfg.family, resolution)
+            self._grids[resolution] = configured_family(self.cfg.problem.family, self.cfg.family_keys, resolution)
         return self._grids[resolution]
 
     # -- instances ---------------------------------------------------------------------------------------
@@ -93,8 +93,8 @@ class Run:
         table as ``<family>.<key>``."""
         table = family_table(self.cfg)
         attrs = {"problem": table, "source": source}
-        for f in dataclasses.fields(self.cfg.family):
-            value = getattr(self.cfg.family, f.name)
+        for f in dataclasses.fields(self.cfg.family_keys):
+            value = getattr(self.cfg.family_keys, f.name)
             attrs[f"{table}.{f.name}"] = np.asarray(value, dtype=np.float64) if isinstance(value, tuple) else value
         return attrs
 

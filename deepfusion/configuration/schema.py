@@ -279,7 +279,7 @@ class Config:
     """The whole run configuration; every key has a default."""
 
     problem: ProblemConfig = field(default_factory=ProblemConfig)
-    family: Any = None  # the family's own keys (its Options dataclass; None: its defaults)
+    family_keys: Any = None  # the family's own keys, the table [<family name>] (its Options; None: its defaults)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -288,10 +288,10 @@ class Config:
     output: OutputConfig = field(default_factory=OutputConfig)
 
     def __post_init__(self) -> None:
-        if self.family is None:  # the family's defaults
+        if self.family_keys is None:  # the family's defaults
             from deepfusion.configuration.registry import family_class
 
-            object.__setattr__(self, "family", family_class(self.problem.family).Options())
+            object.__setattr__(self, "family_keys", family_class(self.problem.family).Options())
 
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections replaced."""

@@ -42,7 +42,7 @@ def config_differences(old: Config, new: Config) -> list[str]:
     out = []
     for section in old.__dataclass_fields__:
         a, b = getattr(old, section), getattr(new, section)
-        name = family_table(old) if section == "family" else section
+        name = family_table(old) if section == "family_keys" else section
         out += [f"{name}.{key}" for key in a.__dataclass_fields__ if getattr(a, key) != getattr(b, key)]
     return out
 
@@ -184,7 +184,7 @@ def _architecture(cfg: Config) -> tuple:
     """What a checkpoint's weights depend on: the problem, the model, the multigrid levels it deepened
     and whether it has a second stage."""
     mg = cfg.multigrid
-    return (cfg.problem, cfg.family, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
+    return (cfg.problem, cfg.family_keys, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
             cfg.train.second_stage_epochs > 0)
 
 

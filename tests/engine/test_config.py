@@ -21,10 +21,10 @@ def test_overrides_are_toml_literals(tmp_path):
     cfg = load_config(path, ["problem.resolution=[32,48]", "train.lr=1e-3", "output.plots=false",
                              "burgers.residual=scharr", "train.epochs=3"])
     assert cfg.problem.resolution == (32, 48)
-    assert cfg.family.viscosity == 0.02
+    assert cfg.family_keys.viscosity == 0.02
     assert cfg.train.lr == 1e-3 and cfg.train.epochs == 3
     assert cfg.output.plots is False
-    assert cfg.family.residual == "scharr"  # a bare word is a string
+    assert cfg.family_keys.residual == "scharr"  # a bare word is a string
 
 
 def test_parse_override_forms():
@@ -83,7 +83,7 @@ def test_flat_layout_of_earlier_versions_is_read():
     old = {"problem": {"name": "poisson", "resolution": [33, 33], "kl_terms": 4, "viscosity": 0.01, "t_final": 1.0},
            "data": {"sampling": "random"}}
     cfg = config_from_dict(old, saved=True)
-    assert cfg.problem.family == "poisson" and cfg.family.kl_terms == 4
+    assert cfg.problem.family == "poisson" and cfg.family_keys.kl_terms == 4
     with pytest.raises(ConfigError, match="problem.viscosity: not a key of"):
         config_from_dict(old)  # a user's file: another family's key is refused by name
     del old["problem"]["viscosity"], old["problem"]["t_final"]
@@ -136,7 +136,7 @@ def test_shipped_configs_load():
     for path in configs:
         load_config(path)  # raises ConfigError on an unknown key or an invalid value
     inviscid = load_config(configs[0].parent / "burgers_inviscid.toml")
-    assert (inviscid.family.viscosity, inviscid.family.residual, inviscid.family.scheme_order) == (0.0, "conservative", 2)
+    assert (inviscid.family_keys.viscosity, inviscid.family_keys.residual, inviscid.family_keys.scheme_order) == (0.0, "conservative", 2)
 
 
 def test_configuration_reference_is_generated_from_the_schema():
@@ -151,7 +151,7 @@ def test_configuration_reference_is_generated_from_the_schema():
     assert (ROOT / "docs" / "configuration.md").read_text() == markdown()
     from deepfusion.configuration.registry import builtin_families, family_class
 
-    sections = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family"}
+    sections = {k: v for k, v in typing.get_type_hints(Config).items() if k != "family_keys"}
     sections |= {name: family_class(name).Options for name in builtin_families()}
     for section, cls in sections.items():
         for f in dataclasses.fields(cls):
