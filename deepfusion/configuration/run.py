@@ -70,23 +70,24 @@ class Run:
     def heldout(self) -> np.ndarray:
         """The held-out instances: the family's own fixed set (e.g. ``burgers.test_c``), or else ``data.n_test``
         random draws from another stream than the training set's."""
-        return self.heldout_first(None)
-
-    def heldout_first(self, count: int | None) -> np.ndarray:
-        """The first ``count`` held-out instances (any number of random draws: the stream's first rows do not
-        depend on how many are drawn; at most the fixed set's size); all of them for None."""
         fixed = self.problem.fixed_heldout()
-        if fixed is not None:
-            if count is not None and count > len(fixed):
-                from deepfusion.configuration.inputs import InputError
+        return fixed if fixed is not None else self._random_heldout(self.cfg.data.n_test)
 
-                raise InputError(f"--samples: this run holds out {len(fixed)} instance{'s' if len(fixed) != 1 else ''} "
-                                 f"(its family's fixed held-out set); got {count}")
-            return fixed if count is None else fixed[:count]
-        if count is None and "heldout" in self.__dict__:
-            return self.heldout
-        return self.problem.sample(self.cfg.data.n_test if count is None else count, "random",
-                                   self.cfg.data.seed + HELDOUT_STREAM)
+    def heldout_first(self, count: int) -> np.ndarray:
+        """The first ``count`` held-out instances: of the fixed set (at most its size), or ``count`` random draws
+        (the stream's first rows do not depend on how many are drawn)."""
+        fixed = self.problem.fixed_heldout()
+        if fixed is None:
+            return self._random_heldout(count)
+        if count > len(fixed):
+            from deepfusion.configuration.inputs import InputError
+
+            raise InputError(f"--samples: this run holds out {len(fixed)} instance{'s' if len(fixed) != 1 else ''} "
+                             f"(its family's fixed held-out set); got {count}")
+        return fixed[:count]
+
+    def _random_heldout(self, count: int) -> np.ndarray:
+        return self.problem.sample(count, "random", self.cfg.data.seed + HELDOUT_STREAM)
 
     def field_attrs(self, source: str) -> dict:
         """Attributes of a field file: the family, where the fields come from, and every key of the family's

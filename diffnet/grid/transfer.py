@@ -42,12 +42,11 @@ def interpolation_matrix(n_in: int, n_out: int, align_corners: bool = True) -> n
         raise ValueError(f"need n_in, n_out >= 1, got {n_in}, {n_out}")
     if align_corners:
         left, w1 = interpolation_weights(n_out, n_in)
-        right = np.minimum(left + 1, n_in - 1)
     else:
         src = np.maximum((np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5, 0.0)
         left = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-        right = np.minimum(left + 1, n_in - 1)
         w1 = src - left
+    right = np.minimum(left + 1, n_in - 1)
     m = np.zeros((n_out, n_in))
     np.add.at(m, (np.arange(n_out), left), 1.0 - w1)
     np.add.at(m, (np.arange(n_out), right), w1)

@@ -15,13 +15,14 @@ weights of the side's grid).
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["SIDES", "SIDE_DOC", "VECTOR_SIDE_DOC", "Side", "parse_side", "side_check", "parse_vector_side",
+__all__ = ["SIDES", "SideFields", "SIDE_DOC", "VECTOR_SIDE_DOC", "Side", "parse_side", "side_check", "parse_vector_side",
            "vector_side_check", "BoxBoundary", "component_boundaries"]
 
 SIDES = ("x0", "x1", "y0", "y1", "z0", "z1")
@@ -30,6 +31,21 @@ _FORM = re.compile(r"^\s*(u|flux)\s*=\s*([-+0-9.eE]+)\s*$")
 VECTOR_SIDE_DOC = ("the side {}: \"u=VALUE\" or \"u=V_X,V_Y[,V_Z]\" (held displacement), \"traction=T_X,T_Y[,T_Z]\" "
                    "(surface load), \"free\"")
 _VECTOR_FORM = re.compile(r"^\s*(u|traction)\s*=\s*(.+)$")
+
+
+class SideFields:
+    """Mixed into a family on the unit box whose conditions are its fields x0, x1, y0, y1[, z0, z1] (each a key of
+    its own, made with :func:`~diffnet.protocol.options.option`)."""
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The box's conditions in the order of :data:`SIDES`, as many as the grid has sides."""
+        return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
+
+    def default_sides(self) -> tuple[str, ...]:
+        """The conditions the family has when a configuration names none: its side fields' defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return tuple(defaults[k] for k in SIDES[: 2 * self.dims])
 
 
 @dataclass(frozen=True)

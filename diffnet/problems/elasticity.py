@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.instances.boundary import SIDES, component_boundaries, vector_side_check
+from diffnet.instances.boundary import SIDES, SideFields, component_boundaries, vector_side_check
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.backend.constants import constant
 from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
@@ -39,7 +39,7 @@ def _poisson_ratio(v: tuple[float, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Elasticity(Family):
+class Elasticity(SideFields, Family):
     """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -73,11 +73,6 @@ class Elasticity(Family):
                              f"each, got {list(self.resolution)}")
         if not any(b.dirichlet for b in self.boundaries):
             raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
-
-    @property
-    def sides(self) -> tuple[str, ...]:
-        """The box's conditions, x0, x1, y0, y1[, z0, z1]: the family's side fields (each a key of its own)."""
-        return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
 
     def describe(self) -> str:
         sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.instances.boundary import SIDES, BoxBoundary
+from diffnet.instances.boundary import SIDES, BoxBoundary, SideFields
 from diffnet.solvers.classical import Q1Classical
 from diffnet.backend.constants import constant
 from diffnet.protocol.family import Family, ParameterSpec
@@ -40,7 +40,7 @@ def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple
 
 
 @dataclass(frozen=True)
-class KLFamily(Q1Classical, Family):
+class KLFamily(SideFields, Q1Classical, Family):
     """Diffusivities nu = exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k)) on a nodal grid of [0,1]^d,
     d = ``dims`` (2: (N_y, N_x); a subclass sets 3 for (N_z, N_y, N_x)).
 
@@ -59,7 +59,7 @@ class KLFamily(Q1Classical, Family):
     # in each direction (its nodes include ours).
     truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
                                "times the intervals (2..16)", integer_in(2, 16))
-    constant: float = 0.0  # > 0: nu = constant in place of the KL family (not a key of its own)
+    constant: float = 0.0  # > 0: nu = constant in place of the KL family (not a key of its own; see nu_constant)
 
     in_channels = 3  # log nu and the d coordinates
     polish_step = "V-cycle"  # one iteration of :meth:`polish`
@@ -104,14 +104,9 @@ class KLFamily(Q1Classical, Family):
         return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
 
     @property
-    def sides(self) -> tuple[str, ...]:
-        """The box's conditions, x0, x1, y0, y1[, z0, z1]: the family's side fields (each a key of its own)."""
-        return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
-
-    def default_sides(self) -> tuple[str, ...]:
-        """The conditions the family has when a configuration names none: its side fields' defaults."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return tuple(defaults[k] for k in SIDES[: 2 * self.dims])
+    def nu_constant(self) -> float:
+        """nu where it is one constant (> 0) in place of the KL family, else 0."""
+        return self.constant
 
     @property
     def boundary(self) -> BoxBoundary:
@@ -119,8 +114,8 @@ class KLFamily(Q1Classical, Family):
         return BoxBoundary.of(dict(zip(SIDES, self.sides)), self.dims)
 
     def describe(self) -> str:
-        if self.constant > 0:
-            return f"nu={self.constant}"
+        if self.nu_constant > 0:
+            return f"nu={self.nu_constant}"
         return f"nu=KL(m={self.kl_terms}, eta={self.eta}, a in {list(self.coeff_range)})"
 
     @property
@@ -137,8 +132,8 @@ class KLFamily(Q1Classical, Family):
         """Nodal nu, shape (S, *resolution), for coefficient rows (S, m) or nu fields (S, *resolution)."""
         if params.ndim == 1 + self.dims:
             return params
-        if self.constant > 0:
-            return torch.full((params.shape[0], *self.resolution), self.constant, dtype=params.dtype, device=params.device)
+        if self.nu_constant > 0:
+            return torch.full((params.shape[0], *self.resolution), self.nu_constant, dtype=params.dtype, device=params.device)
         return torch.exp(kl_log_field(params, self.eta, self.kl_terms, self.resolution))
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:

@@ -51,10 +51,10 @@ class ReactionDiffusionProblem(KLFamily):
 
     name = "reaction_diffusion"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.nu_model == "constant":  # the key diffusivity = "constant": nu is viscosity everywhere
-            object.__setattr__(self, "constant", self.viscosity)
+    @property
+    def nu_constant(self) -> float:
+        """``viscosity`` with the key diffusivity = "constant"; else the KL family's (``constant``, 0 by default)."""
+        return self.viscosity if self.nu_model == "constant" else self.constant
 
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str,

@@ -243,10 +243,9 @@ class Family:
         """The family on ``resolution`` with the keys of its table: each key goes to the field that declares it
         (:func:`~diffnet.protocol.options.option`, ``key=`` where the names differ); a family that declares its
         own ``Options`` class gets them under the same names."""
-        fields = option_fields(cls)
-        values = {fields[k].name if k in fields else k: getattr(options, k) for k in (f.name for f in
-                                                                                     dataclasses.fields(options))}
-        return cls(resolution=tuple(resolution), **values)
+        field_of = {key: f.name for key, f in option_fields(cls).items()}
+        return cls(resolution=tuple(resolution), **{field_of.get(f.name, f.name): getattr(options, f.name)
+                                                    for f in dataclasses.fields(options)})
 
     @classmethod
     def check_options(cls, options: Any, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
