@@ -102,9 +102,10 @@ class Surrogate:
 
     @property
     def parameter_name(self) -> str:
-        """The keyword the family's instances go by: ``"c"`` (a scalar parameter, e.g. Burgers) or
-        ``"coeffs"`` (rows, e.g. KL coefficients; a family with a field input takes ``nu`` too)."""
-        return "c" if self.problem.parameters.shape == () else "coeffs"
+        """The keyword the family's instances go by, its parameter's own name (:class:`~diffnet.protocol.family.ParameterSpec`):
+        ``"c"`` for Burgers, ``"a"`` for the KL families' coefficient rows, ``"hole"`` for a plugin's; ``surrogate(**{name:
+        rows})`` solves them (``c=`` and ``coeffs=`` are accepted too, and ``nu=`` where the family takes fields)."""
+        return self.problem.parameters.name
 
     @property
     def parameter_range(self) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
@@ -113,20 +114,22 @@ class Surrogate:
         spec = self.problem.parameters
         return spec.bounds() if spec.per_entry else (spec.low, spec.high)
 
-    def instances(self, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
-        """The checked instance array the fields are computed from (see the class docstring)."""
-        return instance_parameters(self.problem, c=c, coeffs=coeffs, nu=nu, names=names)
-
-    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, **named) -> np.ndarray:
-        """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
-        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``)."""
+    def instances(self, c=None, coeffs=None, nu=None, **named) -> np.ndarray:
+        """The checked instance array the fields are computed from, given as ``c``, ``coeffs`` or ``nu``, or under
+        the family's own names (:attr:`parameter_name`, e.g. ``hole=rows``; its field input's, e.g. ``nu=``); see the
+        class docstring. Instances outside the family's physical limits raise :class:`InputError`."""
         keywords, names = by_name(self.problem, named)
         generic = {"c": c, "coeffs": coeffs, "nu": nu}
         for key, value in keywords.items():
             if generic[key] is not None:
                 raise InputError(f"{names[key]}: the instances are given twice (as {names[key]} and as {key})")
             generic[key] = value
-        return self.fields(self.instances(**generic, names=names), polish=polish)
+        return instance_parameters(self.problem, **generic, names=names)
+
+    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, **named) -> np.ndarray:
+        """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
+        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``)."""
+        return self.fields(self.instances(c, coeffs=coeffs, nu=nu, **named), polish=polish)
 
     def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.
@@ -142,7 +145,7 @@ class Surrogate:
         conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
         the pure network (polish = 0).
         """
-        from deepfusion.analysis.inference import predict
+        from deepfusion.analysis.inference import on_domain, predict
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
@@ -150,7 +153,7 @@ class Surrogate:
         if polish:
             require(self.problem, "polish", "polish")
             try:
-                u = self.problem.polish(params, u, int(polish))
+                u = on_domain(self.problem, params, self.problem.polish(params, u, int(polish)))
             except ValueError as e:
                 raise InputError(str(e)) from None
         return u

@@ -15,7 +15,13 @@ import sys
 import types
 import warnings
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "MovedPathWarning", "install"]
+
+
+
+class MovedPathWarning(DeprecationWarning):
+    """An old module path imported (the ``deepfusion`` command shows it once, as one line)."""
+
 
 # old module -> the module that holds its names now
 MOVED = {
@@ -59,7 +65,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         warnings.warn(f"{spec.name} is deprecated: import from {MOVED[spec.name]} (or diffnet's top-level names)",
-                      DeprecationWarning, stacklevel=2)
+                      MovedPathWarning, stacklevel=2)
         module = _Old(spec.name, f"Deprecated path of :mod:`{MOVED[spec.name]}`.")
         module.__all__ = list(getattr(importlib.import_module(MOVED[spec.name]), "__all__", [])) + \
             list(_ELSEWHERE.get(spec.name, {}))

@@ -51,14 +51,17 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
 def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
     """Every instance solved by (method, grid), timed on its own grid (the best of repeats, each building
-    the instance's set-up afresh: the family's ``clear_caches``), then carried onto the network's nodes."""
+    the instance's set-up afresh: the family's ``clear_caches``), then carried onto the network's nodes (inside
+    each instance's domain, for a family with one: the nodes its errors are measured at)."""
+    from deepfusion.analysis.inference import on_domain
+
     solver = problem.classical_solver(method, grid)
     fields, seconds = [], []
     for row in params:
         native, dt = best_time(solver, row, before=problem.clear_caches)
         seconds.append(dt)
         fields.append(problem.classical_to_grid(method, native, row))
-    return np.stack(fields), seconds
+    return on_domain(problem, params, np.stack(fields)), seconds
 
 
 def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:

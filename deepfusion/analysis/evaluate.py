@@ -15,27 +15,13 @@ import numpy as np
 import torch
 
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
-from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, predict, relative_l2
+from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
+                                            relative_l2)
 from deepfusion.files.fields import by_unknown, write_fields
 from diffnet.multigrid.preconditioned import error_estimate
 from diffnet.generators.two_stage import TwoStage
 
 __all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
-
-
-def _labels(problem, params: np.ndarray) -> list[str]:
-    """One short label per instance, its parameter values by name: ``c = 4.1``, ``cx = 0.5, r = 0.12`` (named
-    entries, up to four), or ``a = (0.31, -1.2, 2.9, 0.5, …)``."""
-    spec = problem.parameters
-    out = []
-    for row in np.asarray(params, dtype=np.float64).reshape(len(params), -1):
-        if spec.shape == ():
-            out.append(f"{spec.name} = {row[0]:.3g}")
-        elif spec.names and len(row) <= 4:
-            out.append(", ".join(f"{name} = {v:.3g}" for name, v in zip(spec.names, row)))
-        else:
-            out.append(f"{spec.name} = ({', '.join(f'{v:.2g}' for v in row[:4])}{', …' if len(row) > 4 else ''})")
-    return out
 
 
 @dataclass(frozen=True)
@@ -144,7 +130,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
                  run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
-    names = _labels(problem, test)
+    names = instance_labels(problem, test)
     print_assessment(run, generator, found, names)
     if cfg.output.plots:
         _plots(problem, test, pred, found.accuracy, names, run_dir / "plots")
@@ -237,5 +223,5 @@ def _plots(problem, test, pred, acc, names, plots: Path) -> None:
     if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
         shown_plots.append(plot_deformed(np.stack([pred[p] for p in displacement[0]], axis=1),
                                          np.stack([truth[p] for p in displacement[0]], axis=1), coords, labels,
-                                         plots / "deformed.png"))
+                                         plots / "deformed.png", domain))
     print("plots: " + " ".join(map(str, shown_plots)))

@@ -16,8 +16,10 @@ import torch
 from deepfusion.analysis import reference_cache
 from deepfusion.training.stepper import to_channels_last
 from diffnet.generators.two_stage import TwoStage
+from diffnet.grid.nodal import inside_only, node_data
 
-__all__ = ["predict", "domain_of", "relative_l2", "FloorReport", "against_floor"]
+__all__ = ["predict", "domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
+           "instance_labels", "check_measurable"]
 
 
 @torch.inference_mode()
@@ -45,14 +47,27 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
             else:
                 raw = tiling.gather(model(to_channels_last(tiling.local(problem.inputs(p)).contiguous()), tiling))
             out.append(problem.field(raw, p).double().cpu().numpy())
-    fields = np.concatenate(out, axis=0)
-    domain = domain_of(problem, params)
-    return fields if domain is None else np.where(domain <= 0, fields, 0.0)
+    return on_domain(problem, params, np.concatenate(out, axis=0))
 
 
 def domain_of(problem, params: np.ndarray) -> np.ndarray | None:
-    """The signed distance at the nodes (S, *grid) of a family with the ``domain`` capability, else None."""
-    return np.asarray(problem.domain(np.asarray(params)), dtype=np.float64) if problem.has("domain") else None
+    """The signed distance at the nodes (S, *grid) of a family with the ``domain`` capability, else None.
+
+    One value per instance and node whatever the number of unknowns: a family's ``domain`` may return
+    (S, *grid) or (S, 1, *grid); any other shape raises ``ValueError`` saying which is right."""
+    if not problem.has("domain"):
+        return None
+    params = np.asarray(params)
+    return node_data(problem.domain(params), len(params), tuple(problem.resolution), f"{problem.name}.domain(params)")
+
+
+def on_domain(problem, params: np.ndarray, fields: np.ndarray, domain: np.ndarray | None = None) -> np.ndarray:
+    """``fields`` (S, *grid) or (S, C, *grid) of ``params`` with every unknown zero at the nodes outside each
+    instance's own domain (a family with the ``domain`` capability; ``domain``: its signed distance when already
+    at hand), else as they are. Every field a report or file shows goes through here: the network's, the
+    truth, the floor, a classical solve's, a polished one."""
+    domain = domain_of(problem, params) if domain is None else domain
+    return fields if domain is None else inside_only(fields, domain)
 
 
 def relative_l2(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -112,16 +127,68 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
     The floor's direct solve starts from the truth, so where the trained loss has several
     optima (the central Burgers residual) the one nearest the truth is taken. Both come from the
     reference cache when ``DEEPFUSION_REFERENCE_CACHE`` names one (:mod:`~deepfusion.analysis.reference_cache`).
+    On a family with a domain every field is measured inside each instance's own domain
+    (:func:`on_domain`). A field that is not finite, or a truth that is zero (a relative error against it
+    means nothing), raises :class:`EvaluationError` naming the instance.
     """
+    domain = domain_of(problem, params)
+    pred = on_domain(problem, params, pred, domain)
+    check_measurable(problem, params, pred, "DiffNet's field")
     t0 = time.perf_counter()
     if truth is None:
         truth = reference_cache.truth(problem, params, progress)
+    truth = on_domain(problem, params, truth, domain)
+    check_measurable(problem, params, truth, f"the reference ({problem.truth_name()})", nonzero=True)
     t1 = time.perf_counter()
     if problem.has("floor"):
         optimum, roots = reference_cache.discrete_optimum(problem, params, truth)
+        optimum = on_domain(problem, params, optimum, domain)
+        check_measurable(problem, params, optimum, f"the floor's field ({problem.floor_name()})")
         floor, floor_name = relative_l2(optimum, truth), problem.floor_name()
     else:
         optimum, roots, floor, floor_name = None, np.zeros(len(truth), dtype=bool), np.full(len(truth), np.nan), "none"
     t2 = time.perf_counter()
     return FloorReport(truth, relative_l2(pred, truth), floor, roots, problem.truth_name(), floor_name,
                        t1 - t0, t2 - t1, optimum)
+
+
+class EvaluationError(ValueError):
+    """A field an evaluation measures is not finite, or the reference it is measured against is zero: the
+    command stops with one line naming the instance (exit status 2) instead of a table of NaN."""
+
+
+def instance_labels(problem, params: np.ndarray) -> list[str]:
+    """One short label per instance, its parameter values by name: ``c = 4.1``, ``cx = 0.5, r = 0.12`` (named
+    entries, up to four), or ``a = (0.31, -1.2, 2.9, 0.5, …)``."""
+    spec = problem.parameters
+    out = []
+    for row in np.asarray(params, dtype=np.float64).reshape(len(params), -1):
+        if spec.shape == ():
+            out.append(f"{spec.name} = {row[0]:.3g}")
+        elif spec.names and len(row) <= 4:
+            out.append(", ".join(f"{name} = {v:.3g}" for name, v in zip(spec.names, row)))
+        else:
+            out.append(f"{spec.name} = ({', '.join(f'{v:.2g}' for v in row[:4])}{', …' if len(row) > 4 else ''})")
+    return out
+
+
+def check_measurable(problem, params: np.ndarray, fields: np.ndarray, what: str, nonzero: bool = False) -> None:
+    """Raise :class:`EvaluationError` naming the first instance whose ``fields`` hold NaN or Inf or, with
+    ``nonzero``, are zero at every node (inside its domain)."""
+    rows = np.asarray(fields, dtype=np.float64).reshape(len(fields), -1)
+    bad = ~np.isfinite(rows).all(axis=1)
+    zero = ~bad & (np.abs(rows).max(axis=1, initial=0.0) == 0.0) if nonzero else np.zeros_like(bad)
+    if not (bad.any() or zero.any()):
+        return
+    k = int(np.flatnonzero(bad | zero)[0])
+    params = np.asarray(params)
+    label = instance_labels(problem, params[k : k + 1])[0] if params.shape[1:] == problem.parameters.shape else \
+        f"its {problem.parameters.field or 'input'} field"
+    if bad[k]:
+        count = int((~np.isfinite(rows[k])).sum())
+        raise EvaluationError(f"instance {k} ({label}): {what} has NaN or Inf at {count} of {rows[k].size} values; "
+                              "no error can be measured against it")
+    raise EvaluationError(f"instance {k} ({label}): {what} is zero at every node"
+                          + (" inside its domain" if problem.has("domain") else "")
+                          + ": a relative error against a zero solution has no meaning (does the family as "
+                          "configured have a load: a source, a traction, a held value other than 0?)")

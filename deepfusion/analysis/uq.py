@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from diffnet.grid.nodal import over_unknowns
+
 __all__ = ["draw_parameters", "Moments", "run_study", "summary"]
 
 
@@ -42,7 +44,8 @@ class Moments:
     samples: int = 0
 
     def add(self, batch: np.ndarray, inside: np.ndarray | None = None) -> None:
-        """Merge a batch of fields (B, ...); ``inside`` (B, ...) bool, the nodes each sample's domain holds."""
+        """Merge a batch of fields (B, *grid) or (B, C, *grid); ``inside`` (B, *grid) bool, the nodes each sample's
+        domain holds (the same for each of its unknowns)."""
         batch = np.asarray(batch, dtype=np.float64)
         self.samples += len(batch)
         if inside is None:
@@ -50,7 +53,7 @@ class Moments:
             mean_b = batch.mean(axis=0)
             m2_b = ((batch - mean_b) ** 2).sum(axis=0)
         else:
-            w = np.asarray(inside, dtype=np.float64)
+            w = over_unknowns(np.asarray(inside, dtype=np.float64), batch)
             n_b = w.sum(axis=0)
             mean_b = _ratio((w * batch).sum(axis=0), n_b)
             m2_b = (w * (batch - mean_b) ** 2).sum(axis=0)
@@ -76,7 +79,8 @@ class Moments:
 
     @property
     def inside_fraction(self) -> np.ndarray:
-        """Per node, the fraction of the samples whose domain holds it."""
+        """Per node, the fraction of the samples whose domain holds it (for fields of several unknowns, (C, *grid):
+        the same for each)."""
         return np.broadcast_to(np.asarray(self.count, dtype=np.float64), self.mean.shape) / self.samples
 
 

@@ -10,13 +10,14 @@ __all__ = ["warn", "agree", "user_errors"]
 def user_errors() -> tuple[type[Exception], ...]:
     """The exception types that mean bad input (one line, exit status 2); imported on use,
     since checkpoints and devices bring in h5py and torch."""
+    from deepfusion.analysis.inference import EvaluationError
     from deepfusion.configuration.schema import ConfigError
     from deepfusion.files.checkpoint import CheckpointError
     from deepfusion.files.fields import FieldFileError
     from deepfusion.configuration.inputs import InputError
     from deepfusion.parallel.runtime import DeviceError
 
-    return InputError, ConfigError, CheckpointError, FieldFileError, DeviceError
+    return InputError, ConfigError, CheckpointError, FieldFileError, DeviceError, EvaluationError
 
 
 def warn(line: str) -> None:

@@ -19,7 +19,7 @@ def _progress(k: int, n: int) -> None:
 
 
 def run(args: argparse.Namespace, comm) -> int:
-    from deepfusion.analysis.inference import domain_of
+    from deepfusion.analysis.inference import domain_of, on_domain
     from deepfusion.configuration.config import family_table, load_config, parse_override
     from deepfusion.configuration.registry import FamilyError, family_class
     from deepfusion.configuration.run import Run
@@ -47,13 +47,14 @@ def run(args: argparse.Namespace, comm) -> int:
         params = command_line_instances(problem, args.c, args.coeffs, args.nu, args.param,
                                         (len(resolution), len(resolution) + 1))
     solve, name = (problem.truth, problem.truth_name()) if args.truth else (problem.reference, problem.reference_name())
+    domain = domain_of(problem, params)
     t0 = time.perf_counter()
-    u = solve(params, progress=_progress)
+    u = on_domain(problem, params, solve(params, progress=_progress), domain)  # a domain's fields: inside it only
     seconds = time.perf_counter() - t0
     # The file says which of the two it holds: the evaluation's truth or the family's same-grid reference.
     attrs = run.field_attrs("truth" if args.truth else "reference") | {"reference": name}
     out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
-                       domain_of(problem, params), problem.unknowns, problem.vectors)
+                       domain, problem.unknowns, problem.vectors)
     n = len(params)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
           f"family ({'the independent reference: ' if args.truth else ''}{name}) in {seconds:.2f} s")

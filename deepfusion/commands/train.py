@@ -132,6 +132,8 @@ def run(args: argparse.Namespace, comm) -> int:
         init_from = agree(comm, lambda: initial_weights(Path(args.init_from), model, warn if leader else say))
     model = model.to(device)
     params = agree(comm, lambda: _training_instances(run))
+    # Rank 0 checks the family against itself (the same answer on every rank), before anything is written.
+    checked = agree(comm, lambda: _family_check(run, params) if leader else None)
     start_step = ckpt.step if ckpt is not None else 0
     total = total_steps(cfg.train, stages)
     if ckpt is not None:
@@ -146,6 +148,8 @@ def run(args: argparse.Namespace, comm) -> int:
     ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, run_dir=run_dir,
                           config_text=to_toml(cfg), log=say)
     _announce(run, args, ctx, model, stages, (resume_from, ckpt, extended, init_from))
+    if checked is not None:
+        say(checked.line())
     if start_step >= total:
         say(f"the run is complete: {run_dir} finished its {total} steps ({resume_from}); nothing to train. "
             f"To train longer, give more epochs (--set train.epochs=N, or multigrid.epochs); evaluating it again")
@@ -273,6 +277,24 @@ def _training_instances(run: Run) -> np.ndarray:
     except ValueError as e:
         raise InputError(f"data: the training set's {e} (the family's check_instances)") from None
     return params
+
+
+def _family_check(run: Run, params: np.ndarray):
+    """The family checked against itself on one training instance (:mod:`deepfusion.analysis.selfcheck`): on the
+    check's small grid, or on the run's own where the family refuses that one; a disagreement is one line."""
+    from deepfusion.analysis.selfcheck import FamilyMismatch, check_family, check_grid
+
+    cfg = run.cfg
+    grid = check_grid(tuple(cfg.problem.resolution), tuple(cfg.multigrid.levels))
+    try:
+        return check_family(run.on_grid(grid), params[:1])
+    except (FamilyMismatch, ValueError) as small_grid:
+        if grid == tuple(cfg.problem.resolution) or cfg.multigrid.levels:  # the grid training itself visits
+            raise InputError(str(small_grid)) from None
+    try:  # a family that refuses the small grid without levels: on the run's own
+        return check_family(run.problem, params[:1])
+    except (FamilyMismatch, ValueError) as e:
+        raise InputError(str(e)) from None
 
 
 def _out_of_memory(exc: BaseException) -> bool:

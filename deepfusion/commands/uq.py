@@ -33,12 +33,12 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import classical_sweep
     from deepfusion.analysis.equal_accuracy import cheapest
-    from deepfusion.analysis.inference import relative_l2
+    from deepfusion.analysis.inference import on_domain, relative_l2
 
     problem = surrogate.problem
     held = surrogate.run.heldout[:4]
     # Only the error is needed here: the reference, not the floor (compare reports that).
-    truth = reference_cache.truth(problem, held)
+    truth = on_domain(problem, held, reference_cache.truth(problem, held))
     target = float(relative_l2(surrogate.fields(held), truth).mean())
     say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
     best = cheapest(classical_sweep(problem, held, truth, target, say), target)
@@ -49,6 +49,7 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.analysis.inference import domain_of
     from deepfusion.analysis.uq import draw_parameters, run_study
     from deepfusion.analysis.uq import summary as field_summary
     from deepfusion.files.fields import write_statistics
@@ -92,12 +93,13 @@ def run(args: argparse.Namespace, comm) -> int:
 
     problem = surrogate.problem
     # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
-    inside = (lambda p: problem.domain(p) <= 0) if problem.has("domain") else None
+    inside = (lambda p: domain_of(problem, p) <= 0) if problem.has("domain") else None
     problem.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
     diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
     fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
-    if inside is not None:
-        fields["inside_fraction"] = diffnet.moments.inside_fraction
+    if inside is not None:  # a statistic of the grid alone: for several unknowns, that of the first (each has the same)
+        fraction = diffnet.moments.inside_fraction
+        fields["inside_fraction"] = fraction if fraction.ndim == len(surrogate.grid) else fraction[0]
     summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": surrogate.problem.name,
                "samples": args.samples, "distribution": args.distribution, "seed": args.seed,
                "diffnet_seconds": diffnet.seconds}
@@ -153,7 +155,7 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
     from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import measure_classical
     from deepfusion.analysis.equal_accuracy import break_even
-    from deepfusion.analysis.inference import relative_l2
+    from deepfusion.analysis.inference import on_domain, relative_l2
     from deepfusion.analysis.uq import Moments, run_study
     from deepfusion.training.rundir import training_time
 
@@ -167,9 +169,9 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
     study = run_study(classical, params, batch, f"classical {method} {grid}", keep, inside=inside)
     fields["classical_mean"], fields["classical_std"] = study.moments.mean_inside, study.moments.std
     print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)
-    truth = reference_cache.truth(surrogate.problem, params[:keep])
-    ref, net, cls = Moments(), Moments(), Moments()
     mask = None if inside is None else inside(params[:keep])
+    truth = on_domain(surrogate.problem, params[:keep], reference_cache.truth(surrogate.problem, params[:keep]))
+    ref, net, cls = Moments(), Moments(), Moments()
     ref.add(truth, mask)
     net.add(diffnet.kept, mask)
     cls.add(study.kept, mask)

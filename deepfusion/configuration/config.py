@@ -3,7 +3,6 @@ overrides and the checks that involve several keys; written back as TOML."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -12,7 +11,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.configuration.registry import DEFAULT_FAMILY, configured_family
+from deepfusion.configuration.family_checks import checked_family, quadratic
+from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
 
@@ -82,16 +82,6 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
     return cls(**kwargs)
 
 
-def _check_members(configured: Any) -> None:
-    """The family (as configured) has every member of every capability it declares, of the right kind."""
-    from diffnet.protocol.capabilities import check_capabilities
-
-    try:
-        check_capabilities(configured)
-    except TypeError as e:
-        raise ConfigError(f"problem.family: {e}") from None
-
-
 def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
     what = "train.second_stage_epochs: a second stage"
     if not configured.has("precondition"):
@@ -103,37 +93,13 @@ def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
         raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
 
 
-def _quadratic(configured: Any) -> bool:
-    """Whether the family's loss is quadratic in the field: its Hessian stencil (one instance, the middle of
-    the training range, on the family's grid of at most 17 nodes a side: 32 s at 128^3, 0.1 s at 17^3) the
-    same at two different fields."""
-    import numpy as np
-    import torch
-
-    from diffnet.multigrid.hessian import hessian_of
-
-    low, high = configured.parameters.bounds()
-    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
-    grid = tuple(min(n, 17) for n in configured.resolution)
-    configured = configured.at_resolution(grid)
-    channels = len(configured.unknowns)
-    rows = [torch.zeros(1, channels, *grid, dtype=torch.float64),
-            torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
-    with torch.no_grad():
-        fields = [configured.field(raw, params).detach() for raw in rows]
-    a = hessian_of(configured, fields[0], params).detach()
-    configured.clear_caches()  # a family that keeps its Hessian per instance must probe it again
-    b = hessian_of(configured, fields[1], params).detach()
-    return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))
-
-
 def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None:
     what = "model.coarse_correction"
     if not configured.has("precondition"):
         lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
         raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
                           f"configured) does not declare the 'precondition' capability{lever}; use 0")
-    if not _quadratic(configured):
+    if not quadratic(configured):
         # Measured (docs/results.md): one coarse Newton step of the linearisation at the network's field, with
         # the linearisation's gradient, trained the cubic-reaction plugin to 563x its floor (3.41x without).
         raise ConfigError(f"{what}: the {family.name} family's loss is not quadratic (its Hessian changes with the "
@@ -144,47 +110,6 @@ def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None
                           f"model.coarse_correction = 0")
 
 
-@contextlib.contextmanager
-def _family_errors(family: type):
-    """A family's ValueError while it is configured as one line: ``family.key: what is wrong``
-    (a message that names its own section, ``data.n_train: ...``, as it is)."""
-    try:
-        yield
-    except ValueError as e:
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
-
-
-def _first_inputs(configured: Any) -> None:
-    """The network's inputs of one instance (the middle of the training range) before anything is written,
-    so that a family that refuses this grid or these keys in ``inputs`` does so at configuration time."""
-    import torch
-
-    low, high = configured.parameters.bounds()
-    configured.inputs(torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None])
-
-
-def _first_field(configured: Any) -> None:
-    """One instance's field of a zero network output, one channel per declared unknown, checked for the
-    shape the engine takes ((1, *grid) for one unknown, (1, C, *grid) for several): a family that packs
-    several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
-    import torch
-
-    from diffnet.protocol.family import check_vectors
-
-    names, grid = tuple(configured.unknowns), tuple(configured.resolution)
-    if not names or len(set(names)) != len(names):
-        raise ValueError(f"unknowns: need distinct names, got {list(names)}")
-    check_vectors(names, configured.vectors, len(grid))
-    low, high = configured.parameters.bounds()
-    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
-    u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), params)
-    expected = (1, *grid) if len(names) == 1 else (1, len(names), *grid)
-    if tuple(u.shape) != expected:
-        raise ValueError(f"field returned shape {list(u.shape)} for unknowns {list(names)} on {list(grid)}; "
-                         f"the engine needs {list(expected)} (declare each unknown field in `unknowns`)")
-
-
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -193,17 +118,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.data.sampling not in family.samplings:
         raise ConfigError(f"data.sampling: the {family.name} family samples its instances by "
                           f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
-    resolution = tuple(cfg.problem.resolution)
-    with _family_errors(family):
-        family.check_options(cfg.family_keys, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
-        configured = configured_family(cfg.problem.family, cfg.family_keys, resolution)  # the family as the run has it
-        _first_inputs(configured)
-        _first_field(configured)
-    try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
-        configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
-    except ValueError as e:
-        raise ConfigError(f"data.sampling: {str(e).splitlines()[0]}") from None
-    _check_members(configured)
+    configured = checked_family(cfg, family)  # the family as the run has it, tried on one instance
     t = cfg.train
     if t.second_stage_epochs:
         _check_second_stage(cfg, family, configured)

@@ -173,11 +173,12 @@ def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, err
 
 
 def plot_deformed(pred: np.ndarray, ref: np.ndarray, coords: dict[str, np.ndarray], labels: list[str],
-                  out: Path) -> Path:
+                  out: Path, domain: np.ndarray | None = None) -> Path:
     """The deformed shape: per sample, the grid moved by the network's displacement and by the reference's,
     coloured by the displacement's magnitude, the undeformed outline dashed. ``pred``, ``ref``: (S, 2, N_y, N_x)
     displacements (x component first); one magnification for the whole figure, the largest displacement drawn
-    as a tenth of the body's size (the title says by how much)."""
+    as a tenth of the body's size (the title says by how much). ``domain``, the signed distance of a domain cut
+    out of the grid (S, N_y, N_x): only the elements whose four nodes lie inside it are drawn."""
     plt = _pyplot()
     (vertical, ys), (horizontal, xs) = coords.items()
     x, y = np.meshgrid(xs, ys)
@@ -189,7 +190,13 @@ def plot_deformed(pred: np.ndarray, ref: np.ndarray, coords: dict[str, np.ndarra
     fig, axes = plt.subplots(len(pred), 2, figsize=(7.4, 3.2 * len(pred)), squeeze=False)
     for k in range(len(pred)):
         for ax, field, norm, who in zip(axes[k], (pred, ref), magnitude, ("DiffNet", "reference")):
-            mesh = ax.pcolormesh(x + scale * field[k, 0], y + scale * field[k, 1], norm[k], shading="gouraud",
+            colour, shading = norm[k], "gouraud"
+            if domain is not None:  # per element (gouraud shading cannot leave elements out), inside ones only
+                outside = domain[k] > 0
+                cut = outside[:-1, :-1] | outside[1:, :-1] | outside[:-1, 1:] | outside[1:, 1:]
+                mean = (colour[:-1, :-1] + colour[1:, :-1] + colour[:-1, 1:] + colour[1:, 1:]) / 4
+                colour, shading = np.ma.masked_where(cut, mean), "flat"
+            mesh = ax.pcolormesh(x + scale * field[k, 0], y + scale * field[k, 1], colour, shading=shading,
                                  cmap="viridis", vmin=lo, vmax=hi)
             ax.plot([xs[0], xs[-1], xs[-1], xs[0], xs[0]], [ys[0], ys[0], ys[-1], ys[-1], ys[0]], "k--", lw=0.6)
             ax.set_aspect("equal")

@@ -228,10 +228,19 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
 
 
 def training_time(run_dir: Path) -> tuple[float | None, int | None]:
-    """The run's training wall-clock seconds (eval.json) and its ranks (metrics.jsonl), where recorded."""
+    """The run's training wall-clock seconds and its ranks, where recorded: the seconds an evaluation wrote to
+    eval.json, else those metrics.jsonl logged (the last ``elapsed_s`` of each session, summed over the sessions
+    of a resumed run: each starts its clock again); the ranks from metrics.jsonl."""
     seconds, ranks = trained_seconds(run_dir), None
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
-        lines = [line for line in metrics.read_text().splitlines() if line.strip()]
-        ranks = json.loads(lines[-1]).get("ranks") if lines else None
+        try:
+            records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        except ValueError:
+            records = []
+        ranks = records[-1].get("ranks") if records else None
+        if seconds is None:
+            elapsed = [float(r["elapsed_s"]) for r in records if isinstance(r.get("elapsed_s"), (int, float))]
+            ends = [a for a, b in zip(elapsed, elapsed[1:]) if b < a] + elapsed[-1:]  # a session's last value
+            seconds = sum(ends) if ends else None
     return seconds, ranks

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["PLANES", "lame"]
+__all__ = ["PLANES", "POISSON_RATIO", "lame"]
 
 Number = TypeVar("Number")  # a float, a numpy array or a torch tensor
 
 # "strain": plane strain (and every 3-D body); "stress": a thin plate loaded in its plane.
 PLANES = ("strain", "stress")
+
+# The open interval an isotropic material's Poisson ratio lies in (a positive-definite strain energy: bulk and
+# shear moduli > 0), whichever plane model a 2-D body takes: at 0.5 it is incompressible (plane strain's
+# lambda is infinite, and the Q1 element locks long before), at -1 it has no bulk stiffness. The one
+# declaration the families' parameter limits, their configuration checks and :func:`lame` read.
+POISSON_RATIO = (-1.0, 0.5)
 
 
 def lame(nu: Number, plane: str = "strain") -> tuple[Number, Number]:
@@ -22,6 +28,11 @@ def lame(nu: Number, plane: str = "strain") -> tuple[Number, Number]:
     """
     if plane not in PLANES:
         raise ValueError(f"plane must be one of {', '.join(PLANES)}, got {plane!r}")
+    if isinstance(nu, (int, float)) and not POISSON_RATIO[0] < nu < POISSON_RATIO[1]:
+        # Arrays and tensors come from instances checked against the same limits (ParameterSpec.limits); a
+        # number may be a user's own, and without this it ends in a ZeroDivisionError at 0.5 or 1.
+        raise ValueError(f"Poisson ratio nu = {nu:g}: an isotropic material needs {POISSON_RATIO[0]:g} < nu < "
+                         f"{POISSON_RATIO[1]:g}")
     mu = 1.0 / (2.0 * (1.0 + nu))
     lam = nu / ((1.0 + nu) * (1.0 - 2.0 * nu)) if plane == "strain" else nu / (1.0 - nu * nu)
     return lam, mu

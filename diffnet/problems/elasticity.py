@@ -22,7 +22,7 @@ from diffnet.instances.boundary import SIDES, SideFields, component_boundaries, 
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.backend.constants import constant
 from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
-from diffnet.grid.material import PLANES
+from diffnet.grid.material import PLANES, POISSON_RATIO
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
@@ -33,8 +33,10 @@ __all__ = ["Elasticity", "Elasticity3D"]
 
 def _poisson_ratio(v: tuple[float, ...]) -> str | None:
     bad = interval(v)
-    if bad is None and not (-1.0 < v[0] and v[1] < 0.5):
-        return f"need -1 < low < high < 0.5 (nu = 0.5 is incompressible: the Q1 element locks), got {list(v)}"
+    lower, upper = POISSON_RATIO
+    if bad is None and not (lower < v[0] and v[1] < upper):
+        return (f"need {lower:g} < low < high < {upper:g} (nu = {upper:g} is incompressible: the Q1 element locks), "
+                f"got {list(v)}")
     return bad
 
 
@@ -73,6 +75,10 @@ class Elasticity(SideFields, Family):
                              f"each, got {list(self.resolution)}")
         if not any(b.dirichlet for b in self.boundaries):
             raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
+        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
+            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
+                             "instance's displacement is zero and a relative error against it has no meaning; give a "
+                             "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
 
     def describe(self) -> str:
         sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
@@ -89,9 +95,11 @@ class Elasticity(SideFields, Family):
     def parameters(self) -> ParameterSpec:
         lo, hi = self.coeff_range
         m = self.kl_terms
+        infinite = (np.inf,) * m
         return ParameterSpec("a", (m + 1,), (lo,) * m + (self.nu_range[0],), (hi,) * m + (self.nu_range[1],),
                              names=tuple(f"a{i + 1}" for i in range(m)) + ("nu",),
-                             description="log E's KL coefficients and the Poisson ratio")
+                             description="log E's KL coefficients and the Poisson ratio",
+                             limits=(tuple(-v for v in infinite) + (POISSON_RATIO[0],), infinite + (POISSON_RATIO[1],)))
 
     def coordinates(self) -> dict[str, np.ndarray]:
         names = ("z", "y", "x")[-self.dims:]

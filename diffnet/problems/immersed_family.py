@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from diffnet.grid.nodal import inside_only
 from diffnet.instances.boundary import BoxBoundary, Side
 from diffnet.solvers.classical import Q1_METHODS, Q1Classical, q1_configurations, q1_to_grid
 from diffnet.instances.cutcell import cut_cells
@@ -101,6 +102,17 @@ class ImmersedFamily(Q1Classical):
     polish_step = "V-cycle"
     capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "precondition"})
 
+    # The private hooks a cut-domain family overrode before 2026-11-26, and the public member that replaced each:
+    # a family that still defines one is refused at configuration (its hook would be ignored without a word).
+    retired = {
+        "_nu": "coefficient(params) (one instance's nodal ν)",
+        "_system_arguments": "source (the constant f) and cut_condition (Side(\"u\", g) for the value g on the cut "
+                             "boundary); a κ²u term: override loss_terms and fem_system",
+        "_box": "box_conditions (a BoxBoundary of the square's sides)",
+        "_input_channels": "input_channels(params, sdf)",
+        "_body_fitted": "body_fitted(params, h)",
+    }
+
     # -- what a family declares (module docstring) -----------------------------------------
     cut_condition: Side = Side("u", 0.0)
     box_conditions: BoxBoundary | None = None
@@ -133,7 +145,7 @@ class ImmersedFamily(Q1Classical):
         g = {"g": self.cut_condition.value} if self.cut_condition.kind == "u" else {}
         return {"f": self.source, **g}
 
-    def _box(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _box_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Dirichlet nodes, their values and the flux load of the box's sides (none without box conditions)."""
         if self.box_conditions is None:
             return np.zeros(self.resolution, dtype=bool), np.zeros(self.resolution), np.zeros(self.resolution)
@@ -212,7 +224,8 @@ class ImmersedFamily(Q1Classical):
         from diffnet.backend.constants import constant
 
         box = None if self.box_conditions is None else self.box_conditions.describe()
-        make = {"free": lambda: ~self._box()[0], "held": lambda: self._box()[1], "flux": lambda: self._box()[2]}
+        make = {"free": lambda: ~self._box_arrays()[0], "held": lambda: self._box_arrays()[1],
+                "flux": lambda: self._box_arrays()[2]}
         return constant(("immersed box", box, tuple(self.resolution), name), make[name], like)
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -239,7 +252,7 @@ class ImmersedFamily(Q1Classical):
         inactive nodes held (at 0), the fluxes' load added."""
         data = self.discretised(params)
         S, b = immersed_matrices(data, self.coefficient(params), **self._energy_arguments())
-        fixed, values, flux = self._box()
+        fixed, values, flux = self._box_arrays()
         fixed = np.ascontiguousarray(fixed | ~data.active)
         values = np.where(data.active, values, 0.0)
         b += np.where(data.active, flux, 0.0)
@@ -249,7 +262,7 @@ class ImmersedFamily(Q1Classical):
 
     def _inside(self, params: np.ndarray, fields: np.ndarray) -> np.ndarray:
         """``fields`` (S, *grid) with the nodes outside the domain set to zero."""
-        return np.where(self.domain(params) <= 0, fields, 0.0)
+        return inside_only(fields, self.domain(params))
 
     def reference(self, params: np.ndarray, progress=None, method: str = "direct") -> np.ndarray:
         """The immersed Q1 solutions on this grid (S, N_y, N_x), zero outside the domain."""
@@ -316,7 +329,7 @@ class ImmersedFamily(Q1Classical):
                         for f, p in zip(fields, rows)])
         # Only the inside nodes: on the active nodes outside, the extension of the solution past the
         # boundary, the energy is nearly flat (the finite-cell alpha) and the estimate is off by 1-3x.
-        return torch.as_tensor(np.where(self.domain(rows) <= 0, out, 0.0), dtype=u.dtype, device=u.device)
+        return torch.as_tensor(inside_only(out, self.domain(rows)), dtype=u.dtype, device=u.device)
 
     @property
     def classical_methods(self) -> dict[str, str]:

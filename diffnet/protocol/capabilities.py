@@ -108,13 +108,14 @@ class Precondition(Protocol):
 
 class Domain(Protocol):
     """``domain``: the field lives on a domain cut out of the grid (:mod:`diffnet.instances.geometry`), not on the
-    whole box. The engine then reports the field at the domain's nodes only: inference sets the
-    others to zero (so errors are measured inside), field files carry the mask (ParaView shows the
-    inside), plots draw the boundary."""
+    whole box. The engine then reports the field at the domain's nodes only: inference sets every unknown of
+    instance k to zero outside instance k's domain (so errors are measured inside; :mod:`diffnet.grid.nodal`),
+    field files carry the mask (ParaView shows the inside), plots draw the boundary."""
 
     def domain(self, params: np.ndarray) -> np.ndarray:
         """The signed distance to the boundary at the grid's nodes (S, *grid), float64, of instances
-        (S, *shape): negative inside, zero on the boundary."""
+        (S, *shape): negative inside, zero on the boundary. One value per instance and node whatever the number
+        of unknowns ((S, 1, *grid) is taken as (S, *grid); another shape is refused at configuration)."""
 
 
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,

@@ -35,8 +35,9 @@ capability      members
                 3^d neighbours only); with it the engine trains
                 on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
                 or ``assembled_correction(u, params, cycles)``, B g itself (the immersed families)
-``domain``      ``domain(params)``: the signed distance to the domain's boundary at the nodes; the
-                field lives on a domain cut out of the grid (errors measured inside, files masked)
+``domain``      ``domain(params)``: the signed distance to the domain's boundary at the nodes (S, *grid),
+                one value per node whatever the unknowns; the field lives on a domain cut out of the grid
+                (errors measured inside, files masked)
 ==============  ===============================================================================
 """
 
@@ -52,7 +53,7 @@ import torch
 from diffnet.protocol.capabilities import PROTOCOLS
 from diffnet.protocol.options import option_fields, options_class
 
-__all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "sample_box"]
+__all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "retired_members", "sample_box"]
 
 CAPABILITIES = tuple(PROTOCOLS)
 
@@ -71,7 +72,14 @@ class ParameterSpec:
         The training range: one value for every entry, or one per entry (in C order, as many as
         the shape has entries), e.g. ``low=(-1.0, 0.0), high=(1.0, 2.0)``.
     positive : bool
-        Values must be > 0 (else any finite value is an instance).
+        Values must be > 0 (shorthand for a lower limit of 0 on every entry).
+    limits : tuple
+        ``(lower, upper)``: the physics' limits, an open interval each entry must lie strictly inside (one value for
+        every entry, or one per entry in C order; default none, only finiteness), e.g. a Poisson ratio's
+        ``(-1.0, 0.5)``. Declared once, here: the configuration refuses a training range that leaves them, and
+        every path an instance comes in by (the training set, ``infer``'s numbers, files and ``--param``,
+        :class:`Surrogate`, ``reference``, ``uq``) refuses an instance outside them in one line, through
+        :meth:`Family.check_instances`; an instance inside them but outside the training range is only warned of.
     field : str or None
         The name of an alternative input, a positive nodal field on the grid per
         instance (``"nu"`` for the diffusivity families), or None.
@@ -92,6 +100,7 @@ class ParameterSpec:
     distributions: tuple[str, ...] = ("uniform",)
     description: str = ""
     names: tuple[str, ...] = ()
+    limits: tuple = (-np.inf, np.inf)
 
     def __post_init__(self) -> None:
         # Lists and arrays become tuples (the spec stays hashable and comparable).
@@ -99,11 +108,15 @@ class ParameterSpec:
             value = getattr(self, key)
             if not np.isscalar(value):
                 object.__setattr__(self, key, tuple(float(v) for v in np.ravel(value)))
+        if len(self.limits) != 2:
+            raise ValueError(f"ParameterSpec {self.name!r}: limits must be (lower, upper), got {self.limits!r}")
+        object.__setattr__(self, "limits", tuple(float(v) if np.isscalar(v) else tuple(float(x) for x in np.ravel(v))
+                                                 for v in self.limits))
         object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "names", tuple(self.names))
         m = int(np.prod(self.shape))
-        for key in ("low", "high"):
-            value = getattr(self, key)
+        for key, value in (("low", self.low), ("high", self.high), ("limits' lower", self.limits[0]),
+                           ("limits' upper", self.limits[1])):
             if isinstance(value, tuple) and len(value) != m:
                 raise ValueError(f"ParameterSpec {self.name!r}: {key} has {len(value)} entries, the shape "
                                  f"{self.shape} has {m}")
@@ -112,6 +125,12 @@ class ParameterSpec:
         low, high = self.bounds()
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
             raise ValueError(f"ParameterSpec {self.name!r}: every entry needs finite low < high, got {self.range_text()}")
+        lower, upper = self.physical()
+        leaves = ~((lower < low) & (high < upper))
+        if leaves.any():
+            i = tuple(int(k) for k in np.argwhere(leaves)[0])
+            raise ValueError(f"{self.entry(i)}: the training range [{low[i]:g}, {high[i]:g}] leaves the physics' "
+                             f"limits ({self.limit_text(i)})")
 
     @property
     def per_entry(self) -> bool:
@@ -123,6 +142,24 @@ class ParameterSpec:
         return tuple(np.broadcast_to(np.asarray(v, dtype=np.float64).reshape(-1 if isinstance(v, tuple) else ()),
                                      (int(np.prod(self.shape)),)).reshape(self.shape).copy()
                      for v in (self.low, self.high))
+
+    def physical(self) -> tuple[np.ndarray, np.ndarray]:
+        """The physics' limits per entry (open): (lower, upper), each of the instance's ``shape`` (float64), with
+        ``positive``'s lower limit of 0."""
+        lower, upper = (np.broadcast_to(np.asarray(v, dtype=np.float64).reshape(-1 if isinstance(v, tuple) else ()),
+                                        (int(np.prod(self.shape)),)).reshape(self.shape).copy() for v in self.limits)
+        return (np.maximum(lower, 0.0) if self.positive else lower), upper
+
+    def limit_text(self, index: tuple[int, ...] = ()) -> str:
+        """The physics' limits of one entry as a condition: ``-1 < nu < 0.5``, ``c > 0``, ``a[0] finite``."""
+        lower, upper = (float(v[index]) for v in self.physical())
+        name = self.names[int(np.ravel_multi_index(index, self.shape))] if self.names and self.shape else \
+            self.entry(index)
+        if np.isfinite(lower) and np.isfinite(upper):
+            return f"{lower:g} < {name} < {upper:g}"
+        if np.isfinite(lower) or np.isfinite(upper):
+            return f"{name} > {lower:g}" if np.isfinite(lower) else f"{name} < {upper:g}"
+        return f"{name} finite"
 
     def entry(self, index: tuple[int, ...]) -> str:
         """How messages name one entry: ``a[1] (p2)``, ``a[1]``, or the name of a scalar."""
@@ -186,6 +223,16 @@ def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: i
     raise ValueError(f"sampling {sampling!r} is not available for this family (uniform, random, sobol)")
 
 
+def retired_members(family: type) -> list[tuple[str, str, str]]:
+    """(class, member, what replaced it) for each member a class of ``family``'s MRO defines that the engine no
+    longer reads: the ``retired`` tables of its bases name them (e.g. a cut-domain family's ``_nu``, read until
+    2026-11-26, now ``coefficient(params)``). Such a member would be ignored without a word."""
+    table: dict[str, str] = {}
+    for klass in family.__mro__:
+        table.update({k: v for k, v in vars(klass).get("retired", {}).items() if k not in table})
+    return [(klass.__name__, name, table[name]) for klass in family.__mro__ for name in vars(klass) if name in table]
+
+
 class _DeclaredKeys:
     """``Family.Options``: the frozen dataclass of a family's configuration keys, read off the family's own fields
     made with :func:`~diffnet.protocol.options.option` (:func:`~diffnet.protocol.options.options_class`); a family
@@ -235,6 +282,9 @@ class Family:
     # or the preconditioned loss (named in their refusals), e.g. "burgers.preconditioner".
     smooth_error_lever: ClassVar[str] = ""
     samplings: ClassVar[tuple[str, ...]] = ("uniform", "random", "sobol")  # data.sampling values :meth:`sample` knows
+    # Members a family defined under an earlier version of a base class, by name -> what replaced them
+    # (:func:`retired_members`; the configuration refuses a family that still defines one).
+    retired: ClassVar[Mapping[str, str]] = {}
     resolution: tuple[int, ...]
 
     # -- construction from the configuration -------------------------------------------
@@ -289,18 +339,24 @@ class Family:
 
     def check_instances(self, params: np.ndarray) -> None:
         """Raise ``ValueError`` naming the first invalid instance of ``params`` (S, *parameters.shape) by
-        its index (``instance 3: ...``), one line. Default: every entry finite, and > 0 where the spec is
-        ``positive``. Override it (calling this one) where an instance can be ill-posed inside the
-        numbers, e.g. a coefficient that reaches zero; ``infer``, ``Surrogate``, ``uq``, ``reference``
-        and training then refuse such instances in one line (exit status 2)."""
+        its index (``instance 3: ...``), one line. Default: every entry finite and inside the physics' limits
+        (:attr:`ParameterSpec.limits`, and > 0 where the spec is ``positive``). Override it (calling this one)
+        where an instance can be ill-posed in a way the limits of each entry alone do not say, e.g. a hole that
+        leaves the plate; ``infer``, ``Surrogate``, ``uq``, ``reference`` and training then refuse such
+        instances in one line (exit status 2)."""
         spec = self.parameters
         rows = np.asarray(params, dtype=np.float64).reshape(len(params), -1)
-        bad = ~np.isfinite(rows) | ((rows <= 0) if spec.positive else False)
+        lower, upper = (v.reshape(-1) for v in spec.physical())
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(rows) | (rows <= lower) | (rows >= upper)
         if bad.any():
             i, j = np.argwhere(bad)[0]
-            where = spec.entry(tuple(int(k) for k in np.unravel_index(j, spec.shape))) if spec.shape else spec.name
-            need = "finite and > 0" if spec.positive else "finite"
-            raise ValueError(f"instance {i}: {where} = {rows[i, j]:g}; every entry must be {need}")
+            index = tuple(int(k) for k in np.unravel_index(j, spec.shape))
+            where = spec.entry(index) if spec.shape else spec.name
+            if not np.isfinite(rows[i, j]) or spec.limits == (-np.inf, np.inf):  # finiteness, or `positive` alone
+                need = "finite and > 0" if spec.positive else "finite"
+                raise ValueError(f"instance {i}: {where} = {rows[i, j]:g}; every entry must be {need}")
+            raise ValueError(f"instance {i}: {where} = {rows[i, j]:g}; the physics needs {spec.limit_text(index)}")
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities

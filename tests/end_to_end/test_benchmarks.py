@@ -188,3 +188,17 @@ def test_floor_order_measures_both_families_at_order_two(tmp_path):
         coarse, fine = report["families"][name]
         assert 0 < fine["floor"] < coarse["floor"] < 0.1
         assert 1.7 < fine["order"] < 2.4  # the method's order 2 (measured 1.91 and 2.01)
+
+
+def test_family_check_separates_a_familys_own_solution_from_one_ten_percent_off(tmp_path):
+    # Relations that follow from the maths: a linear family 10 % off has the ratio 0.1 exactly; its own solution,
+    # solved directly, sits far below the tolerance.
+    out = subprocess.run([sys.executable, str(BENCH / "family_check.py"), str(ROOT / "configs" / "poisson.toml"),
+                          "--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[]"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    (row,) = report["rows"]
+    assert row["grid"] == [17, 17] and row["family"] == "poisson" and report["all_separated"]
+    assert row["ratio_own_solution"] < 1e-6 < row["tolerance"] < row["ratio_ten_percent_off"]
+    assert row["ratio_ten_percent_off"] == pytest.approx(0.1, rel=1e-6)

@@ -86,7 +86,7 @@ def test_plot_fields_writes_a_png(tmp_path):
 
 
 def test_instances_are_labelled_by_their_parameters_values_and_names():
-    from deepfusion.analysis.evaluate import _labels
+    from deepfusion.analysis.inference import instance_labels
     from diffnet.protocol.family import ParameterSpec
 
     class Family:
@@ -94,10 +94,10 @@ def test_instances_are_labelled_by_their_parameters_values_and_names():
             self.parameters = spec
 
     named = ParameterSpec("h", (3,), 0.0, 1.0, names=("cx", "cy", "r"))
-    assert _labels(Family(named), np.array([[0.5, 0.25, 0.125]])) == ["cx = 0.5, cy = 0.25, r = 0.125"]
-    assert _labels(Family(ParameterSpec("c", (), 1.0, 5.0)), np.array([4.1])) == ["c = 4.1"]
+    assert instance_labels(Family(named), np.array([[0.5, 0.25, 0.125]])) == ["cx = 0.5, cy = 0.25, r = 0.125"]
+    assert instance_labels(Family(ParameterSpec("c", (), 1.0, 5.0)), np.array([4.1])) == ["c = 4.1"]
     kl = ParameterSpec("a", (6,), -3.0, 3.0)
-    assert _labels(Family(kl), np.array([[0.31, -1.2, 2.9, 0.5, 1.0, 2.0]])) == ["a = (0.31, -1.2, 2.9, 0.5, …)"]
+    assert instance_labels(Family(kl), np.array([[0.31, -1.2, 2.9, 0.5, 1.0, 2.0]])) == ["a = (0.31, -1.2, 2.9, 0.5, …)"]
 
 
 @pytest.mark.parametrize("grid, name", [([64, 64], "64²"), ([32, 32, 32], "32³"), ([33, 65], "33×65"),

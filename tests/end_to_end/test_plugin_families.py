@@ -128,7 +128,7 @@ def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # inf
 
         exact = CubicReaction((17, 17)).reference(np.array([[0.5, -0.5]]))
         surrogate = Surrogate.load(runs["cubic_reaction"])  # the Python API on a plugin's run
-        assert surrogate.parameter_name == "coeffs" and surrogate.parameter_range == (-1.0, 1.0)
+        assert surrogate.parameter_name == "a" and surrogate.parameter_range == (-1.0, 1.0)
         np.testing.assert_allclose(surrogate(coeffs=[0.5, -0.5], polish=8), exact, rtol=0, atol=1e-8 * np.abs(exact).max())
     finally:
         sys.path.remove(str(site))

@@ -227,3 +227,19 @@ def test_a_bad_vector_side_is_refused_in_one_line(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_vector_side(text, 2)
     assert message in vector_side_check(2)(text) and vector_side_check(2)("u=0,0.5") is None
+
+
+@pytest.mark.parametrize("plane", ["strain", "stress"])
+def test_the_poisson_ratio_limits_are_one_declaration_the_family_and_the_lame_maps_read(plane):
+    # One fact, read three ways: the configuration's nu_range check, the instance check and lame() itself.
+    from diffnet.grid.material import POISSON_RATIO, lame
+    from diffnet.problems.elasticity import Elasticity
+
+    family = Elasticity((9, 9), plane=plane)
+    lower, upper = family.parameters.physical()
+    assert (lower[-1], upper[-1]) == POISSON_RATIO and np.isinf(lower[:-1]).all()
+    for nu in (0.5, 1.0):  # 0.5 divided by zero under plane strain, 1 under plane stress
+        with pytest.raises(ValueError, match=rf"^instance 0: a\[4\] \(nu\) = {nu:g}; the physics needs -1 < nu < 0\.5$"):
+            family.check_instances(np.array([[0.0] * 4 + [nu]]))
+        with pytest.raises(ValueError, match=rf"^Poisson ratio nu = {nu:g}: an isotropic material needs -1 < nu < 0.5$"):
+            lame(nu, plane)

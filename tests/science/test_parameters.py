@@ -84,3 +84,37 @@ def test_the_families_tutorials_two_entry_spec_is_this_one():
     spec = eval(snippet, {"ParameterSpec": Spec})  # the docs' expression, as written
     assert spec.bounds()[0].tolist() == SPEC.bounds()[0].tolist() and spec.names == SPEC.names
     assert spec.range_text() == SPEC.range_text()
+
+
+LIMITED = ParameterSpec("a", (2,), low=(-1.0, 0.2), high=(1.0, 0.4), names=("p1", "nu"),
+                        limits=((-np.inf, -1.0), (np.inf, 0.5)))
+
+
+@dataclass(frozen=True)
+class _Limited(_TwoEntries):
+    @property
+    def parameters(self) -> ParameterSpec:
+        return LIMITED
+
+
+def test_the_physics_limits_are_declared_once_and_refuse_an_instance_outside_them():
+    lower, upper = LIMITED.physical()
+    assert lower.tolist() == [-np.inf, -1.0] and upper.tolist() == [np.inf, 0.5]
+    assert LIMITED.limit_text((1,)) == "-1 < nu < 0.5" and LIMITED.limit_text((0,)) == "p1 finite"
+    family = _Limited()
+    for nu in (0.5, 1.0, -1.0):  # the limits are open: 0.5 (incompressible) and -1 are not materials
+        with pytest.raises(ValueError, match=rf"^instance 1: a\[1\] \(nu\) = {nu:g}; the physics needs -1 < nu < 0\.5$"):
+            family.check_instances(np.array([[0.0, 0.3], [0.0, nu]]))
+    family.check_instances(np.array([[5.0, 0.45]]))  # outside the training range, inside the physics: an instance
+    with pytest.warns(ParameterRangeWarning, match="extrapolation"):
+        instance_parameters(family, coeffs=[[0.0, 0.45]])
+    assert ParameterSpec("c", (), 1.0, 5.0, positive=True).physical() == (0.0, np.inf)
+
+
+def test_a_training_range_that_leaves_the_limits_is_refused():
+    with pytest.raises(ValueError, match=r"^a\[1\] \(nu\): the training range \[0.2, 0.5\] leaves the physics' limits "
+                                         r"\(-1 < nu < 0.5\)$"):
+        ParameterSpec("a", (2,), low=(-1.0, 0.2), high=(1.0, 0.5), names=("p1", "nu"),
+                      limits=((-np.inf, -1.0), (np.inf, 0.5)))
+    with pytest.raises(ValueError, match=r"^c: the training range \[0, 1\] leaves the physics' limits \(c > 0\)$"):
+        ParameterSpec("c", (), 0.0, 1.0, positive=True)

@@ -1,0 +1,167 @@
+"""The family a configuration names, tried on one instance before anything is written: the checks that need its
+code to run (its keys among themselves, its inputs against ``in_channels``, its field's and its domain's shapes,
+the training set's draw, the members of its capabilities, a load, private hooks of an earlier version, and for
+the coarse correction whether its loss is quadratic). Each failure is one line (:class:`ConfigError`), an error of
+the family's own code included. What needs a solve (its truth, its floor, the loss at its own solution) is tried
+before training, by :mod:`deepfusion.analysis.selfcheck`."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from deepfusion.configuration.registry import configured_family
+from deepfusion.configuration.schema import Config, ConfigError
+
+__all__ = ["checked_family", "quadratic"]
+
+
+def checked_family(cfg: Config, family: type) -> Any:
+    """The family of ``cfg`` on its grid (the object the run takes: :func:`~deepfusion.configuration.registry.configured_family`),
+    after its checks on one instance; raises :class:`ConfigError`, one line, on the first that fails."""
+    resolution = tuple(cfg.problem.resolution)
+    _retired(family)
+    with _family_errors(family):
+        family.check_options(cfg.family_keys, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
+        configured = configured_family(cfg.problem.family, cfg.family_keys, resolution)
+        _first_inputs(configured)
+        _first_field(configured)
+    try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
+        first = configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)[0]
+    except ValueError as e:
+        raise ConfigError(f"data.sampling: {str(e).splitlines()[0]}") from None
+    _check_members(configured)
+    with _family_errors(family):
+        _first_load(configured, first)
+    return configured
+
+
+@contextlib.contextmanager
+def _family_errors(family: type):
+    """A family's ValueError while it is configured as one line: ``family.key: what is wrong``
+    (a message that names its own section, ``data.n_train: ...``, as it is); any other error of the family's own
+    code (a member it lacks, a hook of an earlier version called with other arguments) as one line too, naming
+    the family and the error, rather than a traceback."""
+    try:
+        yield
+    except ValueError as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(message if "." in message.split(":")[0] else f"{family.name}.{message}") from None
+    except (TypeError, NotImplementedError, AttributeError, KeyError, IndexError, ZeroDivisionError) as e:
+        message = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"problem.family: the {family.name} family failed on one instance at configuration: "
+                          f"{type(e).__name__}: {message} (docs/families.md)") from None
+
+
+def _retired(family: type) -> None:
+    """Refuse a family that defines a member the engine no longer reads (a private hook of an earlier version,
+    which would be ignored without a word), naming what replaced each."""
+    from diffnet.protocol.family import retired_members
+
+    found = retired_members(family)
+    if found:
+        listed = "; ".join(f"{klass}.{name} -> {instead}" for klass, name, instead in found)
+        raise ConfigError(f"problem.family: the {family.name} family defines members the engine no longer reads "
+                          f"(written against an earlier version): {listed} (docs/families.md, 'A family written "
+                          "against an earlier version')")
+
+
+def _first_inputs(configured: Any) -> None:
+    """The network's inputs of one instance (the middle of the training range) before anything is written,
+    so that a family that refuses this grid or these keys in ``inputs`` does so at configuration time; their
+    channels checked against ``in_channels`` (the network is built for that many), and a family's ``domain``
+    against the one shape the engine takes."""
+    import torch
+
+    from diffnet.grid.nodal import node_data
+
+    low, high = configured.parameters.bounds()
+    params = 0.5 * (low + high)
+    if configured.has("domain"):
+        node_data(configured.domain(params[None]), 1, tuple(configured.resolution),
+                  f"{configured.name}.domain(params)")
+    x = configured.inputs(torch.as_tensor(params, dtype=torch.float64)[None])
+    expected = (1, configured.in_channels, *configured.resolution)
+    if tuple(x.shape) != expected:
+        raise ValueError(f"in_channels: inputs(params) returned shape {list(x.shape)} for one instance; the network "
+                         f"is built for in_channels = {configured.in_channels}, {list(expected)}")
+
+
+def _first_load(configured: Any, first: Any) -> None:
+    """Refuse a family whose instances have no load: for the middle of the training range and the first training
+    instance, the field of a zero network output is zero and the loss is stationary there, so zero is their
+    solution, and every error the engine reports, relative to it, would be NaN."""
+    import numpy as np
+    import torch
+
+    low, high = configured.parameters.bounds()
+    grid, channels = tuple(configured.resolution), len(configured.unknowns)
+    for row in (0.5 * (low + high), np.asarray(first, dtype=np.float64)):
+        params = torch.as_tensor(row, dtype=torch.float64)[None]
+        raw = torch.zeros(1, channels, *grid, dtype=torch.float64, requires_grad=True)
+        u = configured.field(raw, params)
+        if bool(u.detach().abs().max() > 0):
+            return
+        loss = sum(value.sum() for value in configured.loss_terms(u, params).values())
+        (gradient,) = torch.autograd.grad(loss, raw, allow_unused=True)
+        if gradient is not None and bool(gradient.abs().max() > 0):
+            return
+    raise ConfigError(f"problem.family: the {configured.name} family (as configured) has no load: for the middle of "
+                      "the training range and the first training instance the zero field is the solution (the field "
+                      "of a zero network output is zero and the loss is stationary there), and a relative error "
+                      "against zero has no meaning; give it a load (a source, a traction, a held value other than 0)")
+
+
+def _first_field(configured: Any) -> None:
+    """One instance's field of a zero network output, one channel per declared unknown, checked for the
+    shape the engine takes ((1, *grid) for one unknown, (1, C, *grid) for several): a family that packs
+    several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
+    import torch
+
+    from diffnet.protocol.family import check_vectors
+
+    names, grid = tuple(configured.unknowns), tuple(configured.resolution)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"unknowns: need distinct names, got {list(names)}")
+    check_vectors(names, configured.vectors, len(grid))
+    low, high = configured.parameters.bounds()
+    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), params)
+    expected = (1, *grid) if len(names) == 1 else (1, len(names), *grid)
+    if tuple(u.shape) != expected:
+        raise ValueError(f"field returned shape {list(u.shape)} for unknowns {list(names)} on {list(grid)}; "
+                         f"the engine needs {list(expected)} (declare each unknown field in `unknowns`)")
+
+
+def _check_members(configured: Any) -> None:
+    """The family (as configured) has every member of every capability it declares, of the right kind."""
+    from diffnet.protocol.capabilities import check_capabilities
+
+    try:
+        check_capabilities(configured)
+    except TypeError as e:
+        raise ConfigError(f"problem.family: {e}") from None
+
+
+def quadratic(configured: Any) -> bool:
+    """Whether the family's loss is quadratic in the field: its Hessian stencil (one instance, the middle of
+    the training range, on the family's grid of at most 17 nodes a side: 32 s at 128^3, 0.1 s at 17^3) the
+    same at two different fields."""
+    import numpy as np
+    import torch
+
+    from diffnet.multigrid.hessian import hessian_of
+
+    low, high = configured.parameters.bounds()
+    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    grid = tuple(min(n, 17) for n in configured.resolution)
+    configured = configured.at_resolution(grid)
+    channels = len(configured.unknowns)
+    rows = [torch.zeros(1, channels, *grid, dtype=torch.float64),
+            torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
+    with torch.no_grad():
+        fields = [configured.field(raw, params).detach() for raw in rows]
+    a = hessian_of(configured, fields[0], params).detach()
+    configured.clear_caches()  # a family that keeps its Hessian per instance must probe it again
+    b = hessian_of(configured, fields[1], params).detach()
+    return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))
