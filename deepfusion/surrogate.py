@@ -158,6 +158,11 @@ class Surrogate:
                 raise InputError(str(e)) from None
         return u
 
+    def clear_caches(self) -> None:
+        """Forget what the product keeps per instance (coarse spaces, a cut domain's quadrature): the next fields pay
+        their own set-up, as a timed comparison needs."""
+        self._generator.clear_caches()
+
     def by_name(self, fields: np.ndarray) -> dict[str, np.ndarray]:
         """Fields from :meth:`fields` by unknown: ``{"u": (S, *grid)}`` for one, ``{"u_x": ..., "u_y": ...}`` for
         several (the family's ``unknowns``, each (S, *grid)), the names the field files use."""

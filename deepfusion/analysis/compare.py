@@ -13,18 +13,22 @@ from typing import Callable
 import numpy as np
 
 from deepfusion.analysis.equal_accuracy import Point, best_time, break_even, cheapest, sweep, timed
+from deepfusion.analysis.evaluate import part_text
+from diffnet.backend.clock import PartClock
 
 __all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
-                   say=print, fresh: Callable[[], None] | None = None) -> tuple[np.ndarray, dict]:
+                   say=print, fresh: Callable[[], None] | None = None,
+                   clock: PartClock | None = None) -> tuple[np.ndarray, dict]:
     """Time ``predict(params, batch)``, DiffNet's whole solve from instance parameters to field.
 
     The first call (one instance: thread pools, kernel selection) is timed on its own;
     then every instance is solved alone (median reported), then all of them in batches of
     ``batch`` (total over the count reported per instance). ``fresh``, untimed, before each
-    timed call (the family's ``clear_caches``: the network pays its own per-instance set-up).
+    timed call (the family's ``clear_caches``: the network pays its own per-instance set-up). ``clock``, the
+    clock ``predict`` and its generator fill, gives the batched pass's seconds per instance by part.
 
     Returns
     -------
@@ -41,12 +45,16 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
     _, first = cold(params[:1], 1)
     single = statistics.median(cold(params[k : k + 1], 1)[1] for k in range(len(params)))
+    if clock is not None:
+        clock.reset()
     fields, total = cold(params, batch)
     per_instance = total / len(params)
+    parts = {} if clock is None else clock.per(len(params))
     say(f"    DiffNet inference: first call {first:.3f} s, one instance {single * 1e3:.2f} ms, "
-        f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}")
+        f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}"
+        + (f"; by part: {part_text(parts)}" if parts else ""))
     return fields, {"inference_first_s": first, "diffnet_s_single": single, "diffnet_s_batched": per_instance,
-                    "inference_batch": min(batch, len(params))}
+                    "inference_batch": min(batch, len(params)), "parts_per_instance_s": parts}
 
 
 def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:

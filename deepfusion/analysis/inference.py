@@ -15,6 +15,7 @@ import torch
 
 from deepfusion.analysis import reference_cache
 from deepfusion.training.stepper import to_channels_last
+from diffnet.backend.clock import NETWORK, PartClock
 from diffnet.generators.two_stage import TwoStage
 from diffnet.grid.nodal import inside_only, node_data
 
@@ -23,7 +24,8 @@ __all__ = ["predict", "domain_of", "on_domain", "relative_l2", "FloorReport", "a
 
 
 @torch.inference_mode()
-def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16, tiling=None) -> np.ndarray:
+def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16, tiling=None,
+            clock: PartClock | None = None) -> np.ndarray:
     """Fields for each row of ``params`` by one forward pass per batch, as float64 numpy.
 
     The input goes in channels-last (NHWC) order, which the convolutions then keep:
@@ -32,20 +34,24 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     rank's tile and the network's outputs are gathered: every rank of the split gets the
     whole fields. A two-stage generator runs as its second stage (:class:`diffnet.generators.two_stage.SecondStage`).
     A family on a domain cut out of the grid (capability ``domain``) gets zero at the nodes outside
-    it: its field there only extends the discrete space, and errors are measured inside.
+    it: its field there only extends the discrete space, and errors are measured inside. ``clock`` gathers the
+    seconds of the network(s) (and, given to the generator's problem too, of its other parts).
     """
+    clock = clock if clock is not None else PartClock()
     if isinstance(model, TwoStage):
-        model, problem = model.pair(problem)
+        model, problem = model.pair(problem, clock=clock)
     model.eval()
     weight = next(model.parameters())
     out = []
     with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
         for start in range(0, len(params), batch):
             p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
-            if tiling is None:
-                raw = model(to_channels_last(problem.inputs(p)))
-            else:
-                raw = tiling.gather(model(to_channels_last(tiling.local(problem.inputs(p)).contiguous()), tiling))
+            x = problem.inputs(p)
+            with clock.part(NETWORK, weight.device):
+                if tiling is None:
+                    raw = model(to_channels_last(x))
+                else:
+                    raw = tiling.gather(model(to_channels_last(tiling.local(x).contiguous()), tiling))
             out.append(problem.field(raw, p).double().cpu().numpy())
     return on_domain(problem, params, np.concatenate(out, axis=0))
 

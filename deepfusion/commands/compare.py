@@ -41,7 +41,10 @@ def run(args: argparse.Namespace, comm) -> int:
     apply_threads(threads[0])  # before torch starts its thread pool
     import torch
 
+    from diffnet.backend.clock import PartClock
+    from diffnet.generators.two_stage import TwoStage
     from deepfusion.analysis.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
+    from deepfusion.analysis.equal_accuracy import TIE, cheapest
     from deepfusion.analysis.inference import against_floor, predict
 
     t0 = time.perf_counter()
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace, comm) -> int:
     load_s = time.perf_counter() - t0
     cfg, problem = run.cfg, run.problem
     params = run.heldout_first(args.samples)
-    generator = run.generator()  # the network's fields, with its coarse correction if it has one
+    clock = PartClock()  # where the product's time goes, part by part
+    generator = run.generator(clock)  # the network's fields, with its coarse correction if it has one
     product = _product(problem, generator)
     for capability in ("reference", "floor", "classical"):
         require(problem, capability, "compare")
@@ -63,38 +67,49 @@ def run(args: argparse.Namespace, comm) -> int:
           + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time")
           + "; every timed solve, network or classical, builds its own per-instance set-up", flush=True)
 
-    inference = {}
-    pred = None
-    for t in threads:
-        apply_threads(t)
-        print(f"  CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(model, generator, p, b), params, args.batch,
-                                                     fresh=problem.clear_caches)
-    if torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
-        print(f"  GPU ({name}, a different machine's figure):", flush=True)
-        gpu_model = model.to("cuda")
-        _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu_model, generator, p, b), params,
-                                                           args.batch, fresh=problem.clear_caches)
-    print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
-    acc = against_floor(problem, params, pred)
-    target = float(acc.error.mean())
-    print(f"  DiffNet error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
-          f"classical sweep to that error, coarse to fine:", flush=True)
-    points = classical_sweep(problem, params, acc.truth, target)
-    from deepfusion.analysis.equal_accuracy import cheapest
-
-    best = cheapest(points, target)
-    baseline = None if best is None else reference_row(problem, params, acc.truth, best.grid)
-    if baseline is not None:
-        methods = dict(problem.classical_methods)
-        print(f"    the family's baseline, {methods.get(problem.classical_baseline, problem.classical_baseline)}, on the "
-              f"same grid: {baseline.seconds * 1e3:.2f} ms per instance, {baseline.seconds / best.seconds:.1f}x the time "
-              f"of the cheapest match ({methods.get(best.method, best.method)})", flush=True)
-    rows = [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
-                        train_seconds=train_seconds) | {"product": product} for (device, t), timing in inference.items()]
-    for k in args.polish:
-        rows += _polished_rows(problem, (model, generator), params, acc, k, threads, args.batch, train_seconds)
+    # The product, and for a two-stage generator its first stage alone: one network fewer, no V-cycle (issue 65).
+    products = [(product, model)]
+    if isinstance(model, TwoStage):
+        products.append((f"{product}, first stage alone", model.first))
+    rows, sweeps, baseline, baseline_done = [], [], None, False
+    for label, network in products:
+        inference = {}
+        pred = None
+        for t in threads:
+            apply_threads(t)
+            print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
+            pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(network, generator, p, b, clock=clock),
+                                                         params, args.batch, fresh=generator.clear_caches, clock=clock)
+        if torch.cuda.is_available():
+            name = torch.cuda.get_device_name(0)
+            print(f"  {label}, GPU ({name}, a different machine's figure):", flush=True)
+            gpu = network.to("cuda")
+            _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu, generator, p, b, clock=clock),
+                                                               params, args.batch, fresh=generator.clear_caches,
+                                                               clock=clock)
+            network.to("cpu")
+        print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
+        acc = against_floor(problem, params, pred)
+        target = float(acc.error.mean())
+        print(f"  {label}: error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
+              f"classical sweep to that error (within {TIE - 1:.0%}), coarse to fine:", flush=True)
+        points = classical_sweep(problem, params, acc.truth, target)
+        sweeps += points
+        best = cheapest(points, target)
+        if not baseline_done and best is not None:  # the family's baseline on the first product's matched grid
+            baseline, baseline_done = reference_row(problem, params, acc.truth, best.grid), True
+        if baseline is not None and label == product:
+            methods = dict(problem.classical_methods)
+            print(f"    the family's baseline, {methods.get(problem.classical_baseline, problem.classical_baseline)}, on "
+                  f"the same grid: {baseline.seconds * 1e3:.2f} ms per instance, {baseline.seconds / best.seconds:.1f}x "
+                  f"the time of the cheapest match ({methods.get(best.method, best.method)})", flush=True)
+        rows += [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
+                             train_seconds=train_seconds) | {"product": label}
+                 for (device, t), timing in inference.items()]
+        for k in args.polish:
+            rows += _polished_rows(problem, (network, generator), params, acc, k, (threads, args.batch),
+                                   (label, train_seconds))
+    points = list({(p.method, p.grid): p for p in reversed(sweeps)}.values())[::-1]  # each configuration once
     report = {
         "run_dir": str(run_dir), "checkpoint": str(path), "problem": problem.name, "resolution": grid,
         "methods": dict(problem.classical_methods),
@@ -120,24 +135,27 @@ def _product(problem, generator) -> str:
     return "DiffNet" if generator is problem else f"DiffNet + coarse solve ({generator.coarse_text()})"
 
 
-def _polished_rows(problem, network: tuple, params, acc, cycles: int, threads: list[int], batch: int,
-                   train_seconds) -> list[dict]:
-    """"DiffNet + k cycles": the network's fields (``network`` = (model, generator): the generator's field,
-    with its coarse correction) then ``cycles`` classical iterations, timed together, measured against the
-    same truth and floor, and matched to its own cheapest classical solve."""
+def _polished_rows(problem, network: tuple, params, acc, cycles: int, timing: tuple[list[int], int],
+                   product: tuple[str, float | None]) -> list[dict]:
+    """"``product`` + k cycles": the network's fields (``network`` = (model, generator): the generator's field,
+    with its coarse correction) then ``cycles`` classical iterations, timed together (``timing``: the thread
+    counts and the batch), measured against the same truth and floor, and matched to its own cheapest classical
+    solve (``product``: its name and the training seconds)."""
     model, generator = network
+    threads, batch = timing
+    product, train_seconds = product
     from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
     from deepfusion.analysis.inference import against_floor, predict
     from deepfusion.parallel.runtime import apply_threads
 
-    label = f"{_product(problem, generator)} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
+    label = f"{product} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
     problem.polish(params[:1], predict(model, generator, params[:1]), cycles)
     timings = {}
     for t in threads:
         apply_threads(t)
         print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
         fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, generator, p, b), cycles),
-                                            params, batch, fresh=problem.clear_caches)
+                                            params, batch, fresh=generator.clear_caches)
     polished = against_floor(problem, params, fields, truth=acc.truth)
     target = float(polished.error.mean())
     print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f}); "

@@ -18,6 +18,7 @@ from deepfusion.configuration.config import defaults_notice, load_config, to_tom
 from deepfusion.configuration.run import Run
 from deepfusion.training.rundir import initial_weights, resume_point, trained_seconds
 from deepfusion.configuration.inputs import InputError
+from diffnet.backend.clock import CORRECTION_PARTS, PartClock
 
 __all__ = ["run"]
 
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace, comm) -> int:
     torch.manual_seed(cfg.data.seed)
     run = Run.from_config(cfg)  # the family, its instances and levels, built once for the whole command
     problem = run.problem
-    clock = [0.0]  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
+    clock = PartClock()  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
     device = _setup_device(cfg, comm)
     model = run.build_model()
     init_from = None
@@ -185,7 +186,8 @@ def run(args: argparse.Namespace, comm) -> int:
         say(
             f"trained {result.steps} steps in {result.seconds:.1f} s "
             f"({result.samples_per_s:.1f} samples/s)"
-            + (f", the coarse correction {clock[0]:.1f} s of it ({clock[0] / result.seconds:.0%})"
+            + (f", the coarse correction {clock.total(CORRECTION_PARTS):.1f} s of it "
+               f"({clock.total(CORRECTION_PARTS) / result.seconds:.0%})"
                if cfg.model.coarse_correction and result.seconds > 0 else "")
             + f"; checkpoint {result.checkpoint}"
         )

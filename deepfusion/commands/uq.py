@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, comm) -> int:
     problem = surrogate.problem
     # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
     inside = (lambda p: domain_of(problem, p) <= 0) if problem.has("domain") else None
-    problem.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
+    surrogate.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
     diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
     fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
     if inside is not None:  # a statistic of the grid alone: for several unknowns, that of the first (each has the same)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from deepfusion.configuration.schema import Config
+from diffnet.backend.clock import PartClock
 
 from deepfusion.configuration.config import family_table
 from deepfusion.configuration.registry import configured_family
@@ -100,16 +101,16 @@ class Run:
         return attrs
 
     # -- what the generator is trained and evaluated on -------------------------------------------------------
-    def generator(self, clock: list | None = None, problem=None):
+    def generator(self, clock: PartClock | None = None, problem=None):
         """The problem whose ``field`` is the generator's product: the family's, corrected on a coarse space
         when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.coarse.CoarseCorrected`). Everything
         that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
-        through it; references and floors come from the family itself. ``clock[0]`` gathers the seconds the
-        correction takes. ``problem``: the family on another grid (default: the run's)."""
+        through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
+        correction's parts. ``problem``: the family on another grid (default: the run's)."""
         problem = self.problem if problem is None else problem
         return self._corrected(problem, problem, clock)
 
-    def trained(self, problem, clock: list | None = None):
+    def trained(self, problem, clock: PartClock | None = None):
         """What the generator trains on for ``problem`` (the family on one level's grid): the family itself, or
         its preconditioned loss (``train.loss``), with the generator's coarse correction on its fields."""
         trained = problem
@@ -119,12 +120,13 @@ class Run:
             trained = PreconditionedLoss(problem, self.cfg.train.precondition_cycles, self.cfg.train.precondition_form)
         return self._corrected(trained, problem, clock)
 
-    def _corrected(self, fields, family, clock: list | None):
+    def _corrected(self, fields, family, clock: PartClock | None):
         if not self.cfg.model.coarse_correction:
             return fields
         from diffnet.multigrid.coarse import CoarseCorrected
 
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock if clock is not None else [0.0])
+        clock = clock if clock is not None else PartClock()
+        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock)
 
     def build_model(self):
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a
@@ -150,12 +152,12 @@ class Run:
             model = TwoStage(model, Correction(second, fields), cfg.train.precondition_cycles)
         return model.to(getattr(torch, cfg.train.dtype))
 
-    def levels(self, model, clock: list | None = None):
+    def levels(self, model, clock: PartClock | None = None):
         """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid
         (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
         problem of the level's prolonged output), and the generator trained there (the deepened
         stack's level k, or the carried network); one past the finest level, the second stage's
-        network and problem (:meth:`diffnet.generators.two_stage.TwoStage.pair`). ``clock[0]`` gathers the
+        network and problem (:meth:`diffnet.generators.two_stage.TwoStage.pair`). ``clock`` gathers the
         seconds of the generator's coarse correction on every level. Each level's problem is made once."""
         from diffnet.generators.galerkin import GalerkinLevel
         from diffnet.generators.networks import LevelStack
@@ -175,7 +177,7 @@ class Run:
 
         def level(k: int):
             if k == finest + 1:  # the second stage (build_schedule): on the first stage's corrected fields
-                return model.pair(self.generator(clock), on_grid(finest))
+                return model.pair(self.generator(clock), on_grid(finest), clock)
             galerkin = cfg.multigrid.coarse_loss == "galerkin" and k < finest
             problem = GalerkinLevel(on_grid(k), on_grid(finest)) if galerkin else on_grid(k)
             return (first.level(k) if isinstance(first, LevelStack) else first), problem

@@ -29,11 +29,19 @@ def resolve_threads(requested: int, ranks_on_node: int, cores: int | None = None
 
 
 def apply_threads(threads: int) -> None:
-    """Set torch's intra-op threads and OpenMP's default to ``threads``."""
-    import torch  # here, not at import: the CLI's input checks and `jobs` need no torch
+    """Set torch's intra-op threads, OpenMP's default and the BLAS pools (numpy's and scipy's OpenBLAS) to ``threads``.
 
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    The BLAS pools matter where scipy factorises (the coarse correction's banded Cholesky): left at the core count
+    beside a busy torch, OpenBLAS's threads spun against it and a 578-unknown banded factorisation took 8-27 ms
+    instead of 0.3-0.9 ms on one thread (2 cores, 2026-11-27). A pool loaded later reads the environment; one
+    already loaded is resized by threadpoolctl."""
+    import torch  # here, not at import: the CLI's input checks and `jobs` need no torch
+    from threadpoolctl import threadpool_limits
+
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
     torch.set_num_threads(threads)
+    threadpool_limits(limits=threads, user_api="blas")
 
 
 def use_huge_pages() -> None:

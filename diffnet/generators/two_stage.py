@@ -21,12 +21,13 @@ then ``problem.field(raw, p)`` works for training and inference alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from diffnet.backend.clock import NETWORK, VCYCLE, PartClock
 from diffnet.multigrid.preconditioned import correction
 from diffnet.multigrid.stencil import components
 
@@ -78,9 +79,11 @@ class TwoStage(nn.Module):
     def forward(self, *args: Any) -> torch.Tensor:
         raise TypeError("a TwoStage generator runs as model, problem = two_stage.pair(family)")
 
-    def pair(self, family: Any, loss: Any = None) -> tuple[Correction, "SecondStage"]:
-        """The second network and its problem on ``family`` (trained on ``loss``, default the family's own)."""
-        return self.second, SecondStage(family, self.first, loss, self.cycles)
+    def pair(self, family: Any, loss: Any = None, clock: PartClock | None = None) -> tuple[Correction, "SecondStage"]:
+        """The second network and its problem on ``family`` (trained on ``loss``, default the family's own; ``clock``
+        gathers the seconds of the first network and the V-cycle in its inputs)."""
+        clock = clock if clock is not None else PartClock()
+        return self.second, SecondStage(family, self.first, loss, self.cycles, clock)
 
 
 def _rows(values: torch.Tensor, ndim: int) -> torch.Tensor:
@@ -101,9 +104,10 @@ class SecondStage:
     first: nn.Module
     loss: Any = None
     cycles: int = 1
+    clock: PartClock = field(default_factory=PartClock, compare=False)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("family", "first", "loss", "cycles"):
+        if name in ("family", "first", "loss", "cycles", "clock"):
             raise AttributeError(name)
         return getattr(self.family, name)
 
@@ -114,9 +118,11 @@ class SecondStage:
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         x = self.family.inputs(params)
         with torch.no_grad():
-            u1 = self.family.field(self.first(x), params)
+            with self.clock.part(NETWORK, x.device):
+                raw = self.first(x)
+            u1 = self.family.field(raw, params)
         # The residual needs autograd (the loss's gradient): outside inference mode, on plain copies.
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.inference_mode(False), torch.enable_grad(), self.clock.part(VCYCLE, x.device):
             p64 = params.clone().double() if params.is_floating_point() else params.clone()
             d = correction(self.family, u1.clone().double(), p64, self.cycles)[1]
         grid = d.shape[d.ndim - len(self.family.resolution):]

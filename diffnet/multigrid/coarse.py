@@ -37,17 +37,19 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SOLVES, PartClock
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
 from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, on_free_nodes
-from diffnet.multigrid.vcycle import along_axes, cholesky, cholesky_solve, dense_interpolation
+from diffnet.multigrid.factor import factor_bytes, factorise, solve_factors
+from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
-__all__ = ["CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid"]
+__all__ = ["CACHE_BYTES", "CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
 
 
 def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
@@ -65,7 +67,7 @@ def _float64(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class CoarseSpace:
-    """The coarse space of one batch: P, the free nodes on both grids, A's stencil and A_c's factor.
+    """The coarse space of one batch: P, the free nodes on both grids, A's stencil and A_c's factors.
 
     Build it with :meth:`build`; :meth:`project` is P A_c⁻¹ Pᵀ, the A-orthogonal projector's
     action on a residual.
@@ -75,36 +77,75 @@ class CoarseSpace:
     free: torch.Tensor  # (S, C, *grid) bool (C = 1 for one unknown)
     coarse_free: torch.Tensor  # (S, C, *coarse) bool
     hessian: torch.Tensor  # (S, C, C, 3^d, *grid): A at every node (the backward pass's transpose)
-    factor: torch.Tensor  # (S, C n, C n): Cholesky factor of A_c
+    factors: list[Any]  # per instance, A_c's Cholesky factor (:class:`~diffnet.multigrid.factor.BandedFactor`, or dense)
     vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
+    load: torch.Tensor | None = None  # (S, C, *grid): b of E(u) = 1/2 uᵀ A u - bᵀ u + const, so that ∇E(u) = A u - b
 
     @classmethod
-    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int) -> "CoarseSpace":
-        """The coarse space of ``family`` at the float64 field ``u`` (S, [C,] *grid) with ``nodes`` coarse nodes a side.
+    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+              clock: PartClock | None = None, quadratic: bool = False) -> "CoarseSpace":
+        """The coarse space of ``family`` at the float64 field ``u`` (S, [C,] *grid) with ``nodes`` coarse nodes a side
+        (``clock``: the seconds of its parts).
 
-        The family's Hessian is formed in float64 too: from float32 coefficients A_c's rounding, times its
-        condition number (about 1e3 for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
+        With ``quadratic`` (the family's energy is; the configuration refuses the correction otherwise) an
+        instance's space does not depend on the field: each instance's is built the first time this process
+        meets it and kept (:data:`CACHE_BYTES`), and serves every later correction of it, the second stage's and
+        the next epoch's alike. Else it is the linearisation at ``u``, built for this batch. The family's Hessian
+        is formed in float64: from float32 coefficients A_c's rounding, times its condition number (about 1e3
+        for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
+        clock = clock if clock is not None else PartClock()
         vector = components(family) > 1
         grid = tuple(u.shape[2:] if vector else u.shape[1:])
         coarse = coarse_grid(grid, nodes)
         transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
-        hessian, free = block_hessian(family, u, params)
-        coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
+        # On a GPU no host copy of the instances, which a CUDA graph could not capture: built for every batch.
+        if u.is_cuda or not quadratic:
+            parts = cls._build_new(family, u, params, transfers, coarse, vector, clock)
+            return cls(transfers, *(torch.stack([getattr(p, k) for p in parts]) for k in ("free", "coarse_free",
+                                                                                        "hessian")),
+                       [p.factor for p in parts], vector, torch.stack([p.load for p in parts]))
+        keys = [(family, coarse, u.dtype, row.tobytes())
+                for row in params.detach().double().cpu().numpy().reshape(len(params), -1)]
+        missing = [k for k, key in enumerate(keys) if key not in _SPACES]
+        if missing:
+            index = torch.as_tensor(missing, device=u.device)
+            built = cls._build_new(family, u.index_select(0, index), params.index_select(0, index.to(params.device)),
+                                   transfers, coarse, vector, clock)
+            for k, part in zip(missing, built):
+                _remember(keys[k], part)
+        parts = [_SPACES[key] for key in keys]
+        for key in keys:
+            _SPACES.move_to_end(key)
+        stack = lambda name: torch.stack([getattr(part, name) for part in parts])  # noqa: E731
+        return cls(transfers, stack("free"), stack("coarse_free"), stack("hessian"), [part.factor for part in parts],
+                   vector, stack("load"))
+
+    @classmethod
+    def _build_new(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+                   coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
+        """The coarse spaces of instances not met before, one per instance."""
+        with clock.part(HESSIAN, u.device):
+            hessian, free = block_hessian(family, u, params)
+            coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
+        with clock.part(GRADIENT, u.device):  # b = A u - ∇E(u), so that ∇E(w) = A w - b for any w where E is quadratic
+            load = apply_stencil(hessian, as_blocks(u, vector)) - as_blocks(loss_gradient(family, u, params), vector)
         stencil = on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
-        space = cls(transfers, free, coarse_free, hessian, torch.empty(0, dtype=u.dtype, device=u.device), vector)
-        dense = space._coarse_operator(stencil)
+        space = cls(transfers, free, coarse_free, hessian, [], vector)
+        with clock.part(OPERATOR, u.device):
+            dense = space._coarse_operator(stencil)
         # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.
         diagonal = dense.diagonal(dim1=1, dim2=2)
         empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
-        space.coarse_free = space.coarse_free & ~empty
-        keep = space.coarse_free.reshape(len(dense), -1).to(u.dtype)
+        coarse_free = space.coarse_free & ~empty
+        keep = coarse_free.reshape(len(dense), -1).to(u.dtype)
         # In place: at 17² with a batch of 32 the out-of-place masking and symmetrising of these (S, n, n)
         # matrices cost as much as the factorisation (2026-11-26). The factorisation reads the lower
         # triangle only, so the rounding-level asymmetry of the contraction needs no averaging.
         dense.mul_(keep[:, :, None]).mul_(keep[:, None, :])
         dense.diagonal(dim1=1, dim2=2).add_(1.0 - keep)
-        space.factor = cholesky(dense, "the coarse correction's A_c")
-        return space
+        with clock.part(FACTORISATION, u.device):
+            factors = factorise(dense, components(family), "the coarse correction's A_c")
+        return [_Instance(free[k], coarse_free[k], hessian[k], factors[k], load[k]) for k in range(len(dense))]
 
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
         """P x: a coarse field (S, [C,] *coarse) on the fine grid, zero at the fixed nodes."""
@@ -119,8 +160,13 @@ class CoarseSpace:
     def project(self, r: torch.Tensor) -> torch.Tensor:
         """P A_c⁻¹ Pᵀ r for a batch r (S, [C,] *grid)."""
         rc = self.restrict(r)
-        x = cholesky_solve(rc.reshape(rc.shape[0], -1, 1), self.factor).reshape(rc.shape)
+        x = solve_factors(self.factors, rc.reshape(rc.shape[0], -1, 1)).reshape(rc.shape)
         return self.prolong(x)
+
+    def gradient(self, u: torch.Tensor) -> torch.Tensor:
+        """∇E(u) = A u - b of the quadratic energy, at fields u (S, [C,] *grid): one stencil product, not a pass
+        of autograd through the energy (2-3x cheaper: each correction of a product needs one)."""
+        return self.apply_hessian(u) - as_fields(self.load, self.vector)
 
     def apply_hessian(self, x: torch.Tensor) -> torch.Tensor:
         """A x with the family's Hessian (every node) for fields x (S, [C,] *grid)."""
@@ -178,26 +224,64 @@ class CoarseSpace:
         return dense
 
 
+@dataclass
+class _Instance:
+    """One instance's coarse space: its free nodes on both grids, its Hessian stencil, A_c's factor."""
+
+    free: torch.Tensor
+    coarse_free: torch.Tensor
+    hessian: torch.Tensor
+    factor: Any
+    load: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.element_size() * t.nelement() for t in (self.free, self.coarse_free, self.hessian, self.load)) + \
+            factor_bytes(self.factor)
+
+
+# What one process keeps of the instances' coarse spaces, in bytes. An elasticity instance at 64² is 0.6 MB of
+# Hessian and 0.3 MB of banded factor: a rank's shard of 1024 training instances fits, so that no epoch after the
+# first forms a Hessian or factorises again (training repeated every factorisation every epoch: 20-38 % of its
+# time, issue 65); past it the least recently used is built again when met.
+CACHE_BYTES = 2 * 2**30
+_SPACES: OrderedDict = OrderedDict()  # key -> _Instance, least recently used first
+_SPACE_BYTES = [0]
+
+
+def _remember(key: tuple, part: _Instance) -> None:
+    _SPACES[key] = part
+    _SPACE_BYTES[0] += part.nbytes
+    while _SPACE_BYTES[0] > CACHE_BYTES and len(_SPACES) > 1:
+        _SPACE_BYTES[0] -= _SPACES.popitem(last=False)[1].nbytes
+
+
+def forget_coarse_spaces() -> None:
+    """Drop every kept coarse space (a timed solve then builds its own: ``compare`` and ``uq`` time each pass's
+    set-up)."""
+    _SPACES.clear()
+    _SPACE_BYTES[0] = 0
+
+
 class _Correct(torch.autograd.Function):
     """u = ũ + delta forward; backward the transpose of the correction's Jacobian (module docstring)."""
 
     @staticmethod
-    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, space: CoarseSpace, clock: list) -> torch.Tensor:
+    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, space: CoarseSpace, clock: PartClock) -> torch.Tensor:
         ctx.space, ctx.clock = space, clock
         return u + delta
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        t0 = time.perf_counter()
         space = ctx.space
-        g = grad.double()
-        back = g - space.apply_hessian(space.project(g))
-        ctx.clock[0] += time.perf_counter() - t0
+        with ctx.clock.part(SOLVES, grad.device):
+            g = grad.double()
+            back = g - space.apply_hessian(space.project(g))
         return back.to(grad.dtype), None, None, None
 
 
 def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
-                      clock: list | None = None) -> torch.Tensor:
+                      clock: PartClock | None = None, quadratic: bool = False) -> torch.Tensor:
     """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
     u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.
 
@@ -211,21 +295,23 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
         The instances' parameters.
     nodes : int
         Coarse nodes per side.
-    clock : list, optional
-        ``clock[0]`` is increased by the seconds spent here (forward and backward).
+    clock : PartClock, optional
+        Gathers the seconds of the correction's parts (forward and backward).
+    quadratic : bool
+        The family's energy is quadratic: each instance's coarse space is kept and reused (:meth:`CoarseSpace.build`).
     """
-    clock = clock if clock is not None else [0.0]
-    t0 = time.perf_counter()
+    clock = clock if clock is not None else PartClock()
     # The gradient of the loss needs autograd, also under inference mode: plain float64 copies.
     with torch.inference_mode(False), torch.enable_grad():
         u64 = u.detach().clone().double()
         p64 = _float64(params.detach().clone())
-        space = CoarseSpace.build(family, u64, p64, nodes)
-        delta = -space.project(loss_gradient(family, u64, p64) * as_fields(space.free, space.vector))
+        space = CoarseSpace.build(family, u64, p64, nodes, clock, quadratic)
+        with clock.part(GRADIENT, u.device):
+            g = space.gradient(u64) * as_fields(space.free, space.vector)
+        with clock.part(SOLVES, u.device):
+            delta = -space.project(g)
     delta = delta.to(u.dtype)
-    out = _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
-    clock[0] += time.perf_counter() - t0
-    return out
+    return _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
 
 
 @dataclass(frozen=True)
@@ -233,14 +319,15 @@ class CoarseCorrected:
     """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
 
     ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
-    ``family`` the energy whose coarse minimiser is taken. Every member but ``field`` is the problem's.
-    ``clock[0]`` accumulates the seconds the correction takes (forward and backward).
+    ``family`` the energy whose coarse minimiser is taken, a quadratic one (the configuration refuses others), so
+    that each instance's coarse space is built once and kept. Every member but ``field`` is the problem's.
+    ``clock`` gathers the seconds of the correction's parts (forward and backward).
     """
 
     problem: Any
     family: Any
     nodes: int
-    clock: list = field(default_factory=lambda: [0.0], compare=False)
+    clock: PartClock = field(default_factory=PartClock, compare=False)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("problem", "family", "nodes", "clock"):
@@ -256,7 +343,13 @@ class CoarseCorrected:
         return f"an exact coarse correction on {self.coarse_text()}"
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        return coarse_correction(self.family, self.problem.field(raw, params), params, self.nodes, self.clock)
+        return coarse_correction(self.family, self.problem.field(raw, params), params, self.nodes, self.clock,
+                                 quadratic=True)
+
+    def clear_caches(self) -> None:
+        """Forget the kept coarse spaces and what the family keeps per instance: a timed pass then pays its own set-up."""
+        forget_coarse_spaces()
+        self.problem.clear_caches()
 
     def fixed_nodes(self, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The family's fixed nodes (the correction vanishes there, and probing its field would not tell)."""

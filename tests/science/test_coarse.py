@@ -254,6 +254,20 @@ def test_the_preconditioned_loss_and_a_second_stage_compose_with_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((run_dir / "eval.json").read_text())
     assert np.isfinite(report["ratio_to_floor"]) and report["first_stage_ratio_to_floor"] > 0
+    # Where the product's time went, part by part: both networks, the correction's parts, the V-cycle.
+    parts = report["inference_parts_per_instance_s"]
+    assert {"network", "fine Hessian", "coarse operator A_c", "factorisation", "coarse solves", "V-cycle"} <= set(parts)
+    assert all(v > 0 for v in parts.values())
+    # compare times the two-stage product and its first stage alone (one network, no V-cycle), each matched.
+    proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--polish", "1",
+                   "--out", str(tmp_path / "c.json"))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    product = "DiffNet + coarse solve (5x5)"
+    assert [r["product"] for r in rows] == [product, f"{product} + 1 V-cycle", f"{product}, first stage alone",
+                                            f"{product}, first stage alone + 1 V-cycle"]
+    assert rows[2]["diffnet_error"] == pytest.approx(np.mean(report["first_stage_rel_l2"][:2]), rel=1e-5)
+    assert "V-cycle" in rows[0]["parts_per_instance_s"] and "V-cycle" not in rows[2]["parts_per_instance_s"]
 
 
 @pytest.mark.parametrize("config, extra", [
@@ -331,3 +345,55 @@ def test_a_constant_first_built_under_inference_mode_trains_afterwards():
     raw = torch.randn(2, 1, 13, 11, dtype=torch.float64, requires_grad=True)
     family.loss_terms(coarse_correction(family, family.field(raw, p), p, 5), p)["energy"].sum().backward()
     assert raw.grad is not None and torch.isfinite(raw.grad).all()
+
+
+# -- each instance's coarse space built once (issue 65): kept, banded, its gradient one stencil product ----------
+@pytest.mark.parametrize("family", [PoissonProblem((33, 33)), Elasticity((17, 17)), Poisson3D((17, 17, 17))],
+                         ids=["2-D", "elasticity", "3-D"])
+def test_each_instance_is_factorised_once_and_its_kept_space_gives_the_fresh_correction(family):
+    from diffnet.backend.clock import FACTORISATION, HESSIAN, SOLVES, PartClock
+    from diffnet.multigrid.coarse import forget_coarse_spaces
+
+    forget_coarse_spaces()
+    p = _drawn(family, 3)
+    raw = torch.randn(3, len(family.unknowns), *family.resolution, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(4))
+    u_tilde = family.field(raw, p)
+    fresh = coarse_correction(family, u_tilde, p, 9)  # the linearisation at u~, built for this batch alone
+    clock = PartClock()
+    first = coarse_correction(family, u_tilde, p, 9, clock, quadratic=True)
+    built = dict(clock.seconds)
+    assert built[FACTORISATION] > 0 and built[HESSIAN] > 0
+    again = coarse_correction(family, family.field(raw[[2, 0]] * 0.5, p[[2, 0]]), p[[2, 0]], 9, clock, quadratic=True)
+    # The kept spaces serve other fields of the same instances: no Hessian, operator or factorisation again.
+    assert {k: v for k, v in clock.seconds.items() if k != SOLVES and k != "loss gradient"} == \
+        {k: v for k, v in built.items() if k != SOLVES and k != "loss gradient"}
+    scale = float(first.abs().max())
+    assert float((first - fresh).abs().max()) <= 1e-12 * scale
+    expected = coarse_correction(family, family.field(raw[[2, 0]] * 0.5, p[[2, 0]]), p[[2, 0]], 9)
+    assert float((again - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
+    forget_coarse_spaces()
+
+
+def test_banded_factors_solve_as_the_dense_ones_and_a_wide_band_stays_dense():
+    from diffnet.multigrid.factor import BandedFactor, factorise, solve_factors
+
+    rng = np.random.default_rng(5)
+    n, components = 60, 2
+    band = np.zeros((n * components, n * components))  # node-major couplings 3 nodes apart, stored component-major
+    order = np.arange(n * components).reshape(components, n).T.reshape(-1)
+    for i in range(n * components):
+        for j in range(max(0, i - 5), min(n * components, i + 6)):
+            band[order[i], order[j]] = -rng.uniform(0, 0.1)
+    band = band + band.T
+    band += np.diag(np.abs(band).sum(1) + 1.0)
+    dense = torch.as_tensor(np.stack([band, 2 * band]))
+    factors = factorise(dense, components, "A")
+    assert all(isinstance(f, BandedFactor) for f in factors) and factors[0].band.shape == (6, n * components)
+    rhs = torch.as_tensor(rng.normal(size=(2, n * components, 1)))
+    expected = torch.linalg.solve(dense, rhs)
+    assert float((solve_factors(factors, rhs) - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
+    full = torch.as_tensor(np.stack([np.eye(8) + 0.1 * np.ones((8, 8))]))  # every entry coupled: no band to gain
+    assert isinstance(factorise(full, 1, "A")[0], torch.Tensor)
+    with pytest.raises(ValueError, match=r"^A is not positive definite for instance\(s\) \[1\]$"):
+        factorise(torch.stack([dense[0], -dense[0]]), components, "A")

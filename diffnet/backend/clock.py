@@ -1,0 +1,68 @@
+"""Seconds per part of a generator's passes: where one instance's time goes.
+
+A product of the networks and the coarse correction spends its time in a few parts: the network(s), the
+fine Hessian the correction and the V-cycle read, the coarse operator A_c, its factorisation, the coarse
+solves, the loss's gradient, a second stage's V-cycle. The generator's problems accumulate each part's
+seconds in one :class:`PartClock` (handed to them, never a global), which training, the evaluation and
+``compare`` read and report.
+
+On a GPU the parts' kernels run asynchronously: each part synchronises the device before it reads the time,
+so that the seconds are the part's and not those of the kernels queued before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+__all__ = ["PartClock", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
+           "CORRECTION_PARTS"]
+
+NETWORK = "network"
+HESSIAN = "fine Hessian"
+OPERATOR = "coarse operator A_c"
+FACTORISATION = "factorisation"
+SOLVES = "coarse solves"
+GRADIENT = "loss gradient"
+VCYCLE = "V-cycle"
+# The coarse correction's parts (its seconds in a run's banner and reports are their sum).
+CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT)
+
+
+class PartClock:
+    """Seconds per named part, accumulated over passes (:meth:`part`); :meth:`total` sums some of them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def part(self, name: str, device: Any = None) -> Iterator[None]:
+        """Time the block as the part ``name`` (a CUDA ``device``, a torch.device or its name, is synchronised at
+        both ends). Imports nothing heavy: the configuration holds a clock before torch is loaded."""
+        cuda = device is not None and str(device).startswith("cuda")
+        if cuda:
+            import torch
+
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.synchronize(device)
+            self.add(name, time.perf_counter() - t0)
+
+    def total(self, names: tuple[str, ...] | None = None) -> float:
+        """The seconds of ``names`` (default: every part)."""
+        return sum(v for k, v in self.seconds.items() if names is None or k in names)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+
+    def per(self, count: int) -> dict[str, float]:
+        """Each part's seconds divided by ``count`` (per instance), largest first."""
+        return {k: v / count for k, v in sorted(self.seconds.items(), key=lambda kv: -kv[1])}
