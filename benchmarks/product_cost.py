@@ -63,6 +63,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
         predict(model, generator, rows, b, clock=clock)
         return (time.perf_counter() - t0) / len(rows), clock.per(len(rows))
 
+    predict(model, generator, params, batch)  # the batch's shape: oneDNN's kernels for it, a process's one-off
     batched, parts = timed(params, batch)
     single = statistics.median(timed(params[k : k + 1], 1)[0] for k in range(len(params)))
     row = {"config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),

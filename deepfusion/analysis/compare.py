@@ -26,7 +26,8 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
     The first call (one instance: thread pools, kernel selection) is timed on its own;
     then every instance is solved alone (median reported), then all of them in batches of
-    ``batch`` (total over the count reported per instance). ``fresh``, untimed, before each
+    ``batch`` (total over the count reported per instance), after one untimed pass at that shape (the
+    kernels a shape selects are a process's one-off, not an instance's). ``fresh``, untimed, before each
     timed call (the family's ``clear_caches``: the network pays its own per-instance set-up). ``clock``, the
     clock ``predict`` and its generator fill, gives the batched pass's seconds per instance by part.
 
@@ -45,6 +46,7 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
 
     _, first = cold(params[:1], 1)
     single = statistics.median(cold(params[k : k + 1], 1)[1] for k in range(len(params)))
+    predict(params, batch)  # untimed: oneDNN builds its kernels per input shape once a process (10-20 ms at 64²)
     if clock is not None:
         clock.reset()
     fields, total = cold(params, batch)

@@ -45,8 +45,8 @@ import torch
 
 from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SOLVES, PartClock
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
-from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, on_free_nodes
-from diffnet.multigrid.factor import factor_bytes, factorise, solve_factors
+from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, free_couplings
+from diffnet.multigrid.factor import factor_bytes, factorise_stencil, solve_factors
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
 __all__ = ["CACHE_BYTES", "CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
@@ -129,23 +129,21 @@ class CoarseSpace:
             coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
         with clock.part(GRADIENT, u.device):  # b = A u - ∇E(u), so that ∇E(w) = A w - b for any w where E is quadratic
             load = apply_stencil(hessian, as_blocks(u, vector)) - as_blocks(loss_gradient(family, u, params), vector)
-        stencil = on_free_nodes(hessian, free)  # A on the free nodes: the operator of the energy's minimiser
+        # A on the free nodes, the operator of the energy's minimiser. P is zero at the fixed nodes, so Pᵀ A P needs
+        # no identity rows there, and the factorisation reads one triangle: no symmetrising either (the full
+        # on_free_nodes was a fifth of an elasticity instance's build).
+        stencil = free_couplings(hessian, free)
         space = cls(transfers, free, coarse_free, hessian, [], vector)
         with clock.part(OPERATOR, u.device):
-            dense = space._coarse_operator(stencil)
+            values = space._coarse_operator(stencil)
         # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.
-        diagonal = dense.diagonal(dim1=1, dim2=2)
+        centre = (values.shape[-1] - 1) // 2
+        diagonal = torch.stack([values[:, a, a, :, centre] for a in range(values.shape[1])], dim=1).flatten(1)
         empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
         coarse_free = space.coarse_free & ~empty
-        keep = coarse_free.reshape(len(dense), -1).to(u.dtype)
-        # In place: at 17² with a batch of 32 the out-of-place masking and symmetrising of these (S, n, n)
-        # matrices cost as much as the factorisation (2026-11-26). The factorisation reads the lower
-        # triangle only, so the rounding-level asymmetry of the contraction needs no averaging.
-        dense.mul_(keep[:, :, None]).mul_(keep[:, None, :])
-        dense.diagonal(dim1=1, dim2=2).add_(1.0 - keep)
         with clock.part(FACTORISATION, u.device):
-            factors = factorise(dense, components(family), "the coarse correction's A_c")
-        return [_Instance(free[k], coarse_free[k], hessian[k], factors[k], load[k]) for k in range(len(dense))]
+            factors = factorise_stencil(values, coarse_free.flatten(1), coarse, "the coarse correction's A_c")
+        return [_Instance(free[k], coarse_free[k], hessian[k], factors[k], load[k]) for k in range(len(values))]
 
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
         """P x: a coarse field (S, [C,] *coarse) on the fine grid, zero at the fixed nodes."""
@@ -173,8 +171,9 @@ class CoarseSpace:
         return as_fields(apply_stencil(self.hessian, as_blocks(x, self.vector)), self.vector)
 
     def _coarse_operator(self, stencil: torch.Tensor) -> torch.Tensor:
-        """A_c = Pᵀ A P (S, C n, C n), dense, A the block stencil on the free nodes (S, C, C, 3^d, *grid):
-        one block of (S, n, n) per pair of components, the components outermost as in the fields.
+        """A_c = Pᵀ A P as a coarse block stencil (S, C, C, n, 5^d) for A the block stencil on the free nodes
+        (S, C, C, 3^d, *grid): entry [a, b, I, O] couples unknown a at coarse node I to unknown b at I + O (O in
+        :func:`itertools.product` order over (-2, ..., 2)^d; entries that point outside the grid are not read).
 
         Entry (I, I + O) of block (a, b) is sum_o sum_i P[i, I] a_o[i] P[i + o, I + O] over the fine
         offsets o and nodes i; P is a product of per-axis interpolations, so for each o the sum over i is
@@ -199,8 +198,7 @@ class CoarseSpace:
                         p[:, max(-big, 0): nc - max(big, 0)] * shifted[:, max(big, 0): nc - max(-big, 0)])
                 by_offset[o] = q.reshape(nf, nc * 5)
             spans.append(by_offset)
-        index = torch.arange(n, device=stencil.device).reshape(coarse)
-        dense = torch.zeros(s, c * n, c * n, dtype=stencil.dtype, device=stencil.device)
+        blocks = []
         for a, b in itertools.product(range(c), repeat=2):
             # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
             # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
@@ -215,13 +213,8 @@ class CoarseSpace:
             total = level[()]
             # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
             total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
-            total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims)
-            for j, big in enumerate(itertools.product(range(-2, 3), repeat=dims)):
-                rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(big, coarse))].reshape(-1)
-                cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(big, coarse))].reshape(-1)
-                if rows.numel():
-                    dense[:, a * n + rows, b * n + cols] = total[:, rows, j]
-        return dense
+            blocks.append(total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims))
+        return torch.stack(blocks, dim=1).reshape(s, c, c, n, 5**dims)
 
 
 @dataclass

@@ -1,23 +1,28 @@
-"""Cholesky factors of the coarse operators, one per instance: banded where the band is narrow, dense otherwise.
+"""The coarse operators' Cholesky factors, one per instance: banded where the band is narrow, dense otherwise.
 
-A_c of the coarse correction couples a coarse node to the nodes at most two away along each axis (a 5^d-point
-stencil), so in the grid's lexicographic order, each node's unknowns together (node-major for several unknowns),
-its nonzeros lie within a band of half-width about C (2 m + 2) in 2-D and C (2 m² + 2 m + 2) in 3-D for m
-nodes a side. A banded factorisation (LAPACK's pbtrf, scipy.linalg.cholesky_banded) costs N b² where a dense
-one costs N³ / 3: for elasticity's 17² x 2 = 578 unknowns (b = 73) 20x fewer operations, for a scalar 17² (b = 36)
-70x, for 9³ (b = 182) 7x (measured: benchmarks/product_cost.py). On a GPU, or where the band is not narrower,
-the factors are torch's dense batched ones (a CUDA graph captures those).
+A_c of the coarse correction is a coarse block stencil: unknown a at coarse node I couples to unknown b at I + O
+for |O_k| <= 2 along each axis (grids that do not nest couple nodes two apart). In the grid's lexicographic order
+with each node's unknowns together (node-major), its nonzeros lie within a band of half-width about
+C (2 m + 2) in 2-D and C (2 m² + 2 m + 2) in 3-D for m nodes a side, and a banded factorisation (LAPACK's pbtrf,
+through scipy.linalg.cholesky_banded) costs N b² where a dense one costs N³ / 3: for elasticity's 17² x 2 = 578
+unknowns (b = 73) 20x fewer operations, for a scalar 17² (b = 36) 70x, for 9³ (b = 182) 7x. The band is filled
+from the stencil directly, through index arrays made once per coarse grid: no dense matrix (an (S, N, N) buffer
+and its 25 C² scatters were the larger part of an elasticity instance's A_c, 2026-11-27). On a GPU, or where the
+band is not narrower, the factors are torch's dense batched ones (a CUDA graph captures those).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["BandedFactor", "factorise", "solve_factors", "factor_bytes"]
+__all__ = ["BandedFactor", "factorise_stencil", "solve_factors", "factor_bytes"]
 
 # A band is taken where N b² is at most this share of N³ / 3 (below it the band's per-instance calls cost more
 # than the saving: a dense batched factorisation is one call for the whole batch).
@@ -39,44 +44,85 @@ class BandedFactor:
         return out
 
 
-def _node_major(n: int, components: int) -> np.ndarray:
-    """The permutation that puts each node's unknowns together: component-major index c n + i -> i C + c."""
-    return np.arange(n * components).reshape(components, n).T.reshape(-1)
+@dataclass(frozen=True)
+class _Layout:
+    """Where every coupling of a coarse block stencil (C, C, n, 5^d) lies: the couplings inside the grid, each
+    once per triangle needed. ``source``: the flat index into the stencil; ``row``, ``col``: the unknowns
+    (component-major, a n + I); ``upper``: the couplings with node-major position row <= col; ``width``: the
+    half-bandwidth in node-major order; ``order``: the node-major permutation (position -> unknown)."""
+
+    source: np.ndarray
+    row: np.ndarray
+    col: np.ndarray
+    upper: np.ndarray
+    width: int
+    order: np.ndarray
 
 
-def factorise(dense: torch.Tensor, components: int, what: str) -> list[Any]:
-    """Per instance of ``dense`` (S, N, N), symmetric positive definite with ``components`` unknowns per node
-    (component-major, as the fields), its Cholesky factor: a :class:`BandedFactor` on the CPU where the band is
-    narrow, else a dense lower factor (N, N) (torch). A matrix that is not positive definite is a ValueError
-    naming ``what`` and the instances."""
-    from diffnet.multigrid.vcycle import cholesky
+@functools.lru_cache(maxsize=32)
+def _layout(coarse: tuple[int, ...], components: int) -> _Layout:
+    n, c = math.prod(coarse), components
+    index = np.arange(n).reshape(coarse)
+    offsets = list(itertools.product(range(-2, 3), repeat=len(coarse)))
+    source, row, col = [], [], []
+    for a, b in itertools.product(range(c), repeat=2):
+        for j, offset in enumerate(offsets):
+            rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, coarse))].ravel()
+            cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, coarse))].ravel()
+            source.append(((a * c + b) * n + rows) * len(offsets) + j)
+            row.append(a * n + rows)
+            col.append(b * n + cols)
+    source, row, col = (np.concatenate(x) for x in (source, row, col))
+    order = np.arange(n * c).reshape(c, n).T.reshape(-1)  # node-major position I c + a -> unknown a n + I
+    position = np.empty_like(order)
+    position[order] = np.arange(n * c)
+    upper = position[row] <= position[col]
+    width = int((position[col] - position[row])[upper].max()) if upper.any() else 0
+    return _Layout(source, row, col, upper, width, order)
 
-    n = dense.shape[-1]
-    if not dense.is_cuda and n > 1:
-        order = _node_major(n // components, components)
-        position = np.empty(n, dtype=np.int64)
-        position[order] = np.arange(n)
-        values = dense.detach().cpu().numpy()
-        rows, cols = np.nonzero((values != 0).any(axis=0))
-        width = int(np.max(np.abs(position[rows] - position[cols]))) if len(rows) else 0
-        if n * (width + 1) ** 2 <= _BANDED_SHARE * n**3 / 3:
-            return _banded(values, order, width, what)
-    return list(cholesky(dense, what))
+
+def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str) -> list[Any]:
+    """Per instance of the coarse block stencils ``values`` (S, C, C, n, 5^d) on the grid ``coarse``, the Cholesky
+    factor of the operator on the unknowns ``keep`` (S, C n) holds (the others: identity rows): a
+    :class:`BandedFactor` on the CPU where the band is narrow, else a dense lower factor (N, N) (torch). An operator
+    that is not positive definite is a ValueError naming ``what`` and the instances."""
+    s, c = values.shape[0], values.shape[1]
+    layout = _layout(tuple(coarse), c)
+    n_unknowns = c * math.prod(coarse)
+    flat = values.reshape(s, -1)
+    mask = keep.to(values.dtype)
+    couplings = flat[:, torch.as_tensor(layout.source, device=values.device)] * \
+        mask[:, torch.as_tensor(layout.row, device=values.device)] * mask[:, torch.as_tensor(layout.col, device=values.device)]
+    banded = n_unknowns * (layout.width + 1) ** 2 <= _BANDED_SHARE * n_unknowns**3 / 3
+    if values.is_cuda or not banded:
+        from diffnet.multigrid.vcycle import cholesky
+
+        dense = torch.zeros(s, n_unknowns * n_unknowns, dtype=values.dtype, device=values.device)
+        dense[:, torch.as_tensor(layout.row * n_unknowns + layout.col, device=values.device)] = couplings
+        dense = dense.reshape(s, n_unknowns, n_unknowns)
+        dense.diagonal(dim1=1, dim2=2).add_(1.0 - mask)
+        return list(cholesky(dense, what))
+    return _banded(couplings.detach().cpu().numpy(), (1.0 - mask).cpu().numpy(), layout, what)
 
 
-def _banded(values: np.ndarray, order: np.ndarray, width: int, what: str) -> list[BandedFactor]:
-    """Each matrix of ``values`` (S, N, N) in the unknowns' ``order`` as a band of half-width ``width``, factorised.
-    The band is read off the matrix in that order directly (a permuted copy of a 578² matrix cost 10 ms each)."""
+def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: str) -> list[BandedFactor]:
+    """The banded factors of the operators whose couplings (S, K) lie at ``layout``, plus ``identity`` (S, N) on
+    their diagonals."""
     from scipy.linalg import LinAlgError, cholesky_banded
 
-    n = values.shape[-1]
+    n, w = len(layout.order), layout.width
+    position = np.empty_like(layout.order)
+    position[layout.order] = np.arange(n)
+    pr, pc = position[layout.row[layout.upper]], position[layout.col[layout.upper]]
+    target = (w + pr - pc) * n + pc  # the upper form: band[w + i - j, j] = A[i, j], i <= j
+    bands = np.zeros((len(couplings), (w + 1) * n))
+    bands[:, target] = couplings[:, layout.upper]  # each (row, col) is one coupling: (a, I; b, I + O) names it
+    bands = bands.reshape(len(couplings), w + 1, n)
+    bands[:, w] += identity[:, layout.order]
     factors, failed = [], []
-    for k, matrix in enumerate(values):
-        band = np.zeros((width + 1, n))
-        for d in range(width + 1):  # the upper form: band[width - d, j] = A[order[j - d], order[j]]
-            band[width - d, d:] = matrix[order[: n - d], order[d:]]
+    for k, band in enumerate(bands):
         try:
-            factors.append(BandedFactor(cholesky_banded(band, lower=False, check_finite=False), order))
+            factors.append(BandedFactor(cholesky_banded(band, lower=False, check_finite=False), layout.order))
         except LinAlgError:
             failed.append(k)
     if failed:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 __all__ = ["neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
-           "on_free_nodes"]
+           "free_couplings", "on_free_nodes"]
 
 
 def neighbour_offsets(dims: int) -> list[tuple[int, ...]]:
@@ -72,15 +72,22 @@ def apply_stencil(stencil: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return apply_blocks(stencil[:, None, None], x[:, None])[:, 0]
 
 
+def free_couplings(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """A block stencil (S, C, C, 3^d, *grid) with every coupling that starts or ends at a fixed node (free (S, C, *grid)
+    False) cut: the free rows and columns of the operator, nothing on the fixed ones."""
+    dims = free.ndim - 2
+    mask = free.to(stencil.dtype)
+    return torch.stack([stencil[:, :, :, k] * mask[:, :, None] * shifted(mask, o)[:, None]
+                        for k, o in enumerate(neighbour_offsets(dims))], dim=3)
+
+
 def on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
     """The operator on the free nodes of a block stencil (S, C, C, 3^d, *grid) and free (S, C, *grid):
-    couplings to fixed nodes cut, identity rows on them, and symmetrised ((a, i; b, i + o) and
-    (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding)."""
+    couplings to fixed nodes cut (:func:`free_couplings`), identity rows on them, and symmetrised ((a, i; b, i + o)
+    and (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding)."""
     dims = free.ndim - 2
     offsets = neighbour_offsets(dims)
-    mask = free.to(stencil.dtype)
-    cut = torch.stack([stencil[:, :, :, k] * mask[:, :, None] * shifted(mask, o)[:, None] for k, o in enumerate(offsets)],
-                      dim=3)
+    cut = free_couplings(stencil, free)
     mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
     swapped = cut.transpose(1, 2)
     twin = torch.stack([shifted(swapped[:, :, :, mirror[k]], o) for k, o in enumerate(offsets)], dim=3)

@@ -375,25 +375,46 @@ def test_each_instance_is_factorised_once_and_its_kept_space_gives_the_fresh_cor
     forget_coarse_spaces()
 
 
-def test_banded_factors_solve_as_the_dense_ones_and_a_wide_band_stays_dense():
-    from diffnet.multigrid.factor import BandedFactor, factorise, solve_factors
+def test_banded_factors_of_a_coarse_stencil_solve_as_its_dense_operator():
+    from diffnet.multigrid.factor import BandedFactor, factorise_stencil, solve_factors
 
     rng = np.random.default_rng(5)
-    n, components = 60, 2
-    band = np.zeros((n * components, n * components))  # node-major couplings 3 nodes apart, stored component-major
-    order = np.arange(n * components).reshape(components, n).T.reshape(-1)
-    for i in range(n * components):
-        for j in range(max(0, i - 5), min(n * components, i + 6)):
-            band[order[i], order[j]] = -rng.uniform(0, 0.1)
-    band = band + band.T
-    band += np.diag(np.abs(band).sum(1) + 1.0)
-    dense = torch.as_tensor(np.stack([band, 2 * band]))
-    factors = factorise(dense, components, "A")
-    assert all(isinstance(f, BandedFactor) for f in factors) and factors[0].band.shape == (6, n * components)
-    rhs = torch.as_tensor(rng.normal(size=(2, n * components, 1)))
-    expected = torch.linalg.solve(dense, rhs)
-    assert float((solve_factors(factors, rhs) - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
-    full = torch.as_tensor(np.stack([np.eye(8) + 0.1 * np.ones((8, 8))]))  # every entry coupled: no band to gain
-    assert isinstance(factorise(full, 1, "A")[0], torch.Tensor)
+    coarse, c = (7, 6), 2
+    n = int(np.prod(coarse))
+    values = torch.as_tensor(-rng.uniform(0, 0.1, (2, c, c, n, 25)))  # couplings two nodes apart along each axis
+    # The operator as a dense matrix, symmetrised, diagonally dominant: the oracle.
+    dense = np.zeros((2, c * n, c * n))
+    index = np.arange(n).reshape(coarse)
+    offsets = [(i, j) for i in range(-2, 3) for j in range(-2, 3)]
+    for a in range(c):
+        for b in range(c):
+            for k, (oy, ox) in enumerate(offsets):
+                for y in range(coarse[0]):
+                    for x in range(coarse[1]):
+                        if 0 <= y + oy < coarse[0] and 0 <= x + ox < coarse[1]:
+                            dense[:, a * n + index[y, x], b * n + index[y + oy, x + ox]] = values[:, a, b, index[y, x], k]
+    dense = 0.5 * (dense + dense.transpose(0, 2, 1))
+    shift = np.abs(dense).sum(2) + 1.0
+    for a in range(c):  # the centre entries carry the dominance
+        values[:, a, a, :, 12] += torch.as_tensor(shift[:, a * n:(a + 1) * n])
+    dense[:, np.arange(c * n), np.arange(c * n)] += shift
+    values = values.clone()
+    for a in range(c):  # the stencil of the symmetrised operator (each coupling as the oracle holds it)
+        for b in range(c):
+            for k, (oy, ox) in enumerate(offsets):
+                for y in range(coarse[0]):
+                    for x in range(coarse[1]):
+                        if 0 <= y + oy < coarse[0] and 0 <= x + ox < coarse[1]:
+                            values[:, a, b, index[y, x], k] = torch.as_tensor(
+                                dense[:, a * n + index[y, x], b * n + index[y + oy, x + ox]])
+    keep = torch.ones(2, c * n, dtype=torch.bool)
+    keep[1, 5] = False  # a coarse unknown without a free node under it: an identity row
+    dense[1, 5, :] = dense[1, :, 5] = 0.0
+    dense[1, 5, 5] = 1.0
+    factors = factorise_stencil(values, keep, coarse, "A")
+    assert all(isinstance(f, BandedFactor) for f in factors) and factors[0].band.shape[0] < c * n // 2
+    rhs = torch.as_tensor(rng.normal(size=(2, c * n, 1)))
+    expected = np.linalg.solve(dense, rhs.numpy())
+    np.testing.assert_allclose(solve_factors(factors, rhs).numpy(), expected, rtol=0, atol=1e-12 * np.abs(expected).max())
     with pytest.raises(ValueError, match=r"^A is not positive definite for instance\(s\) \[1\]$"):
-        factorise(torch.stack([dense[0], -dense[0]]), components, "A")
+        factorise_stencil(torch.stack([values[0], -values[0]]), keep[[0, 0]], coarse, "A")
