@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from deepfusion.analysis import reference_cache
-from deepfusion.training.stepper import to_channels_last
 from diffnet.backend.clock import NETWORK, PartClock
+from diffnet.backend.layout import channels_last
 from diffnet.generators.two_stage import TwoStage
 from diffnet.grid.nodal import inside_only, node_data
 
@@ -49,9 +49,9 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
             x = problem.inputs(p)
             with clock.part(NETWORK, weight.device):
                 if tiling is None:
-                    raw = model(to_channels_last(x))
+                    raw = model(channels_last(x))
                 else:
-                    raw = tiling.gather(model(to_channels_last(tiling.local(x).contiguous()), tiling))
+                    raw = tiling.gather(model(channels_last(tiling.local(x).contiguous()), tiling))
             out.append(problem.field(raw, p).double().cpu().numpy())
     return on_domain(problem, params, np.concatenate(out, axis=0))
 

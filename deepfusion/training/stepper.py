@@ -7,16 +7,13 @@ from typing import Callable
 
 import torch
 
-__all__ = ["loss_sum", "make_local_step", "training_step", "to_channels_last"]
+from diffnet.backend import layout
+
+__all__ = ["loss_sum", "make_local_step", "training_step"]
 
 GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured (CUDA's requirement)
 
 Terms = dict[str, torch.Tensor]
-
-
-def to_channels_last(x: torch.Tensor) -> torch.Tensor:
-    """A network input (S, C, *grid) in channels-last order (NHWC, 3-D: NDHWC)."""
-    return x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
 
 
 def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
@@ -36,7 +33,7 @@ def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
     if tiling is not None:
         x = tiling.local(x).contiguous()  # a copy: the whole grid's input is not kept
     if channels_last:
-        x = to_channels_last(x)
+        x = layout.channels_last(x)
     with amp:
         raw = model(x) if tiling is None else model(x, tiling)
     if tiling is None:

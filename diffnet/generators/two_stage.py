@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from diffnet.backend.clock import NETWORK, VCYCLE, PartClock
+from diffnet.backend.layout import channels_last
 from diffnet.multigrid.preconditioned import correction
 from diffnet.multigrid.stencil import components
 
@@ -119,7 +120,7 @@ class SecondStage:
         x = self.family.inputs(params)
         with torch.no_grad():
             with self.clock.part(NETWORK, x.device):
-                raw = self.first(x)
+                raw = self.first(channels_last(x))
             u1 = self.family.field(raw, params)
         # The residual needs autograd (the loss's gradient): outside inference mode, on plain copies.
         with torch.inference_mode(False), torch.enable_grad(), self.clock.part(VCYCLE, x.device):

@@ -106,16 +106,18 @@ class CoarseSpace:
                        [p.factor for p in parts], vector, torch.stack([p.load for p in parts]))
         keys = [(family, coarse, u.dtype, row.tobytes())
                 for row in params.detach().double().cpu().numpy().reshape(len(params), -1)]
-        missing = [k for k, key in enumerate(keys) if key not in _SPACES]
+        parts: list[_Instance | None] = [_SPACES.get(key) for key in keys]
+        for key, part in zip(keys, parts):
+            if part is not None:
+                _SPACES.move_to_end(key)
+        missing = [k for k, part in enumerate(parts) if part is None]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
             built = cls._build_new(family, u.index_select(0, index), params.index_select(0, index.to(params.device)),
                                    transfers, coarse, vector, clock)
             for k, part in zip(missing, built):
-                _remember(keys[k], part)
-        parts = [_SPACES[key] for key in keys]
-        for key in keys:
-            _SPACES.move_to_end(key)
+                parts[k] = part
+                _remember(keys[k], part)  # may forget older instances, this batch's own among them: read from parts
         stack = lambda name: torch.stack([getattr(part, name) for part in parts])  # noqa: E731
         return cls(transfers, stack("free"), stack("coarse_free"), stack("hessian"), [part.factor for part in parts],
                    vector, stack("load"))
@@ -233,11 +235,12 @@ class _Instance:
             factor_bytes(self.factor)
 
 
-# What one process keeps of the instances' coarse spaces, in bytes. An elasticity instance at 64² is 0.6 MB of
-# Hessian and 0.3 MB of banded factor: a rank's shard of 1024 training instances fits, so that no epoch after the
-# first forms a Hessian or factorises again (training repeated every factorisation every epoch: 20-38 % of its
-# time, issue 65); past it the least recently used is built again when met.
-CACHE_BYTES = 2 * 2**30
+# What one process keeps of the instances' coarse spaces, in bytes. An elasticity instance at 64² is 1.6 MB (its
+# Hessian stencil 1.2 MB, A_c's banded factor 0.3 MB): a rank's shard of 1024 training instances on the 32² and
+# 64² levels, 2.1 GB, fits, so that no epoch after the first forms a Hessian or factorises again (training repeated
+# every factorisation every epoch: 45 % of the shipped elasticity run's time, issue 65); past it the least
+# recently used is built again when met.
+CACHE_BYTES = 4 * 2**30
 _SPACES: OrderedDict = OrderedDict()  # key -> _Instance, least recently used first
 _SPACE_BYTES = [0]
 

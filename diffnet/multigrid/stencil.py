@@ -81,17 +81,20 @@ def free_couplings(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
                         for k, o in enumerate(neighbour_offsets(dims))], dim=3)
 
 
-def on_free_nodes(stencil: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+def on_free_nodes(stencil: torch.Tensor, free: torch.Tensor, symmetrise: bool = True) -> torch.Tensor:
     """The operator on the free nodes of a block stencil (S, C, C, 3^d, *grid) and free (S, C, *grid):
-    couplings to fixed nodes cut (:func:`free_couplings`), identity rows on them, and symmetrised ((a, i; b, i + o)
-    and (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding)."""
+    couplings to fixed nodes cut (:func:`free_couplings`), identity rows on them, and with ``symmetrise``
+    symmetrised ((a, i; b, i + o) and (b, i + o; a, i) are one coupling; a probed stencil holds both to rounding,
+    a family's own holds them exactly: the built-in families' differ by 0.0, and symmetrising a 3-D stencil
+    was a third of a V-cycle's build)."""
     dims = free.ndim - 2
     offsets = neighbour_offsets(dims)
-    cut = free_couplings(stencil, free)
-    mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
-    swapped = cut.transpose(1, 2)
-    twin = torch.stack([shifted(swapped[:, :, :, mirror[k]], o) for k, o in enumerate(offsets)], dim=3)
-    out = 0.5 * (cut + twin)
+    out = free_couplings(stencil, free)
+    if symmetrise:
+        mirror = [offsets.index(tuple(-x for x in o)) for o in offsets]
+        swapped = out.transpose(1, 2)
+        twin = torch.stack([shifted(swapped[:, :, :, mirror[k]], o) for k, o in enumerate(offsets)], dim=3)
+        out = 0.5 * (out + twin)
     centre = offsets.index((0,) * dims)
     for a in range(free.shape[1]):
         out[:, a, a, centre] = torch.where(free[:, a], out[:, a, a, centre], torch.ones_like(out[:, a, a, centre]))

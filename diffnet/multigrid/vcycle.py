@@ -139,7 +139,8 @@ class VCycle:
                 previous = field.shape[field.ndim - len(grid):]
                 field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, previous)], False)
             hessian, free = block_hessian(level_family, field, params)
-            stencil = on_free_nodes(hessian, free)
+            # A family's own Hessian is symmetric as written; a probed one only to rounding.
+            stencil = on_free_nodes(hessian, free, symmetrise=getattr(level_family, "hessian", None) is None)
             diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
             levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
                                  _damping(stencil, diagonal) if vector else _OMEGA))

@@ -418,3 +418,22 @@ def test_banded_factors_of_a_coarse_stencil_solve_as_its_dense_operator():
     np.testing.assert_allclose(solve_factors(factors, rhs).numpy(), expected, rtol=0, atol=1e-12 * np.abs(expected).max())
     with pytest.raises(ValueError, match=r"^A is not positive definite for instance\(s\) \[1\]$"):
         factorise_stencil(torch.stack([values[0], -values[0]]), keep[[0, 0]], coarse, "A")
+
+
+def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
+    # The least recently used spaces go first when the budget is full, this batch's own hits among them: the batch
+    # is assembled from what it holds, never read back from the cache (a KeyError ended a training run once).
+    import diffnet.multigrid.coarse as coarse
+
+    family = PoissonProblem((17, 17))
+    coarse.forget_coarse_spaces()
+    p = _kl(family, 4)
+    u = family.field(torch.zeros(4, 1, 17, 17, dtype=torch.float64), p)
+    coarse_correction(family, u[:2], p[:2], 5, quadratic=True)  # two kept
+    one = next(iter(coarse._SPACES.values())).nbytes
+    monkeypatch.setattr(coarse, "CACHE_BYTES", int(2.5 * one))  # room for two, and the batch brings four
+    corrected = coarse_correction(family, u, p, 5, quadratic=True)
+    expected = coarse_correction(family, u, p, 5)
+    assert float((corrected - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
+    assert len(coarse._SPACES) <= 2
+    coarse.forget_coarse_spaces()

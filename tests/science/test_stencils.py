@@ -63,3 +63,22 @@ def test_unknown_stencil_and_tiny_grid_refused():
         derivative_kernels("prewitt", 1.0, 1.0)
     with pytest.raises(ValueError, match="3x3"):
         pad_extrapolate(torch.zeros(1, 2, 5))
+
+
+def test_every_built_in_familys_own_hessian_is_symmetric_as_written():
+    # The V-cycle symmetrises a probed Hessian only (diffnet.multigrid.stencil.on_free_nodes): a family's own is exact.
+    import torch
+
+    from diffnet.multigrid.hessian import block_hessian
+    from diffnet.multigrid.stencil import on_free_nodes
+    from diffnet.problems.elasticity import Elasticity, Elasticity3D
+    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.problems.poisson3d import Poisson3D
+    from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+
+    for family in (PoissonProblem((17, 17)), Poisson3D((9, 9, 9)), ReactionDiffusionProblem((17, 17)),
+                   Elasticity((13, 13)), Elasticity3D((7, 7, 7))):
+        p = torch.as_tensor(family.sample(2, "random", 1))
+        u = family.field(torch.zeros(2, len(family.unknowns), *family.resolution, dtype=torch.float64), p)
+        hessian, free = block_hessian(family, u, p)
+        assert torch.equal(on_free_nodes(hessian, free), on_free_nodes(hessian, free, symmetrise=False)), family.name
