@@ -100,8 +100,8 @@ def test_inference_timing_reports_the_batched_fields():
     params = np.arange(6.0).reshape(3, 2)
     fields, timings = time_inference(predict, params, batch=8, say=lambda line: None)
     np.testing.assert_array_equal(fields[:, :, 0], params)
-    # First call, each instance alone, then all of them batched.
-    assert calls == [(1, 1), (1, 1), (1, 1), (1, 1), (3, 8)]
+    # First call, each instance alone, then the batch's shape once untimed, then all of them batched.
+    assert calls == [(1, 1), (1, 1), (1, 1), (1, 1), (3, 8), (3, 8)]
     assert timings["inference_batch"] == 3 and timings["diffnet_s_single"] > 0
 
 
