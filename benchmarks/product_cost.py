@@ -32,6 +32,8 @@ DEFAULTS = [("configs/poisson.toml", ["model.coarse_correction=17", "train.loss=
             ("configs/poisson_256.toml", ["model.coarse_correction=17", "train.loss=preconditioned",
                                            "train.second_stage_epochs=8"]),
             ("configs/elasticity.toml", []),
+            ("configs/elasticity3d.toml", ["problem.resolution=[17,17,17]", "multigrid.levels=[9,17]",
+                                           "model.coarse_correction=9", "train.loss=preconditioned"]),
             ("configs/poisson3d.toml", ["model.coarse_correction=9", "train.loss=preconditioned",
                                          "train.second_stage_epochs=6"]),
             ("configs/poisson3d_64.toml", ["model.coarse_correction=9", "train.loss=preconditioned",
@@ -90,8 +92,9 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="*", type=Path, help="configs (default: 64^2, 128^2, 256^2, elasticity 64^2, "
-                                                                "32^3, 64^3 with the correction and two stages)")
+    parser.add_argument("configs", nargs="*", type=Path, help="configs (default: Poisson 64^2, 128^2, 256^2, 32^3, "
+                                                                "64^3 with the correction and two stages; elasticity "
+                                                                "64^2 and 17^3 with the correction, one stage)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every config")
     parser.add_argument("--batch", type=int, default=8, help="instances per forward pass (default 8)")
     parser.add_argument("--samples", type=int, default=8, help="held-out instances timed (default 8)")

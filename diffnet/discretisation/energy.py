@@ -191,20 +191,22 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
     with no_tf32():
         c_q = [convolve(c, rows[q])[:, 0] for q in range(len(interp))]
     grid = coeff.shape[2:]
-    # Every element's (nodes x nodes) block at once, one matrix product over the coefficients and Gauss
-    # points, each added into its nodes' slice in place: in 3-D (64 blocks of 8 points) summing the blocks
-    # one by one and padding each to the node grid took 5x as long (2026-11-26).
-    cells, n_ops = c_q[0].shape[1:], pairs.shape[0]
-    pair_rows = constant(("q1 pairs", pairs.shape, pairs.tobytes()),  # (P a b, g q)
-                         lambda: np.moveaxis(pairs, (1, 2), (-2, -1)).reshape(-1, groups * len(c_q)), coeff)
+    cells, n_ops, n_nodes = c_q[0].shape[1:], pairs.shape[0], len(corners)
+    # Per element node a, its rows of every element's (nodes x nodes) block, one matrix product over the
+    # coefficients and Gauss points, each added into its nodes' slice in place. One node's rows at a time: all
+    # blocks at once wrote (and read back) 2^d times the stencil's memory (61 MB for four 32^3 instances), the
+    # larger part of the assembly; summing the blocks one by one and padding each took 5x as long (3-D).
+    pair_rows = constant(("q1 pairs by row", pairs.shape, pairs.tobytes()),  # (a, b P, g q)
+                         lambda: np.moveaxis(pairs, (0, 1, 2, 3, 4), (2, 3, 4, 0, 1)).reshape(n_nodes, -1, groups * len(c_q)),
+                         coeff)
     values = torch.stack(c_q, dim=1).reshape(s, groups * len(c_q), -1)  # (S, g q, cells)
-    blocks = (pair_rows @ values).reshape(s, n_ops, len(corners), len(corners), *cells)
     stencil = coeff.new_zeros(s, n_ops, len(offsets), *grid)
     for a, ca in enumerate(corners):
         at = tuple(slice(o, o + n) for o, n in zip(ca, cells))  # the element at e sits at node e + ca
+        rows = (pair_rows[a] @ values).reshape(s, n_nodes, n_ops, *cells)
         for b, cb in enumerate(corners):
             k = offsets.index(tuple(j - i for i, j in zip(ca, cb)))
-            stencil[(slice(None), slice(None), k, *at)] += blocks[:, :, a, b]
+            stencil[(slice(None), slice(None), k, *at)] += rows[:, b]
     return stencil
 
 

@@ -61,6 +61,18 @@ def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
     return tuple(max(2, min(nodes, (n - 1) // 2 + 1)) for n in resolution)
 
 
+def coupling_reach(transfers: list[torch.Tensor]) -> int:
+    """How many coarse nodes apart P^T A P couples, for A coupling each fine node to its neighbours and the
+    per-axis interpolations ``transfers``: 1 where the grids nest (a coarse node every other fine node), else 2."""
+    reach = 0
+    for p in transfers:
+        support = (p != 0).double()
+        neighbours = torch.ones(len(p), len(p), dtype=torch.float64, device=p.device).triu(-1).tril(1)
+        coupled = (support.T @ neighbours @ support).nonzero()
+        reach = max(reach, int((coupled[:, 0] - coupled[:, 1]).abs().max()))
+    return reach
+
+
 def _float64(x: torch.Tensor) -> torch.Tensor:
     return x.double() if x.is_floating_point() else x
 
@@ -144,7 +156,8 @@ class CoarseSpace:
         empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
         coarse_free = space.coarse_free & ~empty
         with clock.part(FACTORISATION, u.device):
-            factors = factorise_stencil(values, coarse_free.flatten(1), coarse, "the coarse correction's A_c")
+            factors = factorise_stencil(values, coarse_free.flatten(1), coarse, "the coarse correction's A_c",
+                                        coupling_reach(transfers))
         return [_Instance(free[k], coarse_free[k], hessian[k], factors[k], load[k]) for k in range(len(values))]
 
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
@@ -200,23 +213,22 @@ class CoarseSpace:
                         p[:, max(-big, 0): nc - max(big, 0)] * shifted[:, max(big, 0): nc - max(-big, 0)])
                 by_offset[o] = q.reshape(nf, nc * 5)
             spans.append(by_offset)
-        blocks = []
-        for a, b in itertools.product(range(c), repeat=2):
-            # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
-            # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
-            # instead of d 3^d (2.6x fewer operations in 3-D).
-            level = {offset: stencil[:, a, b, k] for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims))}
-            for axis in range(dims):
-                summed: dict[tuple[int, ...], torch.Tensor] = {}
-                for offset, x in level.items():  # offset: the offsets of the axes not yet contracted
-                    y = torch.movedim(x, 1, -1) @ spans[axis][offset[0]]
-                    summed[offset[1:]] = summed[offset[1:]] + y if offset[1:] in summed else y
-                level = summed
-            total = level[()]
-            # total: (S, I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, *coarse, 5^d)
-            total = total.reshape(s, *[v for m in coarse for v in (m, 5)])
-            blocks.append(total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2)).reshape(s, n, 5**dims))
-        return torch.stack(blocks, dim=1).reshape(s, c, c, n, 5**dims)
+        # Every block (a, b) of every instance at once: one batch of S C² stencils (9x fewer, larger products in 3-D).
+        flat = stencil.reshape(s * c * c, *stencil.shape[3:])
+        # Contract fine axis `axis` (then at position 1) into (I_a, O_a), moved last, for every fine offset;
+        # offsets that differ in that axis only are summed before the next axis: 3^d + ... + 3 products
+        # instead of d 3^d (2.6x fewer operations in 3-D).
+        level = {offset: flat[:, k] for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=dims))}
+        for axis in range(dims):
+            summed: dict[tuple[int, ...], torch.Tensor] = {}
+            for offset, x in level.items():  # offset: the offsets of the axes not yet contracted
+                y = torch.movedim(x, 1, -1) @ spans[axis][offset[0]]
+                summed[offset[1:]] = summed[offset[1:]] + y if offset[1:] in summed else y
+            level = summed
+        # level[()]: (S C², I_0 O_0, ..., I_{d-1} O_{d-1}) flattened per axis -> (S, C, C, *coarse, 5^d)
+        total = level[()].reshape(s * c * c, *[v for m in coarse for v in (m, 5)])
+        total = total.permute(0, *range(1, 2 * dims + 1, 2), *range(2, 2 * dims + 2, 2))
+        return total.reshape(s, c, c, n, 5**dims)
 
 
 @dataclass

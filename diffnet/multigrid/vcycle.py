@@ -28,7 +28,6 @@ Hessian in the field, one per instance, applied to the whole batch at once (CPU 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,8 @@ import torch
 from diffnet.backend.constants import constant
 from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix
 from diffnet.multigrid.hessian import block_hessian
-from diffnet.multigrid.stencil import apply_blocks, as_blocks, as_fields, components, neighbour_offsets, on_free_nodes
+from diffnet.multigrid.stencil import (apply_blocks, as_blocks, as_fields, components, dense_operator, neighbour_offsets,
+                                      on_free_nodes)
 
 __all__ = ["VCycle", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "along_axes"]
 
@@ -144,12 +144,7 @@ class VCycle:
             diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
             levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
                                  _damping(stencil, diagonal) if vector else _OMEGA))
-        coarsest = levels[-1]
-        n = math.prod(coarsest.free.shape[1:])
-        basis = torch.eye(n, dtype=u.dtype, device=u.device).reshape(n, *coarsest.free.shape[1:])
-        columns = [apply_blocks(coarsest.stencil[s : s + 1].expand(n, *coarsest.stencil.shape[1:]), basis)
-                   for s in range(u.shape[0])]
-        dense = torch.stack([c.reshape(n, n).T for c in columns])
+        dense = dense_operator(levels[-1].stencil)
         return cls(levels, cholesky(dense, "the V-cycle's coarsest operator"), sweeps, cycles, vector)
 
     @property

@@ -202,3 +202,20 @@ def test_family_check_separates_a_familys_own_solution_from_one_ten_percent_off(
     assert row["grid"] == [17, 17] and row["family"] == "poisson" and report["all_separated"]
     assert row["ratio_own_solution"] < 1e-6 < row["tolerance"] < row["ratio_ten_percent_off"]
     assert row["ratio_ten_percent_off"] == pytest.approx(0.1, rel=1e-6)
+
+
+def test_product_cost_times_every_part_of_a_two_stage_product_against_its_grids_classical_solve(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "product_cost.py"), str(ROOT / "configs" / "poisson.toml"),
+                          "--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[17,33]",
+                          "--set", "model.coarse_correction=9", "--set", "train.loss=preconditioned",
+                          "--set", "train.second_stage_epochs=1", "--samples", "2", "--batch", "2"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = json.loads(out.stdout)["rows"]
+    # Every part of the product's clock ran (timings are figures, never a pass or a fail: signs only).
+    assert set(row["parts_ms_per_instance"]) == {"network", "fine Hessian", "coarse operator A_c", "factorisation",
+                                                 "coarse solves", "loss gradient", "V-cycle"}
+    assert all(v > 0 for v in row["parts_ms_per_instance"].values())
+    assert row["grid"] == [33, 33] and row["second_stage"] and row["coarse_correction"] == 9
+    assert 0 < row["correction_share"] < 1 and row["classical_method"] == "fmg" and row["classical_grid"] == 33
+    assert row["classical_over_product"] == pytest.approx(row["classical_ms"] / row["product_ms_batched"], rel=1e-9)

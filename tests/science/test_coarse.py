@@ -72,8 +72,9 @@ def _dense_minimiser(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes:
     (PlateWithHole((24, 24)), _drawn, 7),
     (Elasticity((14, 13)), _drawn, 5),  # two unknowns: the block Hessian, P on each component
     (Elasticity3D((7, 7, 6)), _drawn, 4),
+    (Elasticity3D((9, 9, 9)), _drawn, 5),  # grids that nest: A_c's band read one node apart
 ], ids=["poisson-20-7", "poisson-17-5", "poisson3d-11-4", "reaction_diffusion", "torsion", "plate", "elasticity",
-        "elasticity3d"])
+        "elasticity3d", "elasticity3d-nested"])
 def test_the_correction_is_the_energys_minimiser_over_the_coarse_space(family, params, nodes):
     p = params(family, 2)
     raw = torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
@@ -373,6 +374,21 @@ def test_each_instance_is_factorised_once_and_its_kept_space_gives_the_fresh_cor
     expected = coarse_correction(family, family.field(raw[[2, 0]] * 0.5, p[[2, 0]]), p[[2, 0]], 9)
     assert float((again - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
     forget_coarse_spaces()
+
+
+def test_a_coarse_operator_couples_nodes_one_apart_where_the_grids_nest():
+    from diffnet.multigrid.coarse import coupling_reach
+    from diffnet.multigrid.vcycle import dense_interpolation
+
+    like = torch.zeros(1, dtype=torch.float64)
+    assert [coupling_reach([dense_interpolation(n, m, like)]) for n, m in ((17, 9), (65, 17), (64, 17), (32, 9))] \
+        == [1, 1, 2, 2]
+    family = Elasticity3D((9, 9, 9))
+    p = _drawn(family, 1)
+    space = CoarseSpace.build(family, family.field(torch.zeros(1, 3, 9, 9, 9, dtype=torch.float64), p), p, 5)
+    values = space._coarse_operator(space.hessian)
+    offsets = torch.cartesian_prod(*[torch.arange(-2, 3)] * 3).abs().amax(dim=1)
+    assert float(values[..., offsets == 2].abs().max()) == 0.0 < float(values[..., offsets == 1].abs().max())
 
 
 def test_banded_factors_of_a_coarse_stencil_solve_as_its_dense_operator():
