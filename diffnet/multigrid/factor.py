@@ -1,7 +1,8 @@
 """The coarse operators' Cholesky factors, one per instance: banded where the band is narrow, dense otherwise.
 
 A_c of the coarse correction is a coarse block stencil: unknown a at coarse node I couples to unknown b at I + O
-for |O_k| <= 2 along each axis (grids that do not nest couple nodes two apart; grids that nest, |O_k| <= 1). In the grid's lexicographic order
+for |O_k| <= 2 along each axis (grids that do not nest couple nodes two apart; grids that nest, |O_k| <= 1, and
+the stencil has 3^d points). In the grid's lexicographic order
 with each node's unknowns together (node-major), its nonzeros lie within a band of half-width about
 C (2 m + 2) in 2-D and C (2 m² + 2 m + 2) in 3-D for m nodes a side, and a banded factorisation (LAPACK's pbtrf,
 through scipy.linalg.cholesky_banded) costs N b² where a dense one costs N³ / 3: for elasticity's 17² x 2 = 578
@@ -61,17 +62,15 @@ class _Layout:
 
 
 @functools.lru_cache(maxsize=32)
-def _layout(coarse: tuple[int, ...], components: int, reach: int = 2) -> _Layout:
+def _layout(coarse: tuple[int, ...], components: int, reach: int) -> _Layout:
     """Couplings at most ``reach`` nodes apart along every axis (1 where the grids nest: the band half as wide,
-    its factorisation 2-4x cheaper)."""
+    its factorisation 2-4x cheaper), of a stencil whose offsets span (-reach, ..., reach)^d."""
     n, c = math.prod(coarse), components
     index = np.arange(n).reshape(coarse)
-    offsets = list(itertools.product(range(-2, 3), repeat=len(coarse)))
+    offsets = list(itertools.product(range(-reach, reach + 1), repeat=len(coarse)))
     source, row, col = [], [], []
     for a, b in itertools.product(range(c), repeat=2):
         for j, offset in enumerate(offsets):
-            if max(map(abs, offset)) > reach:
-                continue
             rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, coarse))].ravel()
             cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, coarse))].ravel()
             source.append(((a * c + b) * n + rows) * len(offsets) + j)
@@ -86,17 +85,16 @@ def _layout(coarse: tuple[int, ...], components: int, reach: int = 2) -> _Layout
     return _Layout(source, row, col, upper, width, order)
 
 
-def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str,
-                      reach: int = 2) -> list[Any]:
-    """Per instance of the coarse block stencils ``values`` (S, C, C, n, 5^d) on the grid ``coarse``, the Cholesky
-    factor of the operator on the unknowns ``keep`` (S, C n) holds (the others: identity rows): a
-    :class:`BandedFactor` on the CPU where the band is narrow, else a dense lower factor (N, N) (torch). Only the
-    couplings at most ``reach`` (1 or 2) nodes apart along every axis are read: the caller knows the others are
-    zero. An operator that is not positive definite is a ValueError naming ``what`` and the instances."""
+def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str) -> list[Any]:
+    """Per instance of the coarse block stencils ``values`` (S, C, C, n, w^d) on the grid ``coarse`` (w = 5, or 3 where
+    the grids nest), the Cholesky factor of the operator on the unknowns ``keep`` (S, C n) holds (the others:
+    identity rows): a :class:`BandedFactor` on the CPU where the band is narrow, else a dense lower factor (N, N)
+    (torch). An operator that is not positive definite is a ValueError naming ``what`` and the instances."""
     s, c = values.shape[0], values.shape[1]
-    if reach not in (1, 2):
-        raise ValueError(f"reach must be 1 or 2, got {reach}")
-    layout = _layout(tuple(coarse), c, reach)
+    width = round(values.shape[-1] ** (1 / len(coarse)))
+    if width not in (3, 5) or width ** len(coarse) != values.shape[-1]:
+        raise ValueError(f"need a 3^d- or 5^d-point coarse stencil on {coarse}, got {values.shape[-1]} points")
+    layout = _layout(tuple(coarse), c, (width - 1) // 2)
     n_unknowns = c * math.prod(coarse)
     flat = values.reshape(s, -1)
     mask = keep.to(values.dtype)
