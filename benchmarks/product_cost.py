@@ -7,24 +7,31 @@ run's first held-out ones. Each part's seconds per instance come from the produc
 coarse solves, the loss's gradient, the second stage's V-cycle. One thread, batched (``--batch``) and one
 instance at a time, each pass the first for its instances (per-instance set-up paid, as ``compare`` times it).
 
-    python benchmarks/product_cost.py [CONFIG ...] [--set KEY=VALUE ...] [--batch B] [--samples S]
+    python benchmarks/product_cost.py [CONFIG ...] [--set KEY=VALUE ...] [--batch B] [--samples S] [--against DIR]
 
     python benchmarks/product_cost.py configs/poisson_128.toml configs/elasticity.toml
     python benchmarks/product_cost.py configs/poisson_256.toml --set model.coarse_correction=17 \\
         --set train.loss=preconditioned --set train.second_stage_epochs=8
+
+``--against DIR`` times the same configs' products with the checkout at DIR too (``git worktree add DIR REV``: the
+commit before a change), in a process of its own, from DIR's own config files: totals only (an earlier tree may
+have no part clock), batched and one at a time, beside this tree's, with the speed-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+TREE = Path(os.environ.get("PRODUCT_COST_TREE", ROOT))  # the checkout whose code is timed (--against's worker)
+sys.path.insert(0, str(TREE))
 
 DEFAULTS = [("configs/poisson.toml", ["model.coarse_correction=17", "train.loss=preconditioned",
                                        "train.second_stage_epochs=8"]),
@@ -90,6 +97,43 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     return row
 
 
+def total(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
+    """The product's seconds per instance, batched and one at a time, through the API every version has had since
+    the coarse correction (an earlier checkout's too: no part clock)."""
+    import torch
+
+    from deepfusion.analysis.inference import predict
+    from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.run import Run
+
+    run = Run.from_config(load_config(config, overrides))
+    torch.manual_seed(0)
+    model, generator = run.build_model(), run.generator()
+    params = run.heldout_first(samples)
+    clear = getattr(generator, "clear_caches", run.problem.clear_caches)
+    predict(model, generator, params[:1], 1)
+    predict(model, generator, params, batch)
+
+    def timed(rows, b) -> float:
+        clear()
+        t0 = time.perf_counter()
+        predict(model, generator, rows, b)
+        return (time.perf_counter() - t0) / len(rows)
+
+    return {"product_ms_batched": 1e3 * min(timed(params, batch) for _ in range(2)),
+            "product_ms_single": 1e3 * statistics.median(timed(params[k : k + 1], 1) for k in range(len(params)))}
+
+
+def _totals_at(tree: Path, cases: list[tuple[str, list[str]]], args) -> list[dict]:
+    """:func:`total` of every case with the checkout ``tree``'s code and config files, in a process of its own."""
+    worker = [sys.executable, __file__, "--worker", json.dumps(cases), "--batch", str(args.batch), "--samples",
+              str(args.samples), "--threads", str(args.threads)]
+    out = subprocess.run(worker, capture_output=True, text=True, cwd=tree, env={**os.environ, "PRODUCT_COST_TREE": str(tree)})
+    if out.returncode != 0:
+        raise SystemExit(f"product_cost: the checkout {tree} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="*", type=Path, help="configs (default: Poisson 64^2, 128^2, 256^2, 32^3, "
@@ -99,16 +143,29 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="instances per forward pass (default 8)")
     parser.add_argument("--samples", type=int, default=8, help="held-out instances timed (default 8)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="also time the products with the checkout at DIR "
+                                                                    "(totals only), from its own config files")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON [[config, overrides], ...]: totals only, this tree
     args = parser.parse_args()
     from deepfusion.parallel.runtime import apply_threads
 
     apply_threads(args.threads)
-    cases = [(c, []) for c in args.configs] or [(ROOT / c, o) for c, o in DEFAULTS]
+    if args.worker:
+        print(json.dumps([total(TREE / c, o, args.batch, args.samples) for c, o in json.loads(args.worker)]))
+        return
+    cases = [(str(c.resolve().relative_to(ROOT)) if c.resolve().is_relative_to(ROOT) else str(c.resolve()), [])
+             for c in args.configs] or [(c, list(o)) for c, o in DEFAULTS]
+    cases = [(c, o + list(args.set)) for c, o in cases]
+    earlier = _totals_at(args.against.resolve(), cases, args) if args.against else None
     rows = []
-    for config, overrides in cases:
-        rows.append(measure(config.resolve(), overrides + list(args.set), args.batch, args.samples))
+    for k, (config, overrides) in enumerate(cases):
+        rows.append(measure(ROOT / config, overrides, args.batch, args.samples))
+        if earlier is not None:
+            rows[-1].update({f"against_{key}": value for key, value in earlier[k].items()},
+                            speed_up_batched=earlier[k]["product_ms_batched"] / rows[-1]["product_ms_batched"])
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"benchmark": "product_cost", "threads": args.threads, "rows": rows}, indent=2))
+    print(json.dumps({"benchmark": "product_cost", "threads": args.threads,
+                      "against": None if args.against is None else str(args.against), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

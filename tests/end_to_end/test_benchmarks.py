@@ -208,7 +208,7 @@ def test_product_cost_times_every_part_of_a_two_stage_product_against_its_grids_
     out = subprocess.run([sys.executable, str(BENCH / "product_cost.py"), str(ROOT / "configs" / "poisson.toml"),
                           "--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[17,33]",
                           "--set", "model.coarse_correction=9", "--set", "train.loss=preconditioned",
-                          "--set", "train.second_stage_epochs=1", "--samples", "2", "--batch", "2"],
+                          "--set", "train.second_stage_epochs=1", "--samples", "2", "--batch", "2", "--against", str(ROOT)],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (row,) = json.loads(out.stdout)["rows"]
@@ -219,3 +219,6 @@ def test_product_cost_times_every_part_of_a_two_stage_product_against_its_grids_
     assert row["grid"] == [33, 33] and row["second_stage"] and row["coarse_correction"] == 9
     assert 0 < row["correction_share"] < 1 and row["classical_method"] == "fmg" and row["classical_grid"] == 33
     assert row["classical_over_product"] == pytest.approx(row["classical_ms"] / row["product_ms_batched"], rel=1e-9)
+    # --against: the same product timed by another checkout's code in a process of its own (here this one's).
+    assert row["against_product_ms_batched"] > 0 and row["against_product_ms_single"] > 0
+    assert row["speed_up_batched"] == pytest.approx(row["against_product_ms_batched"] / row["product_ms_batched"])
