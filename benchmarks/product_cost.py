@@ -53,7 +53,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     from deepfusion.analysis.inference import predict
     from deepfusion.configuration.config import load_config
     from deepfusion.configuration.run import Run
-    from diffnet.backend.clock import CORRECTION_PARTS, PartClock
+    from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
 
     run = Run.from_config(load_config(config, overrides))
     problem = run.problem
@@ -81,7 +81,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
            "channels": list(run.cfg.model.channels),
            "product_ms_batched": 1e3 * batched, "product_ms_single": 1e3 * single, "batch": min(batch, len(params)),
            "parts_ms_per_instance": {k: 1e3 * v for k, v in parts.items()},
-           "correction_share": sum(v for k, v in parts.items() if k in CORRECTION_PARTS) / max(batched, 1e-30)}
+           "correction_share": total(parts, CORRECTION_PARTS) / max(batched, 1e-30)}
     if problem.has("classical"):  # the baseline: the family's first method (or its named baseline) on this grid
         from deepfusion.analysis.compare import measure_classical
 
@@ -97,7 +97,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     return row
 
 
-def total(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
+def product_seconds(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
     """The product's seconds per instance, batched and one at a time, through the API every version has had since
     the coarse correction (an earlier checkout's too: no part clock)."""
     import torch
@@ -125,7 +125,8 @@ def total(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
 
 
 def _totals_at(tree: Path, cases: list[tuple[str, list[str]]], args) -> list[dict]:
-    """:func:`total` of every case with the checkout ``tree``'s code and config files, in a process of its own."""
+    """:func:`product_seconds` of every case with the checkout ``tree``'s code and config files, in a process of its
+    own."""
     worker = [sys.executable, __file__, "--worker", json.dumps(cases), "--batch", str(args.batch), "--samples",
               str(args.samples), "--threads", str(args.threads)]
     out = subprocess.run(worker, capture_output=True, text=True, cwd=tree, env={**os.environ, "PRODUCT_COST_TREE": str(tree)})
@@ -151,7 +152,7 @@ def main() -> None:
 
     apply_threads(args.threads)
     if args.worker:
-        print(json.dumps([total(TREE / c, o, args.batch, args.samples) for c, o in json.loads(args.worker)]))
+        print(json.dumps([product_seconds(TREE / c, o, args.batch, args.samples) for c, o in json.loads(args.worker)]))
         return
     cases = [(str(c.resolve().relative_to(ROOT)) if c.resolve().is_relative_to(ROOT) else str(c.resolve()), [])
              for c in args.configs] or [(c, list(o)) for c, o in DEFAULTS]

@@ -18,7 +18,7 @@ from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
                                             relative_l2)
 from deepfusion.files.fields import by_unknown, write_fields
-from diffnet.backend.clock import CORRECTION_PARTS, PartClock
+from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
 from diffnet.multigrid.preconditioned import error_estimate
 from diffnet.generators.two_stage import TwoStage
 
@@ -96,7 +96,7 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
         print(f"the first stage alone: error {np.mean(first['first_stage_rel_l2']):.4f}, ratio "
               f"{first['first_stage_ratio_to_floor']:.2f}; the second stage takes it to {acc.ratio:.2f}")
     seconds, count = found.infer_seconds, len(found.test)
-    correction = sum(v for k, v in found.parts.items() if k in CORRECTION_PARTS) * count
+    correction = total(found.parts, CORRECTION_PARTS) * count
     print(f"inference {seconds:.3f} s for {count} instances"
           + (f" ({generator.describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
              if cfg.model.coarse_correction and seconds > 0 else "")
@@ -107,8 +107,8 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
 
 def part_text(parts: dict[str, float]) -> str:
     """Seconds per part as one phrase, largest first: ``network 4.1 ms (60 %), coarse solves 1.2 ms (18 %), ...``."""
-    total = sum(parts.values()) or 1.0
-    return ", ".join(f"{name} {seconds * 1e3:.3g} ms ({seconds / total:.0%})"
+    whole = total(parts) or 1.0
+    return ", ".join(f"{name} {seconds * 1e3:.3g} ms ({seconds / whole:.0%})"
                      for name, seconds in sorted(parts.items(), key=lambda kv: -kv[1]))
 
 
@@ -191,8 +191,8 @@ def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train
     report = {"resolution": list(problem.resolution), "heldout_loss": losses, "train_seconds": train_seconds,
               "inference_seconds": infer_seconds}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    total = sum(np.asarray(v) for v in losses.values())
-    print(f"the {problem.name} family declares no reference solver: held-out loss {np.mean(total):.4e} "
+    summed = sum(np.asarray(v) for v in losses.values())
+    print(f"the {problem.name} family declares no reference solver: held-out loss {np.mean(summed):.4e} "
           f"on {len(test)} instances (eval.json)")
     print(f"run directory: {run_dir}")
     return None

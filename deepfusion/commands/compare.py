@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, comm) -> int:
     products = [(product, model)]
     if isinstance(model, TwoStage):
         products.append((f"{product}, first stage alone", model.first))
-    rows, sweeps, baseline, baseline_done = [], [], None, False
+    rows, sweeps, baseline = [], [], None
     for label, network in products:
         inference = {}
         pred = None
@@ -96,8 +96,8 @@ def run(args: argparse.Namespace, comm) -> int:
         points = classical_sweep(problem, params, acc.truth, target)
         sweeps += points
         best = cheapest(points, target)
-        if not baseline_done and best is not None:  # the family's baseline on the first product's matched grid
-            baseline, baseline_done = reference_row(problem, params, acc.truth, best.grid), True
+        if baseline is None and best is not None:  # the family's baseline on the first product's matched grid
+            baseline = reference_row(problem, params, acc.truth, best.grid)
         if baseline is not None and label == product:
             methods = dict(problem.classical_methods)
             print(f"    the family's baseline, {methods.get(problem.classical_baseline, problem.classical_baseline)}, on "

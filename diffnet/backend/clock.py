@@ -16,7 +16,7 @@ import contextlib
 import time
 from typing import Any, Iterator
 
-__all__ = ["PartClock", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
+__all__ = ["PartClock", "total", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
            "CORRECTION_PARTS"]
 
 NETWORK = "network"
@@ -58,7 +58,7 @@ class PartClock:
 
     def total(self, names: tuple[str, ...] | None = None) -> float:
         """The seconds of ``names`` (default: every part)."""
-        return sum(v for k, v in self.seconds.items() if names is None or k in names)
+        return total(self.seconds, names)
 
     def reset(self) -> None:
         self.seconds.clear()
@@ -66,3 +66,8 @@ class PartClock:
     def per(self, count: int) -> dict[str, float]:
         """Each part's seconds divided by ``count`` (per instance), largest first."""
         return {k: v / count for k, v in sorted(self.seconds.items(), key=lambda kv: -kv[1])}
+
+
+def total(parts: dict[str, float], names: tuple[str, ...] | None = None) -> float:
+    """The sum of the seconds in ``parts`` (a clock's, or :meth:`PartClock.per`'s) of ``names`` (default: all)."""
+    return sum(v for k, v in parts.items() if names is None or k in names)

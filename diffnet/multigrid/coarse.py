@@ -113,9 +113,16 @@ class CoarseSpace:
         # On a GPU no host copy of the instances, which a CUDA graph could not capture: built for every batch.
         if u.is_cuda or not quadratic:
             parts = cls._build_new(family, u, params, transfers, coarse, vector, clock)
-            return cls(transfers, *(torch.stack([getattr(p, k) for p in parts]) for k in ("free", "coarse_free",
-                                                                                        "hessian")),
-                       [p.factor for p in parts], vector, torch.stack([p.load for p in parts]))
+        else:
+            parts = cls._kept(family, u, params, transfers, coarse, vector, clock)
+        stack = lambda name: torch.stack([getattr(part, name) for part in parts])  # noqa: E731
+        return cls(transfers, stack("free"), stack("coarse_free"), stack("hessian"), [part.factor for part in parts],
+                   vector, stack("load"))
+
+    @classmethod
+    def _kept(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+              coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
+        """The instances' kept coarse spaces (:data:`CACHE_BYTES`), those not met before built and kept."""
         keys = [(family, coarse, u.dtype, row.tobytes())
                 for row in params.detach().double().cpu().numpy().reshape(len(params), -1)]
         parts: list[_Instance | None] = [_SPACES.get(key) for key in keys]
@@ -130,9 +137,7 @@ class CoarseSpace:
             for k, part in zip(missing, built):
                 parts[k] = part
                 _remember(keys[k], part)  # may forget older instances, this batch's own among them: read from parts
-        stack = lambda name: torch.stack([getattr(part, name) for part in parts])  # noqa: E731
-        return cls(transfers, stack("free"), stack("coarse_free"), stack("hessian"), [part.factor for part in parts],
-                   vector, stack("load"))
+        return parts
 
     @classmethod
     def _build_new(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],

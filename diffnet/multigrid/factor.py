@@ -16,13 +16,14 @@ band is not narrower, the factors are torch's dense batched ones (a CUDA graph c
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+from diffnet.multigrid.stencil import coupling_index
 
 __all__ = ["BandedFactor", "factorise_stencil", "solve_factors", "factor_bytes"]
 
@@ -66,17 +67,9 @@ def _layout(coarse: tuple[int, ...], components: int, reach: int) -> _Layout:
     """Couplings at most ``reach`` nodes apart along every axis (1 where the grids nest: the band half as wide,
     its factorisation 2-4x cheaper), of a stencil whose offsets span (-reach, ..., reach)^d."""
     n, c = math.prod(coarse), components
-    index = np.arange(n).reshape(coarse)
-    offsets = list(itertools.product(range(-reach, reach + 1), repeat=len(coarse)))
-    source, row, col = [], [], []
-    for a, b in itertools.product(range(c), repeat=2):
-        for j, offset in enumerate(offsets):
-            rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, coarse))].ravel()
-            cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, coarse))].ravel()
-            source.append(((a * c + b) * n + rows) * len(offsets) + j)
-            row.append(a * n + rows)
-            col.append(b * n + cols)
-    source, row, col = (np.concatenate(x) for x in (source, row, col))
+    a, b, j, rows, cols = coupling_index(coarse, c, reach)
+    source = ((a * c + b) * n + rows) * (2 * reach + 1) ** len(coarse) + j
+    row, col = a * n + rows, b * n + cols
     order = np.arange(n * c).reshape(c, n).T.reshape(-1)  # node-major position I c + a -> unknown a n + I
     position = np.empty_like(order)
     position[order] = np.arange(n * c)

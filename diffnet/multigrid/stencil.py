@@ -20,7 +20,7 @@ import torch
 from diffnet.backend.constants import constant
 
 __all__ = ["neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
-           "free_couplings", "on_free_nodes", "dense_operator"]
+           "free_couplings", "on_free_nodes", "coupling_index", "dense_operator"]
 
 
 def neighbour_offsets(dims: int) -> list[tuple[int, ...]]:
@@ -107,21 +107,30 @@ def on_free_nodes(stencil: torch.Tensor, free: torch.Tensor, symmetrise: bool = 
 
 
 
+def coupling_index(grid: tuple[int, ...], components: int, reach: int = 1) -> tuple[np.ndarray, ...]:
+    """Every coupling of a block stencil on ``grid`` that stays inside it, offsets up to ``reach`` along each axis
+    (in :func:`itertools.product` order over (-reach, ..., reach)^d: 3^d points for 1, a coarse operator's 5^d for
+    2): arrays (a, b, k, i, j) of the unknowns' components, the offset's index and the two nodes (flat, j = i + o_k),
+    pairs (a, b) outermost. The dense matrices and the banded factors of stencils are filled through them."""
+    n = math.prod(grid)
+    index = np.arange(n).reshape(grid)
+    found = []
+    for k, offset in enumerate(itertools.product(range(-reach, reach + 1), repeat=len(grid))):
+        rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, grid))].ravel()
+        cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, grid))].ravel()
+        found.append((np.full_like(rows, k), rows, cols))
+    k, i, j = (np.concatenate(x) for x in zip(*found))
+    a, b = (np.repeat(x.ravel(), len(i)) for x in np.indices((components, components)))
+    return a, b, np.tile(k, components**2), np.tile(i, components**2), np.tile(j, components**2)
+
+
 @functools.lru_cache(maxsize=16)
 def _dense_index(c: int, grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Where each coupling of a block stencil (C, C, 3^d, *grid) inside the grid lands in its dense matrix
     (C n, C n), unknowns component-major (a n + i): flat indices into both."""
-    n = math.prod(grid)
-    index = np.arange(n).reshape(grid)
-    offsets = neighbour_offsets(len(grid))
-    source, target = [], []
-    for a, b in itertools.product(range(c), repeat=2):
-        for k, offset in enumerate(offsets):
-            rows = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, grid))].ravel()
-            cols = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, grid))].ravel()
-            source.append(((a * c + b) * len(offsets) + k) * n + rows)
-            target.append((a * n + rows) * (c * n) + b * n + cols)
-    return np.concatenate(source), np.concatenate(target)
+    n, offsets = math.prod(grid), 3 ** len(grid)
+    a, b, k, i, j = coupling_index(grid, c)
+    return ((a * c + b) * offsets + k) * n + i, (a * n + i) * (c * n) + b * n + j
 
 
 def dense_operator(stencil: torch.Tensor) -> torch.Tensor:
