@@ -248,6 +248,28 @@ def test_infer_uq_compare_and_polish_run_the_corrected_generator(corrected_run, 
     assert proc.returncode == 0, proc.stderr
 
 
+def test_a_surrogate_forgets_its_kept_coarse_spaces_as_the_user_guide_times_it(corrected_run):
+    import h5py
+
+    import diffnet.multigrid.coarse as coarse
+    from deepfusion import Surrogate
+
+    run_dir, _ = corrected_run
+    with h5py.File(run_dir / "test_prediction.h5") as f:
+        a = f["a"][()][:3]
+    poisson = Surrogate.load(run_dir)
+    kept = poisson(coeffs=a)
+    assert len(coarse._SPACES) >= len(a)
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    snippet = guide[guide.index("poisson.clear_caches()"):].split("```")[0]
+    scope = {"poisson": poisson, "a": a}
+    exec("import time\n" + snippet, scope)  # the user guide's lines, as written
+    assert scope["seconds_per_instance"] > 0
+    np.testing.assert_array_equal(scope["u"], kept)  # the fields are the same; only the set-up was paid again
+    poisson.clear_caches()
+    assert len(coarse._SPACES) == 0
+
+
 def test_the_preconditioned_loss_and_a_second_stage_compose_with_it(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("train", POISSON, "--out", str(run_dir), *RUN, "--set", "train.loss=preconditioned",
