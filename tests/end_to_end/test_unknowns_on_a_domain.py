@@ -213,6 +213,7 @@ def test_one_two_and_three_unknowns_with_a_domain_on_two_ranks(tmp_path):
         _check_masked(fields, _unmasked(run, rows), sdf)
 
 
+@pytest.mark.slow  # 8-12.5 s by the day: a training, its evaluation, infer and compare
 def test_the_plate_with_a_hole_trains_evaluates_infers_and_compares(tmp_path):
     run = tmp_path / "run"
     proc = run_cli("train", str(_config(tmp_path, "plate_hole:PlateHole", 2, plots=True)), "--out", str(run), *QUICK,
