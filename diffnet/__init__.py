@@ -4,7 +4,9 @@ The public API a user's family is written against (docs/families.md): the family
 (:class:`Family`, :class:`ParameterSpec`, :func:`sample_box`, :data:`CAPABILITIES`), the
 declaration of its configuration keys (:func:`option` and the checks), and the Q1
 quadrature as convolutions (:func:`gauss_basis`, :func:`at_gauss_points`,
-:func:`dirichlet_energy`, :func:`reaction_diffusion_energy`), and the Q1 system those energies
+:func:`dirichlet_energy`, :func:`reaction_diffusion_energy`) with their Hessians as stencils
+(:func:`dirichlet_stencil`; :func:`gauss_point_stencils` for coefficients at the Gauss points, a nonlinear
+energy's), and the Q1 system those energies
 are the quadratic forms of, for a family's reference solver (:func:`dirichlet_system`, whose
 :class:`FEMSystem` solves directly, by AMG-CG or by geometric multigrid); for a family on a cut domain,
 :class:`ImmersedFamily` with its shapes (:class:`Shape`, :class:`Disc`, :class:`Box`, :class:`HalfSpace`,
@@ -35,6 +37,8 @@ _EXPORTS = {
     "at_gauss_points": "diffnet.discretisation.energy",
     "dirichlet_energy": "diffnet.discretisation.energy",
     "reaction_diffusion_energy": "diffnet.discretisation.energy",
+    "dirichlet_stencil": "diffnet.discretisation.energy",
+    "gauss_point_stencils": "diffnet.discretisation.energy",
     "dirichlet_system": "diffnet.solvers.fem",
     "FEMSystem": "diffnet.solvers.fem",
     "ImmersedFamily": "diffnet.problems.immersed_family",

@@ -38,6 +38,7 @@ class Assessment:
     first: dict  # a two-stage generator's first network alone
     infer_seconds: float
     parts: dict  # the inference's seconds per instance by part (diffnet.backend.clock): network(s), coarse correction, ...
+    newton_steps: float | None = None  # a nonlinear coarse correction's Newton iterations per instance
 
     def report(self, run, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
@@ -45,23 +46,24 @@ class Assessment:
         return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
                 "inference_seconds": self.infer_seconds, "inference_parts_per_instance_s": self.parts,
+                "coarse_newton_iterations_per_instance": self.newton_steps,
                 **self.structure, **self.estimate, **self.first,
                 **({"fields": self.per_field} if self.per_field else {})}
 
 
 def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
-           infer_seconds: float, parts: dict | None = None) -> Assessment:
+           infer_seconds: float, parts: dict | None = None, newton_steps: float | None = None) -> Assessment:
     """The held-out fields ``pred`` of ``test`` against the family's truth and floor, and the error's structure
     and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``generator``: the problem the model's
     fields come from, :meth:`~deepfusion.configuration.run.Run.generator`; ``parts``: the inference's seconds per
-    instance by part)."""
+    instance by part; ``newton_steps``: a nonlinear coarse correction's Newton iterations per instance)."""
     cfg, problem = run.cfg, run.problem
     acc = against_floor(problem, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, model, test, pred.shape[1:]),
                                 dims=len(problem.coordinates()))
     return Assessment(test, acc, structure, _per_field(problem, pred, acc),
                       _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
-                      infer_seconds, dict(parts or {}))
+                      infer_seconds, dict(parts or {}), newton_steps)
 
 
 def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:
@@ -102,7 +104,8 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
              if cfg.model.coarse_correction and seconds > 0 else "")
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if found.parts:
-        print("one instance's inference by part: " + part_text(found.parts))
+        print("one instance's inference by part: " + part_text(found.parts)
+              + ("" if found.newton_steps is None else f"; coarse Newton {found.newton_steps:.3g} iterations per instance"))
 
 
 def part_text(parts: dict[str, float]) -> str:
@@ -131,7 +134,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
         t0 = time.perf_counter()
         pred = (predict(model, generator, test, clock=clock), time.perf_counter() - t0)
     pred, infer_seconds = pred
-    parts = clock.per(len(test))  # read now: the assessment below runs the generator again
+    parts, newton = clock.per(len(test)), clock.newton_steps()  # read now: the assessment runs the generator again
     coords, domain = problem.coordinates(), domain_of(problem, test)
     layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
@@ -140,7 +143,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
         return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
-    found = assess(run, generator, model, test, pred, infer_seconds, parts)
+    found = assess(run, generator, model, test, pred, infer_seconds, parts, newton)
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
                  run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")

@@ -189,7 +189,7 @@ def run(args: argparse.Namespace, comm) -> int:
             + (f", the coarse correction {clock.total(CORRECTION_PARTS):.1f} s of it "
                f"({clock.total(CORRECTION_PARTS) / result.seconds:.0%})"
                if cfg.model.coarse_correction and result.seconds > 0 else "")
-            + f"; checkpoint {result.checkpoint}"
+            + clock.newton_text() + f"; checkpoint {result.checkpoint}"
         )
     pred = None
     if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.configuration.family_checks import checked_family, quadratic
+from deepfusion.configuration.family_checks import checked_family
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
@@ -99,12 +99,6 @@ def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None
         lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
         raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
                           f"configured) does not declare the 'precondition' capability{lever}; use 0")
-    if not quadratic(configured):
-        # Measured (docs/results.md): one coarse Newton step of the linearisation at the network's field, with
-        # the linearisation's gradient, trained the cubic-reaction plugin to 563x its floor (3.41x without).
-        raise ConfigError(f"{what}: the {family.name} family's loss is not quadratic (its Hessian changes with the "
-                          "field), and one coarse Newton step inside the generator trained such a loss to 563x its "
-                          "floor (the cubic-reaction plugin; 3.41x without it); use 0")
     if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
                           f"model.coarse_correction = 0")

@@ -28,6 +28,8 @@ _BUILTIN = {
     "torsion": "diffnet.problems.torsion:StarTorsion",
     "elasticity": "diffnet.problems.elasticity:Elasticity",
     "elasticity3d": "diffnet.problems.elasticity:Elasticity3D",
+    "hyperelasticity": "diffnet.problems.hyperelasticity:Hyperelasticity",
+    "hyperelasticity3d": "diffnet.problems.hyperelasticity:Hyperelasticity3D",
 }
 
 DEFAULT_FAMILY = "burgers"

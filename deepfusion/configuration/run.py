@@ -120,13 +120,21 @@ class Run:
             trained = PreconditionedLoss(problem, self.cfg.train.precondition_cycles, self.cfg.train.precondition_form)
         return self._corrected(trained, problem, clock)
 
+    @cached_property
+    def quadratic(self) -> bool:
+        """Whether the family's loss is quadratic in its field: its coarse correction is then one solve per instance,
+        kept, else a damped Newton iteration per pass (:func:`diffnet.multigrid.minimiser.coarse_minimiser`)."""
+        from deepfusion.configuration.family_checks import quadratic
+
+        return quadratic(self.problem)
+
     def _corrected(self, fields, family, clock: PartClock | None):
         if not self.cfg.model.coarse_correction:
             return fields
         from diffnet.multigrid.coarse import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock)
+        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic)
 
     def build_model(self):
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a

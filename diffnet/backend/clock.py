@@ -17,7 +17,7 @@ import time
 from typing import Any, Iterator
 
 __all__ = ["PartClock", "total", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
-           "CORRECTION_PARTS"]
+           "LINE_SEARCH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
 
 NETWORK = "network"
 HESSIAN = "fine Hessian"
@@ -26,15 +26,24 @@ FACTORISATION = "factorisation"
 SOLVES = "coarse solves"
 GRADIENT = "loss gradient"
 VCYCLE = "V-cycle"
+LINE_SEARCH = "line search"  # a nonlinear energy's coarse Newton: the energy at the trial steps
 # The coarse correction's parts (its seconds in a run's banner and reports are their sum).
-CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT)
+CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH)
+# Tallies: a nonlinear energy's coarse Newton iterations, and the instances they minimised (their mean is the ratio).
+NEWTON_STEPS = "coarse Newton iterations"
+MINIMISED = "coarse minimisations"
 
 
 class PartClock:
-    """Seconds per named part, accumulated over passes (:meth:`part`); :meth:`total` sums some of them."""
+    """Seconds per named part, accumulated over passes (:meth:`part`); :meth:`total` sums some of them. ``counts``:
+    named tallies beside them (:meth:`count`: a nonlinear coarse correction's Newton iterations)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def count(self, name: str, n: int) -> None:
+        self.counts[name] = self.counts.get(name, 0) + int(n)
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -56,12 +65,23 @@ class PartClock:
                 torch.cuda.synchronize(device)
             self.add(name, time.perf_counter() - t0)
 
+    def newton_steps(self) -> float | None:
+        """A nonlinear coarse correction's Newton iterations per instance minimised (None where none ran)."""
+        done = self.counts.get(MINIMISED, 0)
+        return self.counts.get(NEWTON_STEPS, 0) / done if done else None
+
+    def newton_text(self) -> str:
+        """'; coarse Newton 2.9 iterations per instance' where a nonlinear coarse correction ran, else ''."""
+        steps = self.newton_steps()
+        return "" if steps is None else f"; coarse Newton {steps:.3g} iterations per instance"
+
     def total(self, names: tuple[str, ...] | None = None) -> float:
         """The seconds of ``names`` (default: every part)."""
         return total(self.seconds, names)
 
     def reset(self) -> None:
         self.seconds.clear()
+        self.counts.clear()
 
     def per(self, count: int) -> dict[str, float]:
         """Each part's seconds divided by ``count`` (per instance), largest first."""

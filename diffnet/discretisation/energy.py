@@ -30,6 +30,7 @@ __all__ = [
     "quadratic_energy",
     "quadratic_stencil",
     "element_stencils",
+    "gauss_point_stencils",
     "dirichlet_energy",
     "dirichlet_stencil",
     "reaction_diffusion_energy",
@@ -179,8 +180,6 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
         (S, P, 3^d, *grid) in :mod:`diffnet.multigrid.vcycle`'s layout.
     """
     dims = coeff.ndim - 2
-    corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order
-    offsets = list(itertools.product((-1, 0, 1), repeat=dims))
     convolve, _ = _conv(dims)
     kernel = (2,) * dims
     s, groups = coeff.shape[:2]
@@ -190,8 +189,7 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
                     lambda: interp.reshape(-1, 1, 1, *kernel), c)
     with no_tf32():
         c_q = [convolve(c, rows[q])[:, 0] for q in range(len(interp))]
-    grid = coeff.shape[2:]
-    cells, n_ops, n_nodes = c_q[0].shape[1:], pairs.shape[0], len(corners)
+    cells, n_ops, n_nodes = tuple(c_q[0].shape[1:]), pairs.shape[0], 2**dims
     # Per element node a, its rows of every element's (nodes x nodes) block, one matrix product over the
     # coefficients and Gauss points, each added into its nodes' slice in place. One node's rows at a time: all
     # blocks at once wrote (and read back) 2^d times the stencil's memory (61 MB for four 32^3 instances), the
@@ -200,7 +198,46 @@ def element_stencils(coeff: torch.Tensor, interp: np.ndarray, pairs: np.ndarray)
                          lambda: np.moveaxis(pairs, (0, 1, 2, 3, 4), (2, 3, 4, 0, 1)).reshape(n_nodes, -1, groups * len(c_q)),
                          coeff)
     values = torch.stack(c_q, dim=1).reshape(s, groups * len(c_q), -1)  # (S, g q, cells)
-    stencil = coeff.new_zeros(s, n_ops, len(offsets), *grid)
+    return _scatter(pair_rows, values, n_ops, cells)
+
+
+def gauss_point_stencils(values: torch.Tensor, pairs: np.ndarray) -> torch.Tensor:
+    """The operators H_p = sum over elements, groups g and Gauss points q of c_pgq B_gq, as 3^d-point stencils, for
+    coefficients given at the Gauss points themselves (a nonlinear energy's Hessian at the current field: 3 u_q^2
+    of a cubic reaction, a hyperelastic solid's tangent moduli).
+
+    Parameters
+    ----------
+    values : torch.Tensor
+        (S, P, G, Q, *cells): coefficient g of operator p at Gauss point q of every element (cells: the grid's
+        nodes less one per axis).
+    pairs : numpy.ndarray
+        (G, Q, 2^d, 2^d): the element matrices B_gq (weights included), shared by the operators.
+
+    Returns
+    -------
+    torch.Tensor
+        (S, P, 3^d, *grid) in :mod:`diffnet.multigrid.vcycle`'s layout.
+    """
+    s, n_ops, groups, points, *cells = values.shape
+    n_nodes = pairs.shape[-1]
+    # (a, b, g q): node a's rows of every element's block, one matrix product over the groups and Gauss points.
+    pair_rows = constant(("q1 gauss-point pairs by row", pairs.shape, pairs.tobytes()),
+                         lambda: np.moveaxis(pairs, (0, 1, 2, 3), (2, 3, 0, 1)).reshape(n_nodes, n_nodes, -1), values)
+    flat = values.reshape(s * n_ops, groups * points, -1)
+    stencil = _scatter(pair_rows, flat, 1, tuple(cells))
+    return stencil.reshape(s, n_ops, *stencil.shape[2:])
+
+
+def _scatter(pair_rows: torch.Tensor, values: torch.Tensor, n_ops: int, cells: tuple[int, ...]) -> torch.Tensor:
+    """Element blocks into stencils: node a's rows ``pair_rows[a]`` (2^d nodes x P, K) times the coefficients ``values``
+    (S, K, cells), added at each element's nodes: (S, P, 3^d, *grid)."""
+    dims = len(cells)
+    corners = list(itertools.product((0, 1), repeat=dims))  # the kernel's (and the basis's) node order
+    offsets = list(itertools.product((-1, 0, 1), repeat=dims))
+    s, n_nodes = values.shape[0], len(corners)
+    grid = tuple(n + 1 for n in cells)
+    stencil = values.new_zeros(s, n_ops, len(offsets), *grid)
     for a, ca in enumerate(corners):
         at = tuple(slice(o, o + n) for o, n in zip(ca, cells))  # the element at e sits at node e + ca
         rows = (pair_rows[a] @ values).reshape(s, n_nodes, n_ops, *cells)

@@ -115,6 +115,11 @@ class CoarseSpace:
             parts = cls._build_new(family, u, params, transfers, coarse, vector, clock)
         else:
             parts = cls._kept(family, u, params, transfers, coarse, vector, clock)
+        return cls.of(transfers, parts, vector)
+
+    @classmethod
+    def of(cls, transfers: list[torch.Tensor], parts: list["_Instance"], vector: bool) -> "CoarseSpace":
+        """The coarse space of a batch of instances' spaces ``parts`` (one P: ``transfers``)."""
         stack = lambda name: torch.stack([getattr(part, name) for part in parts])  # noqa: E731
         return cls(transfers, stack("free"), stack("coarse_free"), stack("hessian"), [part.factor for part in parts],
                    vector, stack("load"))
@@ -141,8 +146,9 @@ class CoarseSpace:
 
     @classmethod
     def _build_new(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
-                   coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
-        """The coarse spaces of instances not met before, one per instance."""
+                   coarse: tuple[int, ...], vector: bool, clock: PartClock, shift: bool = False) -> list["_Instance"]:
+        """The coarse spaces of instances not met before, one per instance (``shift``: an indefinite A_c shifted until
+        it is positive definite, :func:`~diffnet.multigrid.factor.factorise_stencil`)."""
         with clock.part(HESSIAN, u.device):
             hessian, free = block_hessian(family, u, params)
             coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
@@ -158,10 +164,10 @@ class CoarseSpace:
         # A coarse node whose basis function lies on fixed fine nodes only adds nothing: an identity row.
         centre = (values.shape[-1] - 1) // 2
         diagonal = torch.stack([values[:, a, a, :, centre] for a in range(values.shape[1])], dim=1).flatten(1)
-        empty = (diagonal <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
+        empty = (diagonal.abs() <= 1e-12 * diagonal.abs().amax(dim=1, keepdim=True)).reshape(space.coarse_free.shape)
         coarse_free = space.coarse_free & ~empty
         with clock.part(FACTORISATION, u.device):
-            factors = factorise_stencil(values, coarse_free.flatten(1), coarse, "the coarse correction's A_c")
+            factors = factorise_stencil(values, coarse_free.flatten(1), coarse, "the coarse correction's A_c", shift)
         return [_Instance(free[k], coarse_free[k], hessian[k], factors[k], load[k]) for k in range(len(values))]
 
     def prolong(self, coarse: torch.Tensor) -> torch.Tensor:
@@ -278,8 +284,9 @@ def forget_coarse_spaces() -> None:
     _SPACE_BYTES[0] = 0
 
 
-class _Correct(torch.autograd.Function):
-    """u = ũ + delta forward; backward the transpose of the correction's Jacobian (module docstring)."""
+class Correct(torch.autograd.Function):
+    """u = ũ + delta forward; backward the transpose of the correction's Jacobian, g - A P A_c⁻¹ Pᵀ g with A and A_c
+    the space's (module docstring; for a nonlinear energy, at the minimiser: :mod:`.minimiser`)."""
 
     @staticmethod
     def forward(ctx, u: torch.Tensor, delta: torch.Tensor, space: CoarseSpace, clock: PartClock) -> torch.Tensor:
@@ -326,7 +333,7 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
         with clock.part(SOLVES, u.device):
             delta = -space.project(g)
     delta = delta.to(u.dtype)
-    return _Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    return Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
 
 
 @dataclass(frozen=True)
@@ -334,18 +341,20 @@ class CoarseCorrected:
     """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
 
     ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
-    ``family`` the energy whose coarse minimiser is taken, a quadratic one (the configuration refuses others), so
-    that each instance's coarse space is built once and kept. Every member but ``field`` is the problem's.
-    ``clock`` gathers the seconds of the correction's parts (forward and backward).
+    ``family`` the energy whose coarse minimiser is taken: with ``quadratic`` (its loss is) one closed-form solve,
+    each instance's coarse space built once and kept; else damped Newton on the coarse space
+    (:func:`diffnet.multigrid.minimiser.coarse_minimiser`). Every member but ``field`` is the problem's.
+    ``clock`` gathers the seconds of the correction's parts (forward and backward) and the Newton iterations.
     """
 
     problem: Any
     family: Any
     nodes: int
     clock: PartClock = field(default_factory=PartClock, compare=False)
+    quadratic: bool = True
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("problem", "family", "nodes", "clock"):
+        if name in ("problem", "family", "nodes", "clock", "quadratic"):
             raise AttributeError(name)
         return getattr(self.problem, name)
 
@@ -358,8 +367,12 @@ class CoarseCorrected:
         return f"an exact coarse correction on {self.coarse_text()}"
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        return coarse_correction(self.family, self.problem.field(raw, params), params, self.nodes, self.clock,
-                                 quadratic=True)
+        u = self.problem.field(raw, params)
+        if self.quadratic:
+            return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True)
+        from diffnet.multigrid.minimiser import coarse_minimiser
+
+        return coarse_minimiser(self.family, u, params, self.nodes, self.clock)
 
     def clear_caches(self) -> None:
         """Forget the kept coarse spaces and what the family keeps per instance: a timed pass then pays its own set-up."""
@@ -372,7 +385,7 @@ class CoarseCorrected:
 
     def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
         return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
-                               self.nodes, self.clock)
+                               self.nodes, self.clock, self.quadratic)
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "

@@ -25,7 +25,7 @@ import torch
 
 from diffnet.multigrid.stencil import coupling_index
 
-__all__ = ["BandedFactor", "factorise_stencil", "solve_factors", "factor_bytes"]
+__all__ = ["BandedFactor", "factorise_stencil", "shifted_cholesky", "solve_factors", "factor_bytes"]
 
 # A band is taken where N b² is at most this share of N³ / 3 (below it the band's per-instance calls cost more
 # than the saving: a dense batched factorisation is one call for the whole batch).
@@ -78,11 +78,14 @@ def _layout(coarse: tuple[int, ...], components: int, reach: int) -> _Layout:
     return _Layout(source, row, col, upper, width, order)
 
 
-def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str) -> list[Any]:
+def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str,
+                      shift: bool = False) -> list[Any]:
     """Per instance of the coarse block stencils ``values`` (S, C, C, n, w^d) on the grid ``coarse`` (w = 5, or 3 where
     the grids nest), the Cholesky factor of the operator on the unknowns ``keep`` (S, C n) holds (the others:
     identity rows): a :class:`BandedFactor` on the CPU where the band is narrow, else a dense lower factor (N, N)
-    (torch). An operator that is not positive definite is a ValueError naming ``what`` and the instances."""
+    (torch). An operator that is not positive definite is a ValueError naming ``what`` and the instances; with
+    ``shift`` (a Newton step's Hessian away from the minimiser, which may be indefinite) its diagonal is raised
+    by a growing share of itself (Levenberg-Marquardt) until it is, instead."""
     s, c = values.shape[0], values.shape[1]
     width = round(values.shape[-1] ** (1 / len(coarse)))
     if width not in (3, 5) or width ** len(coarse) != values.shape[-1]:
@@ -101,13 +104,42 @@ def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[in
         dense[:, torch.as_tensor(layout.row * n_unknowns + layout.col, device=values.device)] = couplings
         dense = dense.reshape(s, n_unknowns, n_unknowns)
         dense.diagonal(dim1=1, dim2=2).add_(1.0 - mask)
+        if shift:
+            return shifted_cholesky(dense, what)
         return list(cholesky(dense, what))
-    return _banded(couplings.detach().cpu().numpy(), (1.0 - mask).cpu().numpy(), layout, what)
+    return _banded(couplings.detach().cpu().numpy(), (1.0 - mask).cpu().numpy(), layout, what, shift)
 
 
-def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: str) -> list[BandedFactor]:
+# The Levenberg-Marquardt shifts tried, as shares of the diagonal: the first that makes the operator positive
+# definite is taken (a shift of 1e4 leaves a steepest-descent step scaled by the diagonal).
+_SHIFTS = (0.0, 1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e4)
+
+
+def shifted_cholesky(dense: torch.Tensor, what: str) -> list[torch.Tensor]:
+    """The Cholesky factors of symmetric matrices (S, n, n), each one's diagonal raised by the first of the shares
+    :data:`_SHIFTS` of itself that makes it positive definite (none where it is)."""
+    diagonal = dense.diagonal(dim1=1, dim2=2).clone()
+    factors: list[Any] = [None] * len(dense)
+    for share in _SHIFTS:
+        todo = [k for k, f in enumerate(factors) if f is None]
+        if not todo:
+            break
+        trial = dense[todo].clone()
+        trial.diagonal(dim1=1, dim2=2).add_(share * diagonal[todo].abs())
+        factor, info = torch.linalg.cholesky_ex(trial)
+        for k, f, bad in zip(todo, factor, info.tolist()):
+            if bad == 0:
+                factors[k] = f
+    failed = [k for k, f in enumerate(factors) if f is None]
+    if failed:
+        raise ValueError(f"{what} is not positive definite for instance(s) {failed}, even shifted")
+    return factors
+
+
+def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: str,
+            shift: bool = False) -> list[BandedFactor]:
     """The banded factors of the operators whose couplings (S, K) lie at ``layout``, plus ``identity`` (S, N) on
-    their diagonals."""
+    their diagonals (``shift``: :func:`factorise_stencil`)."""
     from scipy.linalg import LinAlgError, cholesky_banded
 
     n, w = len(layout.order), layout.width
@@ -121,12 +153,20 @@ def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: 
     bands[:, w] += identity[:, layout.order]
     factors, failed = [], []
     for k, band in enumerate(bands):
-        try:
-            factors.append(BandedFactor(cholesky_banded(band, lower=False, check_finite=False), layout.order))
-        except LinAlgError:
+        for share in _SHIFTS if shift else (0.0,):
+            trial = band
+            if share:
+                trial = band.copy()
+                trial[w] += share * np.abs(band[w])
+            try:
+                factors.append(BandedFactor(cholesky_banded(trial, lower=False, check_finite=False), layout.order))
+                break
+            except LinAlgError:
+                pass
+        else:
             failed.append(k)
     if failed:
-        raise ValueError(f"{what} is not positive definite for instance(s) {failed}")
+        raise ValueError(f"{what} is not positive definite for instance(s) {failed}" + (", even shifted" if shift else ""))
     return factors
 
 

@@ -68,14 +68,19 @@ def cholesky_solve(b: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(factor.mT, y, upper=True)
 
 
-def cholesky(dense: torch.Tensor, what: str) -> torch.Tensor:
+def cholesky(dense: torch.Tensor, what: str, shift: bool = False) -> torch.Tensor:
     """The Cholesky factors of a batch of symmetric positive definite matrices (S, n, n).
 
     ``cholesky_ex``: no host synchronisation on the GPU, so that a CUDA graph can capture it; outside a
-    capture a matrix that is not positive definite is still an error (``what`` names it)."""
+    capture a matrix that is not positive definite is still an error (``what`` names it), or with ``shift`` (a
+    nonlinear loss's Hessian away from its minimiser) factorised with its diagonal raised until it is."""
     factor, info = torch.linalg.cholesky_ex(dense)
     capturing = dense.is_cuda and torch.cuda.is_current_stream_capturing()
     if not capturing and bool((info != 0).any()):
+        if shift:
+            from diffnet.multigrid.factor import shifted_cholesky
+
+            return torch.stack(shifted_cholesky(dense, what))
         raise ValueError(f"{what} is not positive definite for instance(s) {torch.nonzero(info).flatten().tolist()}")
     return factor
 
@@ -145,7 +150,8 @@ class VCycle:
             levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
                                  _damping(stencil, diagonal) if vector else _OMEGA))
         dense = dense_operator(levels[-1].stencil)
-        return cls(levels, cholesky(dense, "the V-cycle's coarsest operator"), sweeps, cycles, vector)
+        # Shifted where indefinite: a nonlinear loss's Hessian at a network's early field may be (B only preconditions).
+        return cls(levels, cholesky(dense, "the V-cycle's coarsest operator", shift=True), sweeps, cycles, vector)
 
     @property
     def free(self) -> torch.Tensor:

@@ -81,11 +81,14 @@ def test_builtin_families_keep_the_protocol(name):
         from diffnet.multigrid.hessian import probe_stencil
 
         p = torch.as_tensor(params)
-        v = problem.field(torch.randn(4, channels, *grid, dtype=torch.float64), p)
+        v = problem.field(0.01 * torch.randn(4, channels, *grid, dtype=torch.float64), p)  # no element near inverting
         stencil, probed = problem.hessian(v, p), probe_stencil(problem, v, p)
         blocks = (channels, channels) if channels > 1 else ()  # several unknowns: a block stencil
         assert stencil.shape == (4, *blocks, 3**cls.dims, *grid)
-        assert torch.allclose(stencil, probed, rtol=0, atol=1e-9 * probed.abs().max())
+        # The probes are central differences: exact for a quadratic loss, O(step^2) for a nonlinear one (whose
+        # Hessian tests/science/test_hyperelasticity.py checks against autograd's exact products).
+        tol = 1e-4 if name.startswith("hyperelasticity") else 1e-9
+        assert torch.allclose(stencil, probed, rtol=0, atol=tol * probed.abs().max())
 
 
 def _tutorial(tmp_path):

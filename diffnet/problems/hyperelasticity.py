@@ -1,0 +1,285 @@
+"""A compressible Neo-Hookean solid on the unit square (plane strain) or cube under a load large enough that
+linear elasticity is wrong: a nonlinear vector family, where a classical solve pays a Newton iteration.
+
+An instance is a log shear modulus from the Karhunen-Loève family of the diffusivity families (m coefficients,
+mu = shear exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k))) and the load's magnitude s: each loaded side's
+traction (its direction from the side's text) is multiplied by s. The Poisson ratio is one per family. The loss
+is the Q1 total potential energy (:mod:`diffnet.discretisation.hyperelasticity`: Neo-Hookean, guarded where an
+element inverts), the floor its minimiser on the same grid and the truth that on a grid ``truth_refine`` times
+finer, both by Newton with AMG-CG (:mod:`diffnet.solvers.hyperelasticity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from diffnet.backend.constants import constant
+from diffnet.discretisation.hyperelasticity import neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
+from diffnet.grid.material import POISSON_RATIO
+from diffnet.instances.boundary import SIDES, SideFields, component_boundaries, vector_side_check
+from diffnet.problems.kl_family import kl_log_field
+from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.protocol.options import integer_in, interval, option, positive
+from diffnet.solvers.classical import q1_configurations, q1_to_grid
+from diffnet.solvers.hyperelasticity import NeoHookeanBody, NewtonFailure, NewtonStats
+
+__all__ = ["Hyperelasticity", "Hyperelasticity3D"]
+
+# The grid on which the configuration checks that the largest load does not invert the mean body (17^2: 0.3 s;
+# 9^3: 1 s).
+_CHECK_NODES = {2: 17, 3: 9}
+
+
+def _poisson_ratio(v: float) -> str | None:
+    lower, upper = POISSON_RATIO
+    if not lower < v < upper:
+        return (f"need {lower:g} < nu < {upper:g} (at {upper:g} the solid is incompressible: lambda is infinite in "
+                f"plane strain and in 3-D), got {v}")
+    return None
+
+
+def _loads(v: tuple[float, ...]) -> str | None:
+    bad = interval(v)
+    if bad is None and v[0] <= 0:
+        return f"need 0 < low < high (a scale of each side's traction; its direction is the side's), got {list(v)}"
+    return bad
+
+
+@dataclass(frozen=True)
+class Hyperelasticity(SideFields, Family):
+    """A Neo-Hookean body in plane strain on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
+
+    resolution: tuple[int, ...]
+    kl_terms: int = option(4, "m, KL terms of log mu", integer_in(1, 64))
+    eta: float = option(0.5, "correlation length η of log mu", positive, key="kl_eta")
+    coeff_range: tuple[float, ...] = option((-1.0, 1.0), "range of each coefficient a_i of log mu", interval)
+    load_range: tuple[float, ...] = option((0.1, 0.2), "range of the load's magnitude s (each loaded side's traction "
+                                           "times s)", _loads)
+    shear: float = option(1.0, "the shear modulus mu where log mu's KL field is 0", positive)
+    nu: float = option(0.3, "the Poisson ratio (lambda = 2 mu nu / (1 - 2 nu))", _poisson_ratio)
+    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
+                     vector_side_check(2))
+    x1: str = option("traction=1,-1", "the side x = 1 (as x0; a traction is scaled by the instance's load)",
+                     vector_side_check(2))
+    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(2))
+    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
+    truth_refine: int = option(2, "evaluation: the independent reference is the Newton solution on a grid with this "
+                               "many times the intervals (2..16)", integer_in(2, 16))
+
+    name = "hyperelasticity"
+    in_channels = 4  # log mu, the load, and the coordinates
+    unknowns = ("u_x", "u_y")
+    vectors = {"u": ("u_x", "u_y")}
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition"})
+    classical_methods = {"newton-amg": "Newton (line search, load steps) + AMG-CG with the rigid-body modes, to 1e-8",
+                         "newton-amg-4": "the same, to 1e-4"}
+    classical_baseline = "newton-amg"
+    polish_step = "Newton step (AMG-CG)"
+
+    def __post_init__(self) -> None:
+        if len(self.resolution) != self.dims or min(self.resolution) < 3:
+            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
+                             f"each, got {list(self.resolution)}")
+        if not any(b.dirichlet for b in self.boundaries):
+            raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
+        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
+            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction; give a side a "
+                             "traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
+        problem = _inverted(self.at_check_grid())
+        if problem:
+            raise ValueError(f"{self.name}.load_range: {problem}")
+
+    def at_check_grid(self) -> "Hyperelasticity":
+        """The family on the grid its loads are checked on (:func:`_inverted`)."""
+        grid = (_CHECK_NODES[self.dims],) * self.dims
+        return self if tuple(self.resolution) == grid else dataclasses.replace(self, resolution=grid)
+
+    def describe(self) -> str:
+        sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+        return (f"Neo-Hookean, mu={self.shear:g} exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), "
+                f"nu={self.nu:g}, load s in {list(self.load_range)}, {sides}")
+
+    @property
+    def boundaries(self):
+        """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
+        return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
+
+    # -- instances ------------------------------------------------------------------------
+    @property
+    def parameters(self) -> ParameterSpec:
+        lo, hi = self.coeff_range
+        m = self.kl_terms
+        return ParameterSpec("a", (m + 1,), (lo,) * m + (self.load_range[0],), (hi,) * m + (self.load_range[1],),
+                             names=tuple(f"a{i + 1}" for i in range(m)) + ("load",),
+                             description="log mu's KL coefficients and the load's magnitude",
+                             limits=((-np.inf,) * m + (0.0,), (np.inf,) * (m + 1)))
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        names = ("z", "y", "x")[-self.dims:]
+        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
+
+    @property
+    def spacing(self) -> tuple[float, ...]:
+        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+
+    def shear_modulus(self, params: torch.Tensor) -> torch.Tensor:
+        """Nodal shear modulus (S, *resolution) of instances (S, m + 1)."""
+        return self.shear * torch.exp(kl_log_field(params[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
+
+    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 mu of each instance, its load in the label."""
+        p = np.asarray(params, dtype=np.float64)
+        return np.log10(self.shear_modulus(torch.as_tensor(p)).numpy()), [f"mu, load = {row[-1]:.3f}" for row in p]
+
+    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """(S, 2 + d, *resolution): log mu, the load as a constant field, then the coordinates, outermost first."""
+        log_mu = torch.log(self.shear_modulus(params))
+        s = params.shape[0]
+        load = params[:, -1].reshape(s, *([1] * self.dims)).expand(s, *self.resolution)
+        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_mu) for k in self.coordinates()]
+        grids = torch.meshgrid(*axes, indexing="ij")
+        return torch.stack([log_mu, load, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+
+    # -- the field and the loss ---------------------------------------------------------
+    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load (s = 1)."""
+        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
+        host = torch.zeros((), dtype=like.dtype)
+        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
+                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
+                constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
+        free, lift, _ = self._box(raw)
+        return lift + raw * free
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The total potential energy per sample: the stored energy less the scaled tractions' work."""
+        load = self._box(u)[2]
+        p = params.to(u.dtype)
+        stored = neo_hookean_energy(u, self.shear_modulus(p), self.nu, self.spacing)
+        return {"energy": stored - p[:, -1] * (load * u).flatten(1).sum(1)}
+
+    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """The energy's Hessian at u, the tangent stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
+        return neo_hookean_stencil(u, self.shear_modulus(params.to(u.dtype)), self.nu, self.spacing)
+
+    def admissible(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """(S,) bool: no element inverted (det F > 0 at every Gauss point); the coarse correction's line search keeps it."""
+        return smallest_jacobian(u, self.spacing) > 0
+
+    # -- references ---------------------------------------------------------------------
+    def body(self, params: np.ndarray) -> NeoHookeanBody:
+        """One instance (m + 1,) as the classical solver's body."""
+        p = np.asarray(params, dtype=np.float64)
+        mu = self.shear_modulus(torch.as_tensor(p[None]))[0].numpy()
+        return NeoHookeanBody(mu, self.nu, self.boundaries, float(p[-1]))
+
+    def solve(self, params: np.ndarray, tol: float = 1e-10, linear_tol: float = 1e-10,
+              stats: NewtonStats | None = None) -> np.ndarray:
+        """One instance's minimiser on this grid (d, *grid) by Newton with AMG-CG; a failure is one line naming it."""
+        try:
+            return self.body(params).solve(tol, linear_tol, stats=stats)
+        except NewtonFailure as e:
+            values = ", ".join(f"{v:.3g}" for v in np.asarray(params, dtype=np.float64))
+            raise ValueError(f"the {self.name} instance ({values}) on {'x'.join(map(str, self.resolution))}: {e}") from None
+
+    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The energy's minimisers on this grid (S, d, *resolution), Newton to 1e-10 of the load."""
+        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+
+    def reference_name(self) -> str:
+        return "the Newton solution on this grid"
+
+    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
+        every = (slice(None),) + (slice(None, None, stride),) * self.dims
+        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
+        for k in range(len(params)):
+            out[k] = self.solve(params[k])[every]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The same-grid minimiser of the trained energy: the grid's floor."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def floor_name(self) -> str:
+        return "the Newton solution on this grid"
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The Newton solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
+        r = self.truth_refine
+        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
+        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
+
+    def truth_name(self) -> str:
+        r = self.truth_refine
+        return "Newton solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+
+    # -- the classical side and the polish ------------------------------------------------
+    def classical_configurations(self) -> dict[str, list[int]]:
+        """Nodes per side, coarse to fine, below the truth's grid (the Q1 families' sweep)."""
+        grids = q1_configurations(self)["fmg"]
+        return {method: grids for method in self.classical_methods}
+
+    def classical_solver(self, method: str, grid: int, stats: NewtonStats | None = None):
+        """One instance's solution (d, *grid) on ``grid`` nodes per side: every Newton step (assembly, AMG set-up,
+        CG) inside the call; ``stats`` gathers the Newton steps and load steps."""
+        if method not in self.classical_methods:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
+        coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
+        tol = 1e-4 if method == "newton-amg-4" else 1e-8
+        return lambda params: coarse.solve(params, tol, tol, stats)
+
+    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
+        return np.stack([q1_to_grid(self, component) for component in native])
+
+    def polish(self, params: np.ndarray, fields: np.ndarray, steps: int) -> np.ndarray:
+        """``steps`` damped Newton steps (AMG-CG) from the network's fields (S, d, *grid): "DiffNet + k Newton steps"."""
+        out = np.empty_like(np.asarray(fields, dtype=np.float64))
+        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+            out[k] = self.body(p).polish(fields[k], steps)
+        return out
+
+
+@dataclass(frozen=True)
+class Hyperelasticity3D(Hyperelasticity):
+    """A Neo-Hookean body on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
+
+    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
+                     vector_side_check(3))
+    x1: str = option("traction=1,0,-1", "the side x = 1 (as x0; a traction is scaled by the instance's load)",
+                     vector_side_check(3))
+    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(3))
+    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(3))
+    truth_refine: int = option(2, "evaluation: the independent reference is the Newton solution on a grid with this "
+                               "many times the intervals (2..8)", integer_in(2, 8))
+    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
+    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
+
+    name = "hyperelasticity3d"
+    dims = 3
+    in_channels = 5  # log mu, the load, and the three coordinates
+    unknowns = ("u_x", "u_y", "u_z")
+    vectors = {"u": ("u_x", "u_y", "u_z")}
+
+
+@functools.lru_cache(maxsize=32)
+def _inverted(family: Hyperelasticity) -> str | None:
+    """Why the largest load inverts the mean body (log mu's KL field 0) on the check grid, or None: a load the
+    Neo-Hookean energy cannot carry is refused before any run starts."""
+    p = np.zeros(family.kl_terms + 1)
+    p[-1] = family.load_range[1]
+    try:
+        family.body(p).solve(1e-8, 1e-8)
+    except NewtonFailure as e:
+        return f"the largest load {family.load_range[1]:g} on the mean body: {e}"
+    return None

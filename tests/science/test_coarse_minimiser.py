@@ -1,0 +1,131 @@
+"""The coarse correction of a nonlinear energy (diffnet/multigrid/minimiser.py): damped Newton on the coarse space
+finds the loss's minimiser over u~ + range(P) (against a dense Newton oracle), its gradient is the implicit
+function theorem's (gradcheck), the grid's own minimiser is left alone, and a failure is one line."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import ROOT
+from diffnet.backend.clock import MINIMISED, NEWTON_STEPS, PartClock
+from diffnet.multigrid.coarse import CoarseSpace, coarse_grid
+from diffnet.multigrid.minimiser import CoarseNewtonError, coarse_minimiser, minimise_on_coarse_space
+
+
+def _cubic(resolution=(17, 17), **keys):
+    sys.path.insert(0, str(ROOT / "examples" / "families" / "cubic_reaction"))
+    try:
+        from cubic_reaction import CubicReaction
+    finally:
+        sys.path.pop(0)
+    return CubicReaction(resolution, **keys)
+
+
+def _prolongation(family, like: torch.Tensor, params: torch.Tensor, nodes: int, k: int) -> torch.Tensor:
+    """P of instance k as a dense (fine, coarse) matrix, from the coarse space's prolongation of unit vectors."""
+    space = CoarseSpace.build(family, like, params, nodes)
+    fields = tuple(like.shape[1: like.ndim - len(family.resolution)])
+    coarse = fields + coarse_grid(family.resolution, nodes)
+    n = int(np.prod(coarse))
+    columns = []
+    for j in range(n):
+        e = torch.zeros(len(params), n, dtype=torch.float64)
+        e[k, j] = 1.0
+        columns.append(space.prolong(e.reshape(len(params), *coarse))[k].reshape(-1))
+    P = torch.stack(columns, 1)
+    return P[:, P.abs().sum(0) > 0]
+
+
+def _dense_newton(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes: int) -> torch.Tensor:
+    """u~ + P c*, c* = argmin E(u~ + P c) by undamped Newton in c with autograd's dense Hessian, to rounding: an oracle
+    sharing nothing with the code's stencils, A_c or line search."""
+    grid, out = tuple(u_tilde.shape[1:]), []
+    for k in range(len(params)):
+        P = _prolongation(family, u_tilde, params, nodes, k)
+
+        def energy(c):
+            v = (u_tilde[k].reshape(-1) + P @ c).reshape(1, *grid)
+            return sum(t.sum() for t in family.loss_terms(v, params[k: k + 1]).values())
+
+        c = torch.zeros(P.shape[1], dtype=torch.float64)
+        for _ in range(40):
+            step = torch.linalg.solve(torch.autograd.functional.hessian(energy, c),
+                                      torch.autograd.functional.jacobian(energy, c))
+            c = c - step
+            if float(step.abs().max()) < 1e-14 * max(1.0, float(c.abs().max())):
+                break
+        out.append((u_tilde[k].reshape(-1) + P @ c).reshape(grid))
+    return torch.stack(out)
+
+
+def test_newton_on_the_coarse_space_finds_the_minimiser_of_a_nonlinear_energy():
+    family = _cubic()
+    p = torch.as_tensor(family.sample(3, "random", 3))
+    raw = 3.0 * torch.randn(3, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    u_tilde = family.field(raw, p)
+    clock = PartClock()
+    corrected = coarse_minimiser(family, u_tilde, p, 5, clock)
+    expected = _dense_newton(family, u_tilde, p, 5)
+    assert float((corrected - expected).abs().max()) <= 1e-9 * float(expected.abs().max())
+    # Not the one Newton step of the linearisation at u~, which the quadratic correction takes.
+    from diffnet.multigrid.coarse import coarse_correction
+    one_step = coarse_correction(family, u_tilde, p, 5)
+    assert float((one_step - expected).abs().max()) > 1e-3 * float(expected.abs().max())
+    steps = clock.counts[NEWTON_STEPS] / clock.counts[MINIMISED]
+    assert 2 <= steps <= 20
+
+
+def test_the_grids_own_minimiser_is_left_alone():
+    family = _cubic()
+    p = torch.as_tensor(family.sample(2, "random", 4))
+    floor = torch.as_tensor(family.reference(p.numpy()))
+    w, _, iterations = minimise_on_coarse_space(family, floor, p, 5)
+    assert float((w - floor).abs().max()) <= 1e-9 * float(floor.abs().max())
+    assert int(iterations.max()) <= 1
+
+
+def test_the_gradient_is_the_implicit_function_theorems():
+    family = _cubic((9, 9))
+    p = torch.as_tensor(family.sample(2, "random", 5))
+    u = family.field(torch.randn(2, 1, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(4)), p)
+    u = u.requires_grad_(True)
+    # A loss that is not the energy (the envelope theorem would hide a wrong Jacobian): a weighted sum of squares.
+    weights = torch.randn(2, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    assert torch.autograd.gradcheck(lambda v: (weights * coarse_minimiser(family, v, p, 5) ** 2).sum(), (u,),
+                                    eps=1e-6, atol=1e-6, rtol=1e-5, fast_mode=True)
+
+
+def test_for_the_energy_the_gradient_is_the_energys_at_the_corrected_field():
+    family = _cubic((13, 13))
+    p = torch.as_tensor(family.sample(2, "random", 6))
+    u = family.field(torch.randn(2, 1, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(6)), p)
+    u = u.requires_grad_(True)
+    corrected = coarse_minimiser(family, u, p, 5)
+    (grad,) = torch.autograd.grad(family.loss_terms(corrected, p)["energy"].sum(), u)
+    v = corrected.detach().requires_grad_(True)
+    (direct,) = torch.autograd.grad(family.loss_terms(v, p)["energy"].sum(), v)
+    assert torch.allclose(grad, direct, atol=1e-9 * float(direct.abs().max()), rtol=0)
+
+
+def test_a_field_whose_loss_is_not_finite_is_one_line():
+    family = _cubic((9, 9))
+    p = torch.as_tensor(family.sample(2, "random", 7))
+    u = torch.zeros(2, 9, 9, dtype=torch.float64)
+    u[1, 4, 4] = float("nan")
+    with pytest.raises(CoarseNewtonError, match=r"not finite at the network's field for instance\(s\) \[1\]"):
+        coarse_minimiser(family, u, p, 5)
+
+
+def test_an_instance_that_does_not_converge_is_named_with_its_iterations(monkeypatch):
+    import diffnet.multigrid.minimiser as minimiser
+
+    monkeypatch.setattr(minimiser, "MAX_ITERATIONS", 1)  # one Newton step cannot reach 1e-10 from this far
+    family = _cubic((17, 17))
+    p = torch.as_tensor(family.sample(2, "random", 8))
+    u = 5.0 * torch.ones(2, 17, 17, dtype=torch.float64)
+    with pytest.raises(CoarseNewtonError, match=r"instance\(s\) \[0, 1\] in 1 iterations \(last steps"):
+        coarse_minimiser(family, family.field(u[:, None], p), p, 5)
