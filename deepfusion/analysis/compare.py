@@ -16,7 +16,7 @@ from deepfusion.analysis.equal_accuracy import Point, best_time, break_even, che
 from deepfusion.analysis.evaluate import part_text
 from diffnet.backend.clock import PartClock
 
-__all__ = ["time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
+__all__ = ["Timings", "time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
@@ -52,25 +52,37 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
     fields, total = cold(params, batch)
     per_instance = total / len(params)
     parts = {} if clock is None else clock.per(len(params))
+    steps = None if clock is None else clock.newton_steps()
     say(f"    DiffNet inference: first call {first:.3f} s, one instance {single * 1e3:.2f} ms, "
         f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}"
-        + (f"; by part: {part_text(parts)}" if parts else ""))
+        + (f"; by part: {part_text(parts)}" if parts else "") + ("" if clock is None else clock.newton_text()))
     return fields, {"inference_first_s": first, "diffnet_s_single": single, "diffnet_s_batched": per_instance,
-                    "inference_batch": min(batch, len(params)), "parts_per_instance_s": parts}
+                    "inference_batch": min(batch, len(params)), "parts_per_instance_s": parts,
+                    "coarse_newton_steps": steps}
 
 
-def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, list[float]]:
+class Timings(list):
+    """Seconds per instance, and the mean Newton steps of a nonlinear family's classical solve (its solver's ``last``
+    :class:`~diffnet.solvers.hyperelasticity.NewtonStats`; None for a linear one)."""
+
+    newton_steps: float | None = None
+
+
+def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, Timings]:
     """Every instance solved by (method, grid), timed on its own grid (the best of repeats, each building
     the instance's set-up afresh: the family's ``clear_caches``), then carried onto the network's nodes (inside
-    each instance's domain, for a family with one: the nodes its errors are measured at)."""
+    each instance's domain, for a family with one: the nodes its errors are measured at). A solver with a ``last``
+    record of its Newton steps has their mean in the timings."""
     from deepfusion.analysis.inference import on_domain
 
     solver = problem.classical_solver(method, grid)
-    fields, seconds = [], []
+    fields, seconds, steps = [], Timings(), []
     for row in params:
         native, dt = best_time(solver, row, before=problem.clear_caches)
         seconds.append(dt)
+        steps.append(getattr(getattr(solver, "last", None), "newton_steps", None))
         fields.append(problem.classical_to_grid(method, native, row))
+    seconds.newton_steps = None if None in steps else float(np.mean(steps))
     return on_domain(problem, params, np.stack(fields)), seconds
 
 
@@ -99,7 +111,8 @@ def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> 
         return None
     measure_classical(problem, params[:1], method, grid)
     fields, seconds = measure_classical(problem, params, method, grid)
-    return Point(method, grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds))
+    return Point(method, grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds),
+                 seconds.newton_steps)
 
 
 def compare_row(*, device: str, threads: int, accuracy, inference: dict, points: list[Point],
@@ -121,6 +134,7 @@ def compare_row(*, device: str, threads: int, accuracy, inference: dict, points:
         "classical_grid_equal_accuracy": None if best is None else best.grid,
         "classical_error": None if best is None else best.error,
         "classical_s": classical_s,
+        "classical_newton_steps": None if best is None else best.newton_steps,
         **inference,
         "ratio_equal_accuracy": None if best is None else classical_s / inference["diffnet_s_batched"],
         "ratio_equal_accuracy_single": None if best is None else classical_s / inference["diffnet_s_single"],
@@ -148,7 +162,8 @@ def markdown_table(rows: list[dict], grid: list[int]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         matched = "none in the sweep" if r["classical_method"] is None else \
-            f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}"
+            f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}" + (
+                "" if r.get("classical_newton_steps") is None else f" ({r['classical_newton_steps']:.3g} Newton steps)")
         ratio = "—" if r["ratio_equal_accuracy"] is None else \
             f"{r['ratio_equal_accuracy_single']:.2g}× / {r['ratio_equal_accuracy']:.2g}×"
         n_star = ("—" if r["train_seconds"] is None or r["classical_s"] is None else "never"

@@ -31,6 +31,7 @@ class Point:
     grid: int
     error: float
     seconds: float
+    newton_steps: float | None = None  # a nonlinear solve's mean Newton steps per instance (all load steps')
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -76,9 +77,11 @@ def sweep(configurations: dict[str, list[int]], solve_on: Callable[[str, int], t
             if met is not None and grid > SAME_SIZE * met:
                 break
             fields, seconds = solve_on(method, grid)
-            point = Point(method, grid, float(np.mean(error_of(fields))), statistics.median(seconds))
+            point = Point(method, grid, float(np.mean(error_of(fields))), statistics.median(seconds),
+                          getattr(seconds, "newton_steps", None))
             points.append(point)
             say(f"    {method:9s} grid {grid:5d}: error {point.error:.4f}, {point.seconds * 1e3:8.2f} ms per instance"
+                + ("" if point.newton_steps is None else f" ({point.newton_steps:.3g} Newton steps)")
                 + ("  <- meets the target" if ties(point.error, target) else ""))
             if ties(point.error, target) and met is None:
                 met = grid

@@ -229,14 +229,13 @@ class Hyperelasticity(SideFields, Family):
         grids = q1_configurations(self)["fmg"]
         return {method: grids for method in self.classical_methods}
 
-    def classical_solver(self, method: str, grid: int, stats: NewtonStats | None = None):
+    def classical_solver(self, method: str, grid: int) -> "NewtonSolve":
         """One instance's solution (d, *grid) on ``grid`` nodes per side: every Newton step (assembly, AMG set-up,
-        CG) inside the call; ``stats`` gathers the Newton steps and load steps."""
+        CG) inside the call; the call's cost (Newton steps, load steps) is the solver's ``last``."""
         if method not in self.classical_methods:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
-        tol = 1e-4 if method == "newton-amg-4" else 1e-8
-        return lambda params: coarse.solve(params, tol, tol, stats)
+        return NewtonSolve(coarse, 1e-4 if method == "newton-amg-4" else 1e-8)
 
     def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
         """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
@@ -272,6 +271,20 @@ class Hyperelasticity3D(Hyperelasticity):
     vectors = {"u": ("u_x", "u_y", "u_z")}
 
 
+@dataclass
+class NewtonSolve:
+    """A classical solve of one instance on the family's grid, Newton and linear tolerance ``tol``; ``last`` is the
+    latest call's :class:`NewtonStats` (``compare`` reports its Newton steps)."""
+
+    family: Hyperelasticity
+    tol: float
+    last: NewtonStats | None = None
+
+    def __call__(self, params: np.ndarray) -> np.ndarray:
+        self.last = NewtonStats()
+        return self.family.solve(params, self.tol, self.tol, self.last)
+
+
 @functools.lru_cache(maxsize=32)
 def _inverted(family: Hyperelasticity) -> str | None:
     """Why the largest load inverts the mean body (log mu's KL field 0) on the check grid, or None: a load the
@@ -279,7 +292,7 @@ def _inverted(family: Hyperelasticity) -> str | None:
     p = np.zeros(family.kl_terms + 1)
     p[-1] = family.load_range[1]
     try:
-        family.body(p).solve(1e-8, 1e-8)
+        family.body(p).solve(1e-8, 1e-8, max_steps=12)  # a load it carries converges in under 10 steps a load step
     except NewtonFailure as e:
         return f"the largest load {family.load_range[1]:g} on the mean body: {e}"
     return None

@@ -174,3 +174,29 @@ def test_bad_input_is_one_line_and_writes_nothing(settings, message, tmp_path):
     proc = run_cli("train", CONFIG, *sets, "--out", str(tmp_path / "run"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_tiny_run_is_compared_and_studied_with_newton_counted(tmp_path):
+    # Train the family a few steps with the coarse minimiser, then `compare` (the classical side: Newton with AMG-CG,
+    # its steps in the row and the table) and `uq --classical` on it.
+    import json
+
+    run = tmp_path / "run"
+    proc = run_cli("train", CONFIG, "--out", str(run), "--set", "problem.resolution=[17,17]",
+                   "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,1]", "--set", "model.channels=[8,16]",
+                   "--set", "multigrid.top_channels=8", "--set", "model.coarse_correction=5", "--set", "data.n_train=16",
+                   "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "output.plots=false",
+                   "--set", "parallel.threads_per_rank=1", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "coarse Newton" in proc.stdout  # the iterations per instance, in the training line and the evaluation
+    out = tmp_path / "cmp" / "report.json"
+    proc = run_cli("compare", str(run), "--samples", "2", "--threads", "1", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    row = report["rows"][0]
+    assert row["coarse_newton_steps"] >= 1 and row["classical_newton_steps"] >= 1
+    assert all(point["newton_steps"] >= 1 for point in report["sweep"])
+    assert "Newton steps)" in out.with_suffix(".md").read_text()
+    proc = run_cli("uq", str(run), "--samples", "4", "--classical", "--out", str(tmp_path / "uq.h5"), timeout=600)
+    assert proc.returncode == 0, proc.stderr

@@ -149,8 +149,12 @@ class CubicReaction(Family):
         at_points = at_gauss_points(u, values)
         nu = torch.exp(self.log_nu(a.to(u.dtype)))
         j = dirichlet_energy(u, nu, h, h) + weight * (0.25 * at_points.pow(4) - self.source * at_points).sum(dim=(1, 2, 3))
-        # J at the solution is of order -f^(4/3) / 4 (where u^3 ~ f): that is the unit of the loss.
-        return {"energy": j / (0.25 * self.source ** (4.0 / 3.0))}
+        return {"energy": j / self.unit}
+
+    @property
+    def unit(self) -> float:
+        """The loss's unit: J at the solution is of order -f^(4/3) / 4 (where u^3 ~ f)."""
+        return 0.25 * self.source ** (4.0 / 3.0)
 
     def hessian(self, u: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """The loss's Hessian at u as a 9-point stencil (S, 9, N_y, N_x): the stiffness K(nu) plus the mass matrix
@@ -161,7 +165,7 @@ class CubicReaction(Family):
         reaction = 3.0 * at_gauss_points(u, values)[:, None, None] ** 2  # (S, 1, 1, Q, cells)
         mass = weight * np.einsum("qa,qb->qab", values, values)[None]  # (1, Q, 4, 4)
         stencil = dirichlet_stencil(nu, h, h) + gauss_point_stencils(reaction, mass)[:, 0]
-        return stencil / (0.25 * self.source ** (4.0 / 3.0))
+        return stencil / self.unit
 
     def _solver(self, a: np.ndarray, n: int) -> NewtonSolver:
         log_nu = self.at_resolution((n, n)).log_nu(torch.as_tensor(np.asarray(a, dtype=np.float64))[None])[0]
