@@ -15,11 +15,11 @@ the A-orthogonal projection of ũ's error onto the coarse space: the energy's ex
 * **P**: multilinear interpolation from a node grid of ``nodes`` per side (at most half the level's
   intervals, :func:`coarse_grid`) to the field's grid, without rows at the family's fixed nodes
   (Dirichlet, outside a cut domain) nor columns at the coarse grid's.
-* **A**: the family's Hessian stencil (capability ``precondition``) on its free nodes; for a loss that
-  is not quadratic, its linearisation at ũ, so that the correction is one Newton step on the coarse
-  space. The configuration refuses such a loss for training (``model.coarse_correction``): trained
-  through this step with the linearisation's gradient, the cubic-reaction plugin ended at 563x its
-  floor (3.41x without).
+* **A**: the family's Hessian stencil (capability ``precondition``) on its free nodes. For a loss that
+  is not quadratic, :func:`coarse_correction` is one Newton step of the linearisation at ũ (trained through
+  with the linearisation's gradient, the cubic-reaction plugin ended at 563x its floor, 3.41x without); the
+  generator takes the exact minimiser instead, by damped Newton on this coarse space
+  (:mod:`diffnet.multigrid.minimiser`, :class:`CoarseCorrected` with ``quadratic`` False).
 * **A_c** = Pᵀ A P from A's stencil by one contraction per axis and fine offset with the products of
   the interpolation weights (:meth:`CoarseSpace._coarse_operator`). The grids need not nest (a
   128-node grid has a prime 127 intervals), and then a coarse node couples to the nodes two away,
