@@ -49,7 +49,7 @@ from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, compo
 from diffnet.multigrid.factor import factor_bytes, factorise_stencil, solve_factors
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
-__all__ = ["CACHE_BYTES", "CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
+__all__ = ["CACHE_BYTES", "PULL", "CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
 
 
 def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
@@ -336,6 +336,10 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
     return Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
 
 
+# The weight of the pull of the network's field towards its coarse minimiser (a nonlinear energy's correction only).
+PULL = 1e-3
+
+
 @dataclass(frozen=True)
 class CoarseCorrected:
     """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
@@ -372,7 +376,25 @@ class CoarseCorrected:
             return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True)
         from diffnet.multigrid.minimiser import coarse_minimiser
 
-        return coarse_minimiser(self.family, u, params, self.nodes, self.clock)
+        corrected = coarse_minimiser(self.family, u, params, self.nodes, self.clock)
+        if torch.is_grad_enabled() and u.requires_grad:
+            corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
+        return corrected
+
+    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The problem's loss terms and, for a nonlinear energy in training, ``coarse``: :data:`PULL` times
+        1/2 |ũ - sg(u)|² / |u|², the network's field pulled towards the corrected one. The backward pass of the
+        correction removes the coarse part of every other term's gradient, so without it the network's coarse
+        part is free, and drifted to 10x the field (the trained Neo-Hookean network, issue 66): harmless for a
+        quadratic energy's one solve, 6 Newton iterations per pass for a nonlinear one. ũ - u lies in range(P):
+        the pull acts where the other terms do not."""
+        terms = self.problem.loss_terms(u, params)
+        uncorrected = getattr(u, "uncorrected", None)
+        if uncorrected is not None:
+            dims = tuple(range(1, u.ndim))
+            target = u.detach()
+            terms["coarse"] = PULL * 0.5 * (uncorrected - target).square().sum(dims) / target.square().sum(dims)
+        return terms
 
     def clear_caches(self) -> None:
         """Forget the kept coarse spaces and what the family keeps per instance: a timed pass then pays its own set-up."""
