@@ -103,7 +103,7 @@ class Run:
     # -- what the generator is trained and evaluated on -------------------------------------------------------
     def generator(self, clock: PartClock | None = None, problem=None):
         """The problem whose ``field`` is the generator's product: the family's, corrected on a coarse space
-        when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.coarse.CoarseCorrected`). Everything
+        when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything
         that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
         through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
         correction's parts. ``problem``: the family on another grid (default: the run's)."""
@@ -131,7 +131,7 @@ class Run:
     def _corrected(self, fields, family, clock: PartClock | None):
         if not self.cfg.model.coarse_correction:
             return fields
-        from diffnet.multigrid.coarse import CoarseCorrected
+        from diffnet.multigrid.corrected import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
         return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic)

@@ -28,7 +28,6 @@ at a Gauss point is sum_{J,L} w C_aJbL G_J G_Lᵀ, G_J the basis' x_J-derivative
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import torch

@@ -10,7 +10,7 @@ E(u) = 1/2 uᵀ A u - fᵀ u in the free nodal values (the Q1 energies), the bes
 
 the A-orthogonal projection of ũ's error onto the coarse space: the energy's exact minimiser over
 ũ + range(P). It is applied to the generator's field ũ in every pass, training and inference alike
-(:class:`CoarseCorrected`), so the network is left the part of the solution a coarse grid cannot hold.
+(:class:`diffnet.multigrid.corrected.CoarseCorrected`), so the network is left the part of the solution a coarse grid cannot hold.
 
 * **P**: multilinear interpolation from a node grid of ``nodes`` per side (at most half the level's
   intervals, :func:`coarse_grid`) to the field's grid, without rows at the family's fixed nodes
@@ -19,7 +19,7 @@ the A-orthogonal projection of ũ's error onto the coarse space: the energy's ex
   is not quadratic, :func:`coarse_correction` is one Newton step of the linearisation at ũ (trained through
   with the linearisation's gradient, the cubic-reaction plugin ended at 563x its floor, 3.41x without); the
   generator takes the exact minimiser instead, by damped Newton on this coarse space
-  (:mod:`diffnet.multigrid.minimiser`, :class:`CoarseCorrected` with ``quadratic`` False).
+  (:mod:`diffnet.multigrid.minimiser`; :class:`diffnet.multigrid.corrected.CoarseCorrected` chooses).
 * **A_c** = Pᵀ A P from A's stencil by one contraction per axis and fine offset with the products of
   the interpolation weights (:meth:`CoarseSpace._coarse_operator`). The grids need not nest (a
   128-node grid has a prime 127 intervals), and then a coarse node couples to the nodes two away,
@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, compo
 from diffnet.multigrid.factor import factor_bytes, factorise_stencil, solve_factors
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
-__all__ = ["CACHE_BYTES", "PULL", "CoarseCorrected", "CoarseSpace", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
+__all__ = ["CACHE_BYTES", "CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
 
 
 def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
@@ -334,81 +334,3 @@ def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes:
             delta = -space.project(g)
     delta = delta.to(u.dtype)
     return Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
-
-
-# The weight of the pull of the network's field towards its coarse minimiser (a nonlinear energy's correction only).
-PULL = 1e-3
-
-
-@dataclass(frozen=True)
-class CoarseCorrected:
-    """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
-
-    ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
-    ``family`` the energy whose coarse minimiser is taken: with ``quadratic`` (its loss is) one closed-form solve,
-    each instance's coarse space built once and kept; else damped Newton on the coarse space
-    (:func:`diffnet.multigrid.minimiser.coarse_minimiser`). Every member but ``field`` is the problem's.
-    ``clock`` gathers the seconds of the correction's parts (forward and backward) and the Newton iterations.
-    """
-
-    problem: Any
-    family: Any
-    nodes: int
-    clock: PartClock = field(default_factory=PartClock, compare=False)
-    quadratic: bool = True
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("problem", "family", "nodes", "clock", "quadratic"):
-            raise AttributeError(name)
-        return getattr(self.problem, name)
-
-    def coarse_text(self) -> str:
-        """The coarse grid on the field's grid, as '17x17'."""
-        return "x".join(map(str, coarse_grid(self.resolution, self.nodes)))
-
-    def describe_correction(self) -> str:
-        """One phrase for the run's banner and reports: 'an exact coarse correction on 17x17'."""
-        return f"an exact coarse correction on {self.coarse_text()}"
-
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        u = self.problem.field(raw, params)
-        if self.quadratic:
-            return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True)
-        from diffnet.multigrid.minimiser import coarse_minimiser
-
-        corrected = coarse_minimiser(self.family, u, params, self.nodes, self.clock)
-        if torch.is_grad_enabled() and u.requires_grad:
-            corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
-        return corrected
-
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The problem's loss terms and, for a nonlinear energy in training, ``coarse``: :data:`PULL` times
-        1/2 |ũ - sg(u)|² / |u|², the network's field pulled towards the corrected one. The backward pass of the
-        correction removes the coarse part of every other term's gradient, so without it the network's coarse
-        part is free, and drifted to 10x the field (the trained Neo-Hookean network, issue 66): harmless for a
-        quadratic energy's one solve, 6 Newton iterations per pass for a nonlinear one. ũ - u lies in range(P):
-        the pull acts where the other terms do not."""
-        terms = self.problem.loss_terms(u, params)
-        uncorrected = getattr(u, "uncorrected", None)
-        if uncorrected is not None:
-            dims = tuple(range(1, u.ndim))
-            target = u.detach()
-            terms["coarse"] = PULL * 0.5 * (uncorrected - target).square().sum(dims) / target.square().sum(dims)
-        return terms
-
-    def clear_caches(self) -> None:
-        """Forget the kept coarse spaces and what the family keeps per instance: a timed pass then pays its own set-up."""
-        forget_coarse_spaces()
-        self.problem.clear_caches()
-
-    def fixed_nodes(self, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The family's fixed nodes (the correction vanishes there, and probing its field would not tell)."""
-        return fixed_nodes(self.family, params, dtype)
-
-    def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
-        return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
-                               self.nodes, self.clock, self.quadratic)
-
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "
-                                  "its coarse solve needs each sample whole")

@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from diffnet.multigrid.stencil import coupling_index
+from diffnet.multigrid.vcycle import SHIFTS, cholesky, cholesky_solve, shifted_cholesky
 
-__all__ = ["BandedFactor", "factorise_stencil", "shifted_cholesky", "solve_factors", "factor_bytes"]
+__all__ = ["BandedFactor", "factorise_stencil", "solve_factors", "factor_bytes"]
 
 # A band is taken where N b² is at most this share of N³ / 3 (below it the band's per-instance calls cost more
 # than the saving: a dense batched factorisation is one call for the whole batch).
@@ -98,8 +99,6 @@ def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[in
         mask[:, torch.as_tensor(layout.row, device=values.device)] * mask[:, torch.as_tensor(layout.col, device=values.device)]
     banded = n_unknowns * (layout.width + 1) ** 2 <= _BANDED_SHARE * n_unknowns**3 / 3
     if values.is_cuda or not banded:
-        from diffnet.multigrid.vcycle import cholesky
-
         dense = torch.zeros(s, n_unknowns * n_unknowns, dtype=values.dtype, device=values.device)
         dense[:, torch.as_tensor(layout.row * n_unknowns + layout.col, device=values.device)] = couplings
         dense = dense.reshape(s, n_unknowns, n_unknowns)
@@ -108,32 +107,6 @@ def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[in
             return shifted_cholesky(dense, what)
         return list(cholesky(dense, what))
     return _banded(couplings.detach().cpu().numpy(), (1.0 - mask).cpu().numpy(), layout, what, shift)
-
-
-# The Levenberg-Marquardt shifts tried, as shares of the diagonal: the first that makes the operator positive
-# definite is taken (a shift of 1e4 leaves a steepest-descent step scaled by the diagonal).
-_SHIFTS = (0.0, 1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e4)
-
-
-def shifted_cholesky(dense: torch.Tensor, what: str) -> list[torch.Tensor]:
-    """The Cholesky factors of symmetric matrices (S, n, n), each one's diagonal raised by the first of the shares
-    :data:`_SHIFTS` of itself that makes it positive definite (none where it is)."""
-    diagonal = dense.diagonal(dim1=1, dim2=2).clone()
-    factors: list[Any] = [None] * len(dense)
-    for share in _SHIFTS:
-        todo = [k for k, f in enumerate(factors) if f is None]
-        if not todo:
-            break
-        trial = dense[todo].clone()
-        trial.diagonal(dim1=1, dim2=2).add_(share * diagonal[todo].abs())
-        factor, info = torch.linalg.cholesky_ex(trial)
-        for k, f, bad in zip(todo, factor, info.tolist()):
-            if bad == 0:
-                factors[k] = f
-    failed = [k for k, f in enumerate(factors) if f is None]
-    if failed:
-        raise ValueError(f"{what} is not positive definite for instance(s) {failed}, even shifted")
-    return factors
 
 
 def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: str,
@@ -153,7 +126,7 @@ def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: 
     bands[:, w] += identity[:, layout.order]
     factors, failed = [], []
     for k, band in enumerate(bands):
-        for share in _SHIFTS if shift else (0.0,):
+        for share in SHIFTS if shift else (0.0,):
             trial = band
             if share:
                 trial = band.copy()
@@ -172,8 +145,6 @@ def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: 
 
 def solve_factors(factors: list[Any], rhs: torch.Tensor) -> torch.Tensor:
     """x = A⁻¹ b per instance, for right-hand sides ``rhs`` (S, N, 1) and the instances' factors."""
-    from diffnet.multigrid.vcycle import cholesky_solve
-
     if all(isinstance(f, torch.Tensor) for f in factors):
         return cholesky_solve(rhs, torch.stack(factors))
     values = rhs.detach().cpu().numpy()[:, :, 0]

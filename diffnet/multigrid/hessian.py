@@ -37,7 +37,7 @@ def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.
     """(S, *grid) bool ((S, C, *grid) for C unknowns): the nodes the family's field does not take from the network's output.
 
     Found by comparing two fields, unless the problem says itself (a ``fixed_nodes(params, dtype)``
-    member: a field corrected on a coarse space, :class:`diffnet.multigrid.coarse.CoarseCorrected`, moves every
+    member: a field corrected on a coarse space, :class:`diffnet.multigrid.corrected.CoarseCorrected`, moves every
     free node however it is probed)."""
     own = getattr(family, "fixed_nodes", None)
     if own is not None:

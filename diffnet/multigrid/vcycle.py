@@ -39,7 +39,8 @@ from diffnet.multigrid.hessian import block_hessian
 from diffnet.multigrid.stencil import (apply_blocks, as_blocks, as_fields, components, dense_operator, neighbour_offsets,
                                       on_free_nodes)
 
-__all__ = ["VCycle", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "along_axes"]
+__all__ = ["VCycle", "SHIFTS", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "shifted_cholesky",
+           "along_axes"]
 
 _OMEGA = 2.0 / 3.0
 
@@ -78,11 +79,35 @@ def cholesky(dense: torch.Tensor, what: str, shift: bool = False) -> torch.Tenso
     capturing = dense.is_cuda and torch.cuda.is_current_stream_capturing()
     if not capturing and bool((info != 0).any()):
         if shift:
-            from diffnet.multigrid.factor import shifted_cholesky
-
             return torch.stack(shifted_cholesky(dense, what))
         raise ValueError(f"{what} is not positive definite for instance(s) {torch.nonzero(info).flatten().tolist()}")
     return factor
+
+
+# The Levenberg-Marquardt shifts tried (here and by the coarse correction's banded factors), as shares of the diagonal: the first that makes the operator positive
+# definite is taken (a shift of 1e4 leaves a steepest-descent step scaled by the diagonal).
+SHIFTS = (0.0, 1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e4)
+
+
+def shifted_cholesky(dense: torch.Tensor, what: str) -> list[torch.Tensor]:
+    """The Cholesky factors of symmetric matrices (S, n, n), each one's diagonal raised by the first of the shares
+    :data:`SHIFTS` of itself that makes it positive definite (none where it is)."""
+    diagonal = dense.diagonal(dim1=1, dim2=2).clone()
+    factors: list[Any] = [None] * len(dense)
+    for share in SHIFTS:
+        todo = [k for k, f in enumerate(factors) if f is None]
+        if not todo:
+            break
+        trial = dense[todo].clone()
+        trial.diagonal(dim1=1, dim2=2).add_(share * diagonal[todo].abs())
+        factor, info = torch.linalg.cholesky_ex(trial)
+        for k, f, bad in zip(todo, factor, info.tolist()):
+            if bad == 0:
+                factors[k] = f
+    failed = [k for k, f in enumerate(factors) if f is None]
+    if failed:
+        raise ValueError(f"{what} is not positive definite for instance(s) {failed}, even shifted")
+    return factors
 
 
 def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> torch.Tensor:

@@ -19,6 +19,7 @@ Newton step of every load step is counted (:class:`NewtonStats`).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 import warnings
@@ -31,7 +32,6 @@ import torch
 
 from diffnet.discretisation.hyperelasticity import J_GUARD, neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
 from diffnet.instances.boundary import BoxBoundary
-from diffnet.multigrid.stencil import coupling_index
 from diffnet.solvers.elasticity import from_dofs, rigid_body_modes, to_dofs
 from diffnet.solvers.fem import grid_spacing
 
@@ -59,11 +59,20 @@ class NewtonStats:
 
 @functools.lru_cache(maxsize=16)
 def _csr_index(grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For a block stencil (d, d, 3^d, *grid): the flat source of each coupling inside the grid and its node-major
+    """For a block stencil (d, d, 3^d, *grid), entry [a, b, k] at node i coupling component a at i to b at i + o_k
+    (offsets in itertools.product order): the flat source of each coupling inside the grid and its node-major
     (row, col) dofs."""
     d, n = len(grid), math.prod(grid)
-    a, b, k, i, j = coupling_index(grid, d)
-    return ((a * d + b) * 3**d + k) * n + i, i * d + a, j * d + b
+    index = np.arange(n).reshape(grid)
+    source, rows, cols = [], [], []
+    for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=d)):
+        i = index[tuple(slice(max(-o, 0), m - max(o, 0)) for o, m in zip(offset, grid))].ravel()
+        j = index[tuple(slice(max(o, 0), m - max(-o, 0)) for o, m in zip(offset, grid))].ravel()
+        for a, b in itertools.product(range(d), repeat=2):
+            source.append(((a * d + b) * 3**d + k) * n + i)
+            rows.append(i * d + a)
+            cols.append(j * d + b)
+    return np.concatenate(source), np.concatenate(rows), np.concatenate(cols)
 
 
 @dataclass

@@ -14,7 +14,8 @@ import torch
 from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.multigrid.hessian import hessian_of
-from diffnet.multigrid.coarse import CoarseCorrected, CoarseSpace, coarse_correction, coarse_grid
+from diffnet.multigrid.coarse import CoarseSpace, coarse_correction, coarse_grid
+from diffnet.multigrid.corrected import CoarseCorrected
 from diffnet.problems.elasticity import Elasticity, Elasticity3D
 from diffnet.problems.plate import PlateWithHole
 from diffnet.problems.poisson import PoissonProblem
