@@ -28,7 +28,7 @@ from diffnet.protocol.options import integer_in, interval, one_of, option, posit
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
 
-__all__ = ["Elasticity", "Elasticity3D"]
+__all__ = ["ElasticBox", "Elasticity", "Elasticity3D"]
 
 
 def _poisson_ratio(v: tuple[float, ...]) -> str | None:
@@ -40,8 +40,41 @@ def _poisson_ratio(v: tuple[float, ...]) -> str | None:
     return bad
 
 
+class ElasticBox(SideFields):
+    """The unit box of a solid whose displacement (S, d, *grid) is its unknown: one boundary per component from the
+    sides' texts, the node coordinates and spacings, and the field with the held sides' values exactly (shared by
+    the linear and the Neo-Hookean families)."""
+
+    @property
+    def boundaries(self):
+        """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
+        return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        names = ("z", "y", "x")[-self.dims:]
+        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
+
+    @property
+    def spacing(self) -> tuple[float, ...]:
+        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+
+    # -- the field and the loss ---------------------------------------------------------
+    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load."""
+        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
+        host = torch.zeros((), dtype=like.dtype)
+        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
+                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
+                constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
+
+    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
+        free, lift, _ = self._box(raw)
+        return lift + raw * free
 @dataclass(frozen=True)
-class Elasticity(SideFields, Family):
+class Elasticity(ElasticBox, Family):
+
+
     """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -85,11 +118,6 @@ class Elasticity(SideFields, Family):
         return (f"plane {self.plane} " if self.dims == 2 else "") + \
             f"E=exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), nu in {list(self.nu_range)}, {sides}"
 
-    @property
-    def boundaries(self):
-        """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
-        return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
-
     # -- instances ------------------------------------------------------------------------
     @property
     def parameters(self) -> ParameterSpec:
@@ -100,14 +128,6 @@ class Elasticity(SideFields, Family):
                              names=tuple(f"a{i + 1}" for i in range(m)) + ("nu",),
                              description="log E's KL coefficients and the Poisson ratio",
                              limits=(tuple(-v for v in infinite) + (POISSON_RATIO[0],), infinite + (POISSON_RATIO[1],)))
-
-    def coordinates(self) -> dict[str, np.ndarray]:
-        names = ("z", "y", "x")[-self.dims:]
-        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
-
-    @property
-    def spacing(self) -> tuple[float, ...]:
-        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
 
     def young(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal Young's modulus (S, *resolution) of instances (S, m + 1)."""
@@ -126,20 +146,6 @@ class Elasticity(SideFields, Family):
         axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_e) for k in self.coordinates()]
         grids = torch.meshgrid(*axes, indexing="ij")
         return torch.stack([log_e, nu, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
-
-    # -- the field and the loss ---------------------------------------------------------
-    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load."""
-        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
-        host = torch.zeros((), dtype=like.dtype)
-        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
-                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
-                constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
-
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
-        free, lift, _ = self._box(raw)
-        return lift + raw * free
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the strain energy less the tractions' work."""

@@ -21,7 +21,8 @@ import torch
 from diffnet.backend.constants import constant
 from diffnet.discretisation.hyperelasticity import neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
 from diffnet.grid.material import POISSON_RATIO
-from diffnet.instances.boundary import SIDES, SideFields, component_boundaries, vector_side_check
+from diffnet.instances.boundary import SIDES, vector_side_check
+from diffnet.problems.elasticity import ElasticBox
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, option, positive
@@ -51,7 +52,7 @@ def _loads(v: tuple[float, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Hyperelasticity(SideFields, Family):
+class Hyperelasticity(ElasticBox, Family):
     """A Neo-Hookean body in plane strain on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -104,11 +105,6 @@ class Hyperelasticity(SideFields, Family):
         return (f"Neo-Hookean, mu={self.shear:g} exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), "
                 f"nu={self.nu:g}, load s in {list(self.load_range)}, {sides}")
 
-    @property
-    def boundaries(self):
-        """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
-        return component_boundaries(dict(zip(SIDES, self.sides)), self.dims)
-
     # -- instances ------------------------------------------------------------------------
     @property
     def parameters(self) -> ParameterSpec:
@@ -118,14 +114,6 @@ class Hyperelasticity(SideFields, Family):
                              names=tuple(f"a{i + 1}" for i in range(m)) + ("load",),
                              description="log mu's KL coefficients and the load's magnitude",
                              limits=((-np.inf,) * m + (0.0,), (np.inf,) * (m + 1)))
-
-    def coordinates(self) -> dict[str, np.ndarray]:
-        names = ("z", "y", "x")[-self.dims:]
-        return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
-
-    @property
-    def spacing(self) -> tuple[float, ...]:
-        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
 
     def shear_modulus(self, params: torch.Tensor) -> torch.Tensor:
         """Nodal shear modulus (S, *resolution) of instances (S, m + 1)."""
@@ -145,20 +133,7 @@ class Hyperelasticity(SideFields, Family):
         grids = torch.meshgrid(*axes, indexing="ij")
         return torch.stack([log_mu, load, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
 
-    # -- the field and the loss ---------------------------------------------------------
-    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load (s = 1)."""
-        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
-        host = torch.zeros((), dtype=like.dtype)
-        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
-                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
-                constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
-
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
-        free, lift, _ = self._box(raw)
-        return lift + raw * free
-
+    # -- the loss ----------------------------------------------------------------------
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the stored energy less the scaled tractions' work."""
         load = self._box(u)[2]
