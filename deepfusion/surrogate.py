@@ -57,6 +57,7 @@ class Surrogate:
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval()
+        self._outputs: tuple[str, ...] | None = None  # outputs= names, read off one instance when first asked
         per_sample = inference_bytes_per_sample(run.cfg)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
 
@@ -126,10 +127,43 @@ class Surrogate:
             generic[key] = value
         return instance_parameters(self.problem, **generic, names=names)
 
-    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, **named) -> np.ndarray:
+    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, outputs=None, **named):
         """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
-        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``)."""
-        return self.fields(self.instances(c, coeffs=coeffs, nu=nu, **named), polish=polish)
+        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``).
+
+        With ``outputs`` (names of :attr:`outputs`: ``"u"``, the family's derived fields such as ``"stress"`` or
+        ``"von_mises"``, its quantities such as ``"K_t"``) a dict of those, computed from the same fields."""
+        params = self.instances(c, coeffs=coeffs, nu=nu, **named)
+        u = self.fields(params, polish=polish)
+        return u if outputs is None else self.outputs_of(params, u, outputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """What ``outputs=`` may name: ``"u"``, the family's derived fields and its quantities of interest (read off
+        one instance of the training range's centre on first use)."""
+        if self._outputs is None:
+            from deepfusion.analysis.derived import derived_fields, quantities
+
+            spec = self.problem.parameters
+            low, high = spec.bounds()
+            centre = ((np.asarray(low, dtype=np.float64) + np.asarray(high, dtype=np.float64)) / 2)[None]
+            u = self.fields(centre)
+            self._outputs = ("u", *derived_fields(self.problem, centre, u), *quantities(self.problem, centre, u))
+        return self._outputs
+
+    def outputs_of(self, params: np.ndarray, fields: np.ndarray, names) -> dict[str, np.ndarray]:
+        """The named outputs (:attr:`outputs`) of checked instances ``params`` and their ``fields``."""
+        from deepfusion.analysis.derived import derived_fields, quantities
+
+        names = [names] if isinstance(names, str) else list(names)
+        unknown = [n for n in names if n not in self.outputs]
+        if unknown:
+            raise InputError(f"outputs: {', '.join(map(repr, unknown))} not among the {self.problem.name} family's "
+                             f"outputs ({', '.join(self.outputs)})")
+        everything = {"u": fields}
+        if any(n in self.outputs[1:] for n in names):
+            everything |= derived_fields(self.problem, params, fields) | quantities(self.problem, params, fields)
+        return {n: everything[n] for n in names}
 
     def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from deepfusion.analysis.derived import Derived, derived_fields, measure
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
                                             relative_l2)
-from deepfusion.files.fields import by_unknown, write_fields
+from deepfusion.files.fields import Layout, by_unknown, write_fields
 from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
 from diffnet.multigrid.preconditioned import error_estimate
 from diffnet.generators.two_stage import TwoStage
@@ -39,6 +40,7 @@ class Assessment:
     infer_seconds: float
     parts: dict  # the inference's seconds per instance by part (diffnet.backend.clock): network(s), coarse correction, ...
     newton_steps: float | None = None  # a nonlinear coarse correction's Newton iterations per instance
+    derived: Derived = Derived()  # derived fields and quantities of interest against the truth's (and the floor's)
 
     def report(self, run, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
@@ -47,7 +49,7 @@ class Assessment:
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
                 "inference_seconds": self.infer_seconds, "inference_parts_per_instance_s": self.parts,
                 "coarse_newton_iterations_per_instance": self.newton_steps,
-                **self.structure, **self.estimate, **self.first,
+                **self.structure, **self.estimate, **self.first, **self.derived.report(),
                 **({"fields": self.per_field} if self.per_field else {})}
 
 
@@ -63,7 +65,7 @@ def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.nd
                                 dims=len(problem.coordinates()))
     return Assessment(test, acc, structure, _per_field(problem, pred, acc),
                       _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
-                      infer_seconds, dict(parts or {}), newton_steps)
+                      infer_seconds, dict(parts or {}), newton_steps, measure(problem, test, pred, acc.truth, acc.optimum))
 
 
 def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:
@@ -79,6 +81,8 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
     for name, row in found.per_field.items():
         print(f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
               f"{row['ratio_to_floor']:5.2f}   (each field alone, mean over the instances)")
+    for line in found.derived.lines(width):
+        print(line)
     print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
           f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not problem.has("floor") else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
@@ -136,21 +140,24 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     pred, infer_seconds = pred
     parts, newton = clock.per(len(test)), clock.newton_steps()  # read now: the assessment runs the generator again
     coords, domain = problem.coordinates(), domain_of(problem, test)
-    layout = {"unknowns": problem.unknowns, "vectors": problem.vectors}
-    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
-                 **layout)
+    layout = Layout.of(problem)
     if not problem.has("reference"):
+        write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
+                     layout=layout, derived=derived_fields(problem, test, pred))
         return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
     found = assess(run, generator, model, test, pred, infer_seconds, parts, newton)
+    write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
+                 layout, found.derived.fields)
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
-                 run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain, **layout)
+                 run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain,
+                 layout, found.derived.truth_fields)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
     names = instance_labels(problem, test)
     print_assessment(run, generator, found, names)
     if cfg.output.plots:
-        _plots(problem, test, pred, found.accuracy, names, run_dir / "plots")
+        _plots(problem, test, pred, found.accuracy, names, run_dir / "plots", found.derived)
     print(f"run directory: {run_dir}")
     return found.accuracy
 
@@ -209,7 +216,7 @@ def _by_field(problem, fields: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _plots(problem, test, pred, acc, names, plots: Path) -> None:
+def _plots(problem, test, pred, acc, names, plots: Path, derived: Derived = Derived()) -> None:
     from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
@@ -241,4 +248,10 @@ def _plots(problem, test, pred, acc, names, plots: Path) -> None:
         shown_plots.append(plot_deformed(np.stack([pred[p] for p in displacement[0]], axis=1),
                                          np.stack([truth[p] for p in displacement[0]], axis=1), coords, labels,
                                          plots / "deformed.png", domain))
+    scalars = {k: v[:shown] for k, v in derived.fields.items() if v.ndim == 1 + len(coords)}
+    if scalars and len(coords) == 2:  # derived scalars (von Mises, principal stresses) beside the truth's
+        theirs = {k: derived.truth_fields[k][:shown] for k in scalars}
+        plot_fields(scalars, theirs, coords, labels, plots / "derived.png", domain=domain,
+                    errors={k: list(relative_l2(scalars[k], theirs[k])) for k in scalars})
+        shown_plots.append(plots / "derived.png")
     print("plots: " + " ".join(map(str, shown_plots)))

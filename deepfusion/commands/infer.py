@@ -15,8 +15,9 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, comm) -> int:
+    from deepfusion.analysis.derived import derived_fields, quantities
     from deepfusion.analysis.inference import domain_of
-    from deepfusion.files.fields import write_fields
+    from deepfusion.files.fields import Layout, write_fields
     from deepfusion.training.rundir import run_config
     from deepfusion.surrogate import Surrogate
 
@@ -39,12 +40,17 @@ def run(args: argparse.Namespace, comm) -> int:
         return 0
     attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
     problem = surrogate.problem
-    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
-                       domain_of(problem, params), problem.unknowns, problem.vectors)
+    derived, values = derived_fields(problem, params, u), quantities(problem, params, u)
+    datasets = {dataset_name(problem, params): params} | values  # each quantity of interest one value per instance
+    out = write_fields(args.out, u, problem.coordinates(), datasets, attrs, domain_of(problem, params),
+                       Layout.of(problem), derived)
     n = len(params)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
-          f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}")
+          f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}"
+          + (f"; derived: {', '.join(derived)}" if derived else ""))
+    for name, value in values.items():
+        print(f"{name}: " + " ".join(f"{v:.4g}" for v in value))
     return 0
 
 

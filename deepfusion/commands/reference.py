@@ -23,7 +23,7 @@ def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.configuration.config import family_table, load_config, parse_override
     from deepfusion.configuration.registry import FamilyError, family_class
     from deepfusion.configuration.run import Run
-    from deepfusion.files.fields import write_fields
+    from deepfusion.files.fields import Layout, write_fields
 
     check_output_file(args.out)
     try:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, comm) -> int:
     # The file says which of the two it holds: the evaluation's truth or the family's same-grid reference.
     attrs = run.field_attrs("truth" if args.truth else "reference") | {"reference": name}
     out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
-                       domain, problem.unknowns, problem.vectors)
+                       domain, Layout.of(problem))
     n = len(params)
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
           f"family ({'the independent reference: ' if args.truth else ''}{name}) in {seconds:.2f} s")

@@ -25,6 +25,7 @@ _BUILTIN = {
     "poisson3d": "diffnet.problems.poisson3d:Poisson3D",
     "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
     "plate": "diffnet.problems.plate:PlateWithHole",
+    "elastic_plate": "diffnet.problems.elastic_plate:ElasticPlate",
     "torsion": "diffnet.problems.torsion:StarTorsion",
     "elasticity": "diffnet.problems.elasticity:Elasticity",
     "elasticity3d": "diffnet.problems.elasticity:Elasticity3D",

@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import h5py
 import numpy as np
 
-__all__ = ["write_statistics", "FieldFileError", "by_unknown", "write_fields", "read_fields"]
+__all__ = ["TENSOR_COMPONENTS", "Layout", "write_statistics", "FieldFileError", "by_unknown", "write_fields", "read_fields"]
 
+# A symmetric tensor's stored components by the grid's dimension (XDMF's Tensor6 order in 3-D).
+TENSOR_COMPONENTS = {2: ("xx", "yy", "xy"), 3: ("xx", "yy", "zz", "xy", "yz", "xz")}
+
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a family's fields are laid out: its unknowns (one: ``u`` (S, *grid); several: (S, C, *grid)) and which of
+    them form vectors (name -> components, x first)."""
+
+    unknowns: Sequence[str] = ("u",)
+    vectors: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, family) -> "Layout":
+        """A family's layout (its ``unknowns`` and ``vectors``)."""
+        return cls(tuple(family.unknowns), dict(family.vectors))
 
 
 class FieldFileError(ValueError):
@@ -30,8 +48,8 @@ def write_fields(
     params: dict[str, np.ndarray],
     attrs: dict[str, Any],
     domain: np.ndarray | None = None,
-    unknowns: Sequence[str] = ("u",),
-    vectors: Mapping[str, Sequence[str]] | None = None,
+    layout: Layout | None = None,
+    derived: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """Write ``u`` (S, N_0, N_1) or (S, N_0, N_1, N_2) with its coordinates and instance parameters, and an XDMF;
     for a family with several unknown fields, ``u`` (S, C, *grid) as one dataset per field.
@@ -53,21 +71,30 @@ def write_fields(
         the nodes, u's shape. Written as ``sdf`` and as the mask ``inside`` (1 at the domain's nodes),
         both also in the XDMF, so ParaView's Threshold on ``inside`` shows the domain alone and a
         Contour of ``sdf`` at 0 its boundary.
-    unknowns : sequence of str
+    layout : Layout, optional
+        The family's unknowns and vectors (:meth:`Layout.of`; default one unknown ``u``).
+    layout.unknowns : sequence of str
         The family's unknown fields (:attr:`diffnet.protocol.family.Family.unknowns`): with one, ``u`` is the
         dataset ``u``; with several, ``u`` holds them along axis 1 and each is written as its own
         dataset of that name (S, *grid), listed in the attribute ``unknowns``.
-    vectors : mapping, optional
+    layout.vectors : mapping
         Unknowns that form a vector (name -> components, x first): each is written into the XDMF as a
         vector attribute of that name, which ParaView shows as arrows or warps by (a 2-D vector is
         padded with a zero z-component, as ParaView's vectors have three).
+
+    derived : mapping, optional
+        Fields derived from the solution (the family's ``derived`` capability): a scalar (S, *grid) is written as
+        its own dataset and scalar attribute; a symmetric tensor (S, 3, *grid) in 2-D (xx, yy, xy) or (S, 6, *grid)
+        in 3-D (xx, yy, zz, xy, yz, xz) as one dataset per component (``stress_xx``, ...) and an XDMF ``Tensor6``
+        attribute of its name, which ParaView shows as a tensor (2-D: zero z entries).
 
     Both files are written to temporaries and renamed into place, so a reader never sees
     half a file.
     """
     path = Path(path)
     u = np.asarray(u)
-    unknowns, vectors = tuple(unknowns), dict(vectors or {})
+    layout = layout or Layout()
+    unknowns, vectors = tuple(layout.unknowns), dict(layout.vectors)
     several = len(unknowns) > 1
     if several and (u.ndim not in (4, 5) or u.shape[1] != len(unknowns)):
         raise ValueError(f"u must be (S, {len(unknowns)}, *grid) for the unknowns {list(unknowns)}, got shape {u.shape}")
@@ -95,9 +122,24 @@ def write_fields(
             raise ValueError(f"domain has shape {domain.shape}, expected {(u.shape[0], *grid)}")
         datasets["sdf"], datasets["inside"] = domain, (domain <= 0).astype(np.uint8)
         nodal.update(sdf=domain.dtype, inside=np.dtype(np.uint8))
+    tensors = {}
+    for name, value in (derived or {}).items():
+        value = np.asarray(value, dtype=np.float64)
+        components = TENSOR_COMPONENTS.get(len(grid), ())
+        if value.shape == (u.shape[0], *grid):
+            datasets[name], nodal[name] = value, value.dtype
+        elif value.shape == (u.shape[0], len(components), *grid):
+            tensors[name] = tuple(f"{name}_{c}" for c in components)
+            for key, part in zip(tensors[name], np.moveaxis(value, 1, 0)):
+                datasets[key], nodal[key] = part, value.dtype
+        else:
+            raise ValueError(f"derived field {name} has shape {value.shape}: need {(u.shape[0], *grid)} or a "
+                             f"symmetric tensor {(u.shape[0], len(components), *grid)}")
     if several:
         attrs = {**attrs, "unknowns": ",".join(unknowns)}
-    text = _xdmf(path.name, (u.shape[0], *grid), nodal, names, {k: tuple(v) for k, v in vectors.items()})
+    if derived:
+        attrs = {**attrs, "derived": ",".join(derived)}
+    text = _xdmf(path.name, (u.shape[0], *grid), nodal, names, {k: tuple(v) for k, v in vectors.items()}, tensors)
     _write_atomic(path, datasets, names, grid, attrs, text)
     return path
 
@@ -136,7 +178,7 @@ def _geometry(h5name: str, names: list[str], shape: tuple[int, ...], indent: str
 
 
 def _xdmf(h5name: str, shape: tuple[int, ...], nodal: dict[str, np.dtype], names: list[str],
-          vectors: dict[str, tuple[str, ...]] | None = None) -> str:
+          vectors: dict[str, tuple[str, ...]] | None = None, tensors: dict[str, tuple[str, ...]] | None = None) -> str:
     """XDMF 3 for ParaView: one rectilinear grid (2-D or 3-D) per sample, as a collection over samples,
     with the ``nodal`` datasets (name -> dtype, each of ``shape``) as its node attributes and each of
     ``vectors`` (name -> component datasets, x first) as a vector attribute joined from its components.
@@ -170,6 +212,16 @@ Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
             attributes += f"""
         <Attribute Name="{name}" AttributeType="Vector" Center="Node">
           <DataItem ItemType="Function" Function="JOIN({join})" Dimensions="{dims} 3">
+{items}
+          </DataItem>
+        </Attribute>"""
+        for name, parts in (tensors or {}).items():
+            # XDMF's Tensor6 is xx, yy, zz, xy, yz, xz; a 2-D tensor (xx, yy, xy) gets zero z entries.
+            join = "$0, $1, 0 * $0, $2, 0 * $0, 0 * $0" if len(parts) == 3 else ", ".join(f"${i}" for i in range(6))
+            items = "\n".join(slab(p, "            ") for p in parts)
+            attributes += f"""
+        <Attribute Name="{name}" AttributeType="Tensor6" Center="Node">
+          <DataItem ItemType="Function" Function="JOIN({join})" Dimensions="{dims} 6">
 {items}
           </DataItem>
         </Attribute>"""

@@ -16,6 +16,8 @@ minimiser of this energy (the floor and, on a finer grid, the reference).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -23,7 +25,7 @@ from diffnet.discretisation.energy import at_gauss_points, element_stencils
 from diffnet.grid.element import gauss_basis
 from diffnet.grid.material import lame
 
-__all__ = ["elasticity_energy", "elasticity_stencil", "displacement_gradients"]
+__all__ = ["elasticity_energy", "elasticity_stencil", "displacement_gradients", "strain_energy_density"]
 
 def displacement_gradients(u: torch.Tensor, spacing: tuple[float, ...]) -> list[list[torch.Tensor]]:
     """du_i/dx_j at every element's Gauss points: ``grad[i][j]`` of shape (S, Q, *cells), i and j x first.
@@ -41,6 +43,23 @@ def displacement_gradients(u: torch.Tensor, spacing: tuple[float, ...]) -> list[
                          f"got shape {tuple(u.shape)} and {len(spacing)} spacings")
     _, *grads, _ = gauss_basis(*spacing)
     return [[at_gauss_points(u[:, i], grads[j]) for j in range(dims)] for i in range(dims)]
+
+
+def strain_energy_density(grad: Sequence[Sequence[torch.Tensor]], lam, mu) -> torch.Tensor:
+    """λ (div u)² + 2 μ ε:ε from the displacement gradient ``grad[i][j]`` = du_i/dx_j (twice the energy density).
+
+    Parameters
+    ----------
+    grad : d x d nested sequence of torch.Tensor
+        The gradient's entries, all of one shape, i and j x first.
+    lam, mu : float or torch.Tensor
+        The Lamé parameters, broadcastable to the entries.
+    """
+    dims = len(grad)
+    divergence = sum(grad[i][i] for i in range(dims))
+    # 2 ε:ε = sum_ij (du_i/dx_j)^2 + du_i/dx_j du_j/dx_i
+    shear = sum(grad[i][j] * (grad[i][j] + grad[j][i]) for i in range(dims) for j in range(dims))
+    return lam * divergence**2 + mu * shear
 
 
 def elasticity_energy(u: torch.Tensor, young: torch.Tensor, nu: float | torch.Tensor, spacing: tuple[float, ...],
@@ -74,10 +93,7 @@ def elasticity_energy(u: torch.Tensor, young: torch.Tensor, nu: float | torch.Te
     grad = displacement_gradients(u, spacing)
     lam, mu = lame(torch.as_tensor(nu, dtype=u.dtype, device=u.device), plane)
     lam, mu = (x.reshape(-1, *([1] * (dims + 1))) if x.ndim else x for x in (lam, mu))
-    divergence = sum(grad[i][i] for i in range(dims))
-    # 2 ε:ε = sum_ij (du_i/dx_j)^2 + du_i/dx_j du_j/dx_i
-    shear = sum(grad[i][j] * (grad[i][j] + grad[j][i]) for i in range(dims) for j in range(dims))
-    density = lam * divergence**2 + mu * shear
+    density = strain_energy_density(grad, lam, mu)
     e_q = at_gauss_points(young.to(u.dtype), values)
     return 0.5 * w * (e_q * density).flatten(1).sum(1)
 

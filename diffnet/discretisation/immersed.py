@@ -31,7 +31,7 @@ from diffnet.instances.cutcell import CutCells
 from diffnet.discretisation.energy import at_gauss_points, quadratic_energy
 from diffnet.grid.element import gauss_basis
 
-__all__ = ["ALPHA", "GAMMA_MIN", "Immersed", "immersed", "immersed_energy", "immersed_matrices"]
+__all__ = ["ALPHA", "GAMMA_MIN", "Immersed", "immersed", "point_batch", "immersed_energy", "immersed_matrices"]
 
 ALPHA = 1e-4
 GAMMA_MIN = 10.0
@@ -125,8 +125,9 @@ def immersed(cells: CutCells, nu: np.ndarray, dirichlet: bool, alpha: float = AL
                     cells.full.astype(np.float64))
 
 
-def _batch(data: Sequence[Immersed], like: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The instances' point lists concatenated, node indices into the batch's flattened fields."""
+def point_batch(data: Sequence[Immersed], like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The instances' point lists concatenated, node indices into the batch's flattened (scalar) fields, as
+    tensors in ``like``'s dtype and device."""
     size = int(np.prod(data[0].cells.resolution))
     t = lambda a: torch.as_tensor(a, dtype=like.dtype, device=like.device)  # noqa: E731
     out = {
@@ -150,7 +151,7 @@ def immersed_energy(u: torch.Tensor, nu: torch.Tensor, data: Sequence[Immersed],
                     f: float = 0.0, g: float = 0.0) -> torch.Tensor:
     """J(u) per sample (S,) for nodal fields u and ν (S, N_y, N_x), instance s discretised by ``data[s]``:
     constant source ``f`` and Dirichlet value ``g`` on Γ (where its penalty is nonzero)."""
-    b = _batch(data, u)
+    b = point_batch(data, u)
     hx, hy = data[0].cells.spacing
     values, gx, gy, w = gauss_basis(hx, hy)
     # Elements wholly inside (and the alpha-term on cut ones): the 2x2 Gauss energy as convolutions.

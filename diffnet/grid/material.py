@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["PLANES", "POISSON_RATIO", "lame"]
+__all__ = ["PLANES", "POISSON_RATIO", "lame", "plane_stress_tensor", "von_mises", "principal_stresses"]
 
 Number = TypeVar("Number")  # a float, a numpy array or a torch tensor
 
@@ -36,3 +36,24 @@ def lame(nu: Number, plane: str = "strain") -> tuple[Number, Number]:
     mu = 1.0 / (2.0 * (1.0 + nu))
     lam = nu / ((1.0 + nu) * (1.0 - 2.0 * nu)) if plane == "strain" else nu / (1.0 - nu * nu)
     return lam, mu
+
+
+def plane_stress_tensor(grad, young, nu, plane: str = "stress"):
+    """The in-plane stress (σ_xx, σ_yy, σ_xy) of a displacement gradient ``grad[i][j]`` = du_i/dx_j (2-D, x first):
+    σ = E [λ₁ tr ε I + 2 μ₁ ε], ε the symmetric gradient; entries of any one shape (numpy arrays)."""
+    lam, mu = lame(nu, plane)
+    trace = lam * (grad[0][0] + grad[1][1])
+    return (young * (trace + 2 * mu * grad[0][0]), young * (trace + 2 * mu * grad[1][1]),
+            young * mu * (grad[0][1] + grad[1][0]))
+
+
+def von_mises(sxx, syy, sxy, nu, plane: str = "stress"):
+    """The von Mises stress of an in-plane stress; plane strain adds σ_zz = ν (σ_xx + σ_yy) to the deviator."""
+    szz = nu * (sxx + syy) if plane == "strain" else 0.0 * sxx
+    return (0.5 * ((sxx - syy) ** 2 + (syy - szz) ** 2 + (szz - sxx) ** 2) + 3.0 * sxy**2) ** 0.5
+
+
+def principal_stresses(sxx, syy, sxy):
+    """The in-plane principal stresses (σ₁ ≥ σ₂) of an in-plane stress."""
+    centre, radius = 0.5 * (sxx + syy), (0.25 * (sxx - syy) ** 2 + sxy**2) ** 0.5
+    return centre + radius, centre - radius

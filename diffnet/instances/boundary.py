@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 __all__ = ["SIDES", "SideFields", "SIDE_DOC", "VECTOR_SIDE_DOC", "Side", "parse_side", "side_check", "parse_vector_side",
-           "vector_side_check", "BoxBoundary", "component_boundaries"]
+           "vector_side_check", "PIN_DOC", "parse_pin", "pin_check", "BoxBoundary", "component_boundaries"]
 
 SIDES = ("x0", "x1", "y0", "y1", "z0", "z1")
 SIDE_DOC = "the side {}: \"u=VALUE\" (Dirichlet) or \"flux=VALUE\" (outward flux ν ∂u/∂n)"
 _FORM = re.compile(r"^\s*(u|flux)\s*=\s*([-+0-9.eE]+)\s*$")
-VECTOR_SIDE_DOC = ("the side {}: \"u=VALUE\" or \"u=V_X,V_Y[,V_Z]\" (held displacement), \"traction=T_X,T_Y[,T_Z]\" "
-                   "(surface load), \"free\"")
+VECTOR_SIDE_DOC = ("the side {}: \"u=VALUE\" or \"u=V_X,V_Y[,V_Z]\" (held displacement; a component \"free\": "
+                   "a roller), \"traction=T_X,T_Y[,T_Z]\" (surface load), \"free\"")
 _VECTOR_FORM = re.compile(r"^\s*(u|traction)\s*=\s*(.+)$")
 
 
@@ -86,7 +86,7 @@ def parse_vector_side(text: str, dims: int) -> tuple[Side, ...]:
     """A side's condition on a ``dims``-component vector field, one scalar :class:`Side` per component (x first).
 
     ``"u=0"`` holds every component at 0, ``"u=0,0.1"`` each at its own value (a clamp, a prescribed
-    displacement); ``"traction=0,-1"`` loads the side with the surface force t (per component the outward
+    displacement), ``"u=0,free"`` the first component only (a roller: u_x = 0, u_y free); ``"traction=0,-1"`` loads the side with the surface force t (per component the outward
     flux of that component's equation, as the scalar families' ``"flux=VALUE"``); ``"free"`` is a zero traction.
     """
     if str(text).strip() == "free":
@@ -99,16 +99,22 @@ def parse_vector_side(text: str, dims: int) -> tuple[Side, ...]:
     if len(parts) not in ({1, dims} if match.group(1) == "u" else {dims}):
         raise ValueError(f"{text!r}: give {dims} components (x first)" + (" or one value" if match.group(1) == "u" else ""))
     kind = "u" if match.group(1) == "u" else "flux"
-    values = []
+    sides = []
     for part in parts:
+        if kind == "u" and part.strip() == "free":  # this component not held: a roller, a symmetry plane
+            sides.append(Side("flux", 0.0))
+            continue
         try:
-            values.append(float(part))
+            value = float(part)
         except ValueError:
-            raise ValueError(f"{text!r}: {part.strip()!r} is not a number") from None
-    if not np.isfinite(values).all():
-        raise ValueError(f"{text!r}: the values must be finite")
-    sides = tuple(Side(kind, v) for v in values)
-    return sides * dims if len(sides) == 1 else sides
+            raise ValueError(f"{text!r}: {part.strip()!r} is not a number" + (" or \"free\"" if kind == "u" else "")) \
+                from None
+        if not np.isfinite(value):
+            raise ValueError(f"{text!r}: the values must be finite")
+        sides.append(Side(kind, value))
+    if kind == "u" and all(s.kind == "flux" for s in sides):
+        raise ValueError(f"{text!r} holds no component; write \"free\"")
+    return tuple(sides) * dims if len(sides) == 1 else tuple(sides)
 
 
 def vector_side_check(dims: int):
@@ -121,6 +127,33 @@ def vector_side_check(dims: int):
         return None
     return check
 
+
+PIN_DOC = ("a point held at zero displacement, \"X,Y[,Z]\" (the grid's nearest node: with a roller it stops what "
+           "the sides leave free), or \"none\"")
+
+
+def parse_pin(text: str, dims: int) -> tuple[float, ...] | None:
+    """A pinned point ``"X,Y[,Z]"`` in the unit box (x first), or None for ``"none"``; ValueError naming the form."""
+    if str(text).strip() == "none":
+        return None
+    try:
+        point = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a point; write \"{','.join('XYZ'[:dims])}\" or \"none\"") from None
+    if len(point) != dims or not all(0.0 <= c <= 1.0 for c in point):
+        raise ValueError(f"{text!r}: give {dims} coordinates in [0, 1] (x first)")
+    return point
+
+
+def pin_check(dims: int):
+    """An :func:`diffnet.protocol.options.option` check for a pin key of a ``dims``-D body."""
+    def check(text: str) -> str | None:
+        try:
+            parse_pin(text, dims)
+        except ValueError as error:
+            return str(error)
+        return None
+    return check
 
 def _axis(side: str, dims: int) -> tuple[int, int]:
     """A side's array axis in a grid of ``dims`` axes (outermost first) and its end (0 or -1)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.instances.boundary import SIDES, SideFields, component_boundaries, vector_side_check
+from diffnet.instances.boundary import PIN_DOC, SIDES, SideFields, component_boundaries, parse_pin, pin_check, vector_side_check
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.backend.constants import constant
 from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
@@ -26,7 +26,7 @@ from diffnet.grid.material import PLANES, POISSON_RATIO
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
-from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, multigrid, to_dofs
+from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, free_rigid_motion, multigrid, to_dofs
 
 __all__ = ["ElasticBox", "Elasticity", "Elasticity3D"]
 
@@ -58,18 +58,44 @@ class ElasticBox(SideFields):
     def spacing(self) -> tuple[float, ...]:
         return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
 
+    @property
+    def pinned(self) -> np.ndarray:
+        """The grid's node nearest the ``pin`` point (bool, ``resolution``), all False without one (``"none"``)."""
+        mask = np.zeros(self.resolution, dtype=bool)
+        point = parse_pin(getattr(self, "pin", "none"), self.dims)
+        if point is not None:
+            mask[tuple(round(c * (n - 1)) for c, n in zip(reversed(point), self.resolution))] = True
+        return mask
+
+    def held(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per component, x first, (d, *grid) each: the held nodes (the sides' and the pin's) and their values."""
+        fixed, values = (np.stack(a) for a in zip(*(b.fixed(self.resolution) for b in self.boundaries)))
+        pinned = self.pinned
+        return fixed | pinned, np.where(pinned, 0.0, values)
+
+    def check_supports(self) -> None:
+        """ValueError (one line) unless the held components stop every rigid-body motion of the box (its sides'
+        held components and the pin, on this grid)."""
+        free = free_rigid_motion(self.held()[0])
+        if free:
+            raise ValueError(f"x0: the supports leave the body free to {free}: hold a component on another side "
+                             f"(\"u=0,free\" is a roller) or pin a point (pin = \"X,Y\")")
+
     # -- the field and the loss ---------------------------------------------------------
-    def _box(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _side_fields(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per component, x first, (d, *grid) each: the free-node mask, the lift and the traction load."""
-        grid, key = tuple(self.resolution), ("elastic box", self.sides, tuple(self.resolution))
+        grid = tuple(self.resolution)
+        key = ("elastic box", self.sides, getattr(self, "pin", "none"), grid)
         host = torch.zeros((), dtype=like.dtype)
-        return (constant(key + ("free",), lambda: torch.stack([b.free(grid, host) for b in self.boundaries]), like),
-                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries]), like),
+        pinned = torch.as_tensor(self.pinned)
+        return (constant(key + ("free",), lambda: torch.as_tensor(~self.held()[0], dtype=host.dtype), like),
+                constant(key + ("lift",), lambda: torch.stack([b.lift(grid, host) for b in self.boundaries])
+                         .masked_fill(pinned, 0.0), like),
                 constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
-        free, lift, _ = self._box(raw)
+        free, lift, _ = self._side_fields(raw)
         return lift + raw * free
 @dataclass(frozen=True)
 class Elasticity(ElasticBox, Family):
@@ -90,6 +116,7 @@ class Elasticity(ElasticBox, Family):
     y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
     truth_refine: int = option(4, "evaluation: the independent reference is the Q1 solution on a grid with this "
                                "many times the intervals (2..16)", integer_in(2, 16))
+    pin: str = option("none", PIN_DOC, pin_check(2))
 
     name = "elasticity"
     in_channels = 4  # log E, nu, and the coordinates
@@ -106,8 +133,7 @@ class Elasticity(ElasticBox, Family):
         if len(self.resolution) != self.dims or min(self.resolution) < 3:
             raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
                              f"each, got {list(self.resolution)}")
-        if not any(b.dirichlet for b in self.boundaries):
-            raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
+        self.check_supports()
         if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
             raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
                              "instance's displacement is zero and a relative error against it has no meaning; give a "
@@ -149,7 +175,7 @@ class Elasticity(ElasticBox, Family):
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the strain energy less the tractions' work."""
-        load = self._box(u)[2]
+        load = self._side_fields(u)[2]
         young = self.young(params.to(u.dtype))
         strain = elasticity_energy(u, young, params[:, -1].to(u.dtype), self.spacing, self.plane)
         return {"energy": strain - (load * u).flatten(1).sum(1)}
@@ -163,7 +189,7 @@ class Elasticity(ElasticBox, Family):
         """The assembled Q1 system of one instance (m + 1,)."""
         p = np.asarray(params, dtype=np.float64)
         young = self.young(torch.as_tensor(p[None]))[0].numpy()
-        return elasticity_system(young, float(p[-1]), self.boundaries, self.plane)
+        return elasticity_system(young, float(p[-1]), self.boundaries, self.plane, held=self.held())
 
     def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
         """Q1 solutions on this grid (S, d, *resolution) by AMG-CG with the rigid-body modes, to 1e-10."""

@@ -86,8 +86,7 @@ class Hyperelasticity(ElasticBox, Family):
         if len(self.resolution) != self.dims or min(self.resolution) < 3:
             raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
                              f"each, got {list(self.resolution)}")
-        if not any(b.dirichlet for b in self.boundaries):
-            raise ValueError("x0: no side holds the body (give one side \"u=0\"): it would move freely")
+        self.check_supports()
         if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
             raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction; give a side a "
                              "traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
@@ -136,7 +135,7 @@ class Hyperelasticity(ElasticBox, Family):
     # -- the loss ----------------------------------------------------------------------
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the stored energy less the scaled tractions' work."""
-        load = self._box(u)[2]
+        load = self._side_fields(u)[2]
         p = params.to(u.dtype)
         stored = neo_hookean_energy(u, self.shear_modulus(p), self.nu, self.spacing)
         return {"energy": stored - p[:, -1] * (load * u).flatten(1).sum(1)}

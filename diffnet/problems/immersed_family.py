@@ -93,6 +93,8 @@ def _nbytes(obj) -> int:
         return sum(_nbytes(v) for v in obj)
     if dataclasses.is_dataclass(obj):
         return sum(_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    if hasattr(obj, "levels"):  # a pyamg hierarchy: its levels' operators, transfers and near-null spaces
+        return sum(_nbytes(getattr(level, k, None)) for level in obj.levels for k in ("A", "P", "R", "B"))
     return 0
 
 

@@ -118,8 +118,38 @@ class Domain(Protocol):
         of unknowns ((S, 1, *grid) is taken as (S, *grid); another shape is refused at configuration)."""
 
 
+class Derived(Protocol):
+    """``derived``: fields derived from the solution the way its FEM reports them (stresses, strains, fluxes), written
+    to the field files, plotted and measured in the evaluation as the solution is. A name maps to scalar fields (S,
+    *grid) or tensors (S, K, *grid), K components (a symmetric 2-D tensor: xx, yy, xy)."""
+
+    OPTIONAL = frozenset({"truth_derived"})
+
+    def derived(self, params: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Name -> derived fields of the solutions ``fields`` (S, *grid) or (S, C, *grid) of instances ``params``."""
+
+    def truth_derived(self, params: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Optional: the same fields of the truth from the reference's own solution (default: ``derived`` of the
+        truth's fields)."""
+
+
+class Quantities(Protocol):
+    """``quantities``: scalar quantities of interest per instance (a stress concentration factor, a flux through a
+    side), reported by inference, the evaluation and compare with their error against the truth's."""
+
+    OPTIONAL = frozenset({"truth_quantities"})
+
+    def quantities(self, params: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Name -> (S,) values of the solutions ``fields`` of instances ``params``."""
+
+    def truth_quantities(self, params: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Optional: the same names' values of the truth from the reference's own solution (its own stress, say;
+        default: ``quantities`` of the truth's fields)."""
+
+
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
-                              "input_fields": InputFields, "precondition": Precondition, "domain": Domain}
+                              "input_fields": InputFields, "precondition": Precondition, "domain": Domain,
+                              "derived": Derived, "quantities": Quantities}
 
 
 def describe(capability: str) -> str:

@@ -25,8 +25,8 @@ from diffnet.instances.geometry import grid_points
 from diffnet.solvers.fem import grid_spacing
 from diffnet.grid.element import element_slices
 
-__all__ = ["element_stiffness", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
-           "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
+__all__ = ["element_stiffness", "element_dofs", "gauss_values", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
+           "free_rigid_motion", "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
 
 
 def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strain") -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +46,7 @@ def element_stiffness(spacing: tuple[float, ...], nu: float, plane: str = "strai
     return w * k.reshape(len(values), nodes * dims, nodes * dims), values
 
 
-def _element_dofs(shape: tuple[int, ...]) -> np.ndarray:
+def element_dofs(shape: tuple[int, ...]) -> np.ndarray:
     """(cells, 2^d d) global dofs of every element's local dofs (a, i), node-major."""
     dims = len(shape)
     index = np.arange(int(np.prod(shape))).reshape(shape)
@@ -54,7 +54,7 @@ def _element_dofs(shape: tuple[int, ...]) -> np.ndarray:
     return (node[:, :, None] * dims + np.arange(dims)).reshape(len(node), -1)
 
 
-def _at_gauss_points(field: np.ndarray, values: np.ndarray) -> np.ndarray:
+def gauss_values(field: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(cells, Q): a nodal field interpolated to every element's Gauss points."""
     return np.stack([field[at].ravel() for at in element_slices(field.shape)], axis=1) @ values.T
 
@@ -70,8 +70,8 @@ def elasticity_matrix(young: np.ndarray, nu: float, plane: str = "strain") -> sp
     if young.ndim not in (2, 3) or min(young.shape) < 2:
         raise ValueError(f"need a 2-D or 3-D grid with at least 2 nodes per side, got {young.shape}")
     k_q, values = element_stiffness(grid_spacing(young.shape), nu, plane)
-    e_q = _at_gauss_points(young, values)  # (cells, Q)
-    dofs = _element_dofs(young.shape)
+    e_q = gauss_values(young, values)  # (cells, Q)
+    dofs = element_dofs(young.shape)
     dims, n = young.ndim, young.size * young.ndim
     K = sp.csr_matrix((n, n))
     # One element node's rows at a time: the whole (cells, 24, 24) COO of a 3-D grid at 63^3 took 6 GB.
@@ -93,11 +93,11 @@ def body_load(force, shape: tuple[int, ...]) -> np.ndarray:
     values, *_, w = gauss_basis(*spacing)
     if callable(force):
         points = grid_points(shape)  # (*shape, d), x first
-        f_q = force(*[_at_gauss_points(points[..., i], values) for i in range(dims)])
+        f_q = force(*[gauss_values(points[..., i], values) for i in range(dims)])
     else:
-        f_q = [_at_gauss_points(np.asarray(force[i], dtype=np.float64), values) for i in range(dims)]
+        f_q = [gauss_values(np.asarray(force[i], dtype=np.float64), values) for i in range(dims)]
     load = np.zeros(int(np.prod(shape)) * dims)
-    dofs = _element_dofs(shape).reshape(-1, values.shape[1], dims)
+    dofs = element_dofs(shape).reshape(-1, values.shape[1], dims)
     for i in range(dims):
         np.add.at(load, dofs[:, :, i], w * np.asarray(f_q[i]) @ values)
     return load
@@ -120,6 +120,22 @@ def rigid_body_modes(shape: tuple[int, ...]) -> np.ndarray:
         modes.append(m)
     return np.stack([m.ravel() for m in modes], axis=1)
 
+
+_MOTIONS = ("move along x", "move along y", "move along z")
+
+
+def free_rigid_motion(fixed: np.ndarray) -> str:
+    """What rigid-body motion the held nodes ``fixed`` (d, *grid) per component leave free ('' when none): the
+    rigid-body modes restricted to the held dofs must have full rank (3 in 2-D, 6 in 3-D)."""
+    shape = fixed.shape[1:]
+    modes = rigid_body_modes(shape)
+    held = modes[to_dofs(fixed)]
+    if len(held) and np.linalg.matrix_rank(held, tol=1e-9 * max(1.0, np.abs(held).max())) == modes.shape[1]:
+        return ""
+    # The free motion: the modes' null space on the held dofs, named when it is one translation.
+    null = np.linalg.svd(held if len(held) else np.zeros((1, modes.shape[1])))[2][-1]
+    k = int(np.argmax(np.abs(null)))
+    return _MOTIONS[k] if k < len(shape) and np.abs(null[k]) > 0.99 else "rotate"
 
 def to_dofs(u: np.ndarray) -> np.ndarray:
     """A field (d, *grid), components x first, as node-major dofs (d N,)."""
@@ -228,7 +244,7 @@ class ElasticitySystem:
 
 
 def elasticity_system(young: np.ndarray, nu: float, boundaries: Sequence[BoxBoundary], plane: str = "strain",
-                      force=None) -> ElasticitySystem:
+                      force=None, held: tuple[np.ndarray, np.ndarray] | None = None) -> ElasticitySystem:
     """The Q1 system of a body on the unit square or cube with nodal Young's modulus ``young`` (*grid).
 
     Parameters
@@ -238,12 +254,14 @@ def elasticity_system(young: np.ndarray, nu: float, boundaries: Sequence[BoxBoun
         Dirichlet sides hold it, its flux sides load it with that traction component.
     force : callable or numpy.ndarray, optional
         The body force, as :func:`body_load` takes it.
+    held : tuple of numpy.ndarray, optional
+        The held nodes and their values per component (d, *grid) each, when more than the boundaries' (a pin).
     """
     young = np.asarray(young, dtype=np.float64)
     shape = young.shape
     if len(boundaries) != young.ndim:
         raise ValueError(f"need one boundary per component ({young.ndim}), got {len(boundaries)}")
-    fixed, values = zip(*(b.fixed(shape) for b in boundaries))
+    fixed, values = zip(*(b.fixed(shape) for b in boundaries)) if held is None else held
     load = to_dofs(np.stack([b.flux_load(shape) for b in boundaries]))
     if force is not None:
         load = load + body_load(force, shape)

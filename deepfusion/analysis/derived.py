@@ -1,0 +1,101 @@
+"""The outputs an engineer reads besides the solution: a family's derived fields (stresses, strains, fluxes) and
+scalar quantities of interest (a stress concentration factor), of the network's fields, measured as the solution
+is: against the truth's own (the reference's stress, its K_t) beside the floor's (the grid's best field's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepfusion.analysis.inference import relative_l2
+
+__all__ = ["Derived", "derived_fields", "quantities", "truth_quantities", "measure"]
+
+
+def derived_fields(problem, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    """The family's derived fields of ``fields`` (name -> (S, *grid) or a tensor (S, K, *grid)); none without the
+    ``derived`` capability."""
+    return dict(problem.derived(params, fields)) if problem.has("derived") else {}
+
+
+def truth_derived(problem, params: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
+    """The truth's derived fields: the reference's own where the family gives them, else derived from its fields."""
+    if not problem.has("derived"):
+        return {}
+    own = getattr(problem, "truth_derived", None)
+    return dict(own(params) if own is not None else problem.derived(params, truth))
+
+
+def quantities(problem, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    """The family's quantities of interest of ``fields`` (name -> (S,)); none without the ``quantities`` capability."""
+    return {k: np.asarray(v, dtype=np.float64) for k, v in problem.quantities(params, fields).items()} \
+        if problem.has("quantities") else {}
+
+
+def truth_quantities(problem, params: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
+    """The truth's quantities: the reference's own where the family gives them, else of its fields."""
+    if not problem.has("quantities"):
+        return {}
+    own = getattr(problem, "truth_quantities", None)
+    values = own(params) if own is not None else problem.quantities(params, truth)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What :func:`measure` found: the derived fields of the network's and the truth's solutions, each derived
+    field's relative L2 error (network and floor) against the truth's, and each quantity's values and relative
+    error."""
+
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
+    truth_fields: dict[str, np.ndarray] = field(default_factory=dict)
+    errors: dict[str, dict] = field(default_factory=dict)
+    quantities: dict[str, dict] = field(default_factory=dict)
+
+    def report(self) -> dict:
+        """``eval.json``'s entries (none for a family with neither capability)."""
+        return {**({"derived": self.errors} if self.errors else {}),
+                **({"quantities": self.quantities} if self.quantities else {})}
+
+    def lines(self, width: int) -> list[str]:
+        """The evaluation table's rows: one per derived field (error, floor, ratio), one per quantity."""
+        out = [f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
+               f"{row['ratio_to_floor']:5.2f}   (derived, mean over the instances)" for name, row in self.errors.items()]
+        for name, row in self.quantities.items():
+            out.append(f"{name:>{width}}   mean {np.mean(row['values']):.4g} (truth {np.mean(row['truth']):.4g}): "
+                       f"error {row['mean_rel_error']:.2%} (max {row['max_rel_error']:.2%}), the floor's "
+                       f"{row['floor_mean_rel_error']:.2%} (max {row['floor_max_rel_error']:.2%})")
+        return out
+
+
+def measure(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray,
+            optimum: np.ndarray | None) -> Derived:
+    """The derived fields and quantities of ``pred`` against the truth's (``truth``: its fields) and the floor's
+    (``optimum``: the grid's best fields, or None)."""
+    if not (problem.has("derived") or problem.has("quantities")):
+        return Derived()
+    mine, theirs = derived_fields(problem, params, pred), truth_derived(problem, params, truth)
+    floor = derived_fields(problem, params, optimum) if optimum is not None else {}
+    errors = {}
+    for name, value in mine.items():
+        error = relative_l2(value, theirs[name])
+        row = {"mean_rel_l2": float(error.mean()), "rel_l2": error.tolist()}
+        if name in floor:
+            floor_error = relative_l2(floor[name], theirs[name])
+            row |= {"mean_floor": float(floor_error.mean()), "ratio_to_floor": float(error.mean() / floor_error.mean())}
+        else:
+            row |= {"mean_floor": float("nan"), "ratio_to_floor": float("nan")}
+        errors[name] = row
+    values, exact = quantities(problem, params, pred), truth_quantities(problem, params, truth)
+    at_floor = quantities(problem, params, optimum) if optimum is not None else {}
+    rows = {}
+    for name, value in values.items():
+        off = np.abs(value - exact[name]) / np.abs(exact[name])
+        off_floor = np.abs(at_floor[name] - exact[name]) / np.abs(exact[name]) if name in at_floor else np.full_like(off, np.nan)
+        rows[name] = {"values": value.tolist(), "truth": exact[name].tolist(),
+                      "floor": at_floor[name].tolist() if name in at_floor else None,
+                      "mean_rel_error": float(off.mean()), "max_rel_error": float(off.max()),
+                      "floor_mean_rel_error": float(off_floor.mean()), "floor_max_rel_error": float(off_floor.max())}
+    return Derived(mine, theirs, errors, rows)
