@@ -11,8 +11,11 @@ are the quadratic forms of, for a family's reference solver (:func:`dirichlet_sy
 :class:`FEMSystem` solves directly, by AMG-CG or by geometric multigrid); for a family on a cut domain,
 :class:`ImmersedFamily` with its shapes (:class:`Shape`, :class:`Disc`, :class:`Box`, :class:`HalfSpace`,
 :class:`Star`, :class:`Occupancy`), conditions (:class:`Side`, :class:`BoxBoundary`) and body-fitted
-reference (:class:`Loop`, :func:`body_fitted_solve`, :func:`grid_points`). Names are imported on
-first use, so ``import diffnet`` loads nothing heavy.
+reference (:class:`Loop`, :func:`body_fitted_solve`, :func:`grid_points`). For a solid: the strain energy and its
+block Hessian (:func:`elasticity_energy`, :func:`elasticity_stencil`), on a cut domain
+(:func:`immersed_elasticity_energy`, :func:`immersed_elasticity_matrix`, :func:`body_fitted_elasticity`), and the
+outputs an engineer reads, derived from a field (:func:`gauss_gradients`, :func:`to_nodes`, :func:`stress_components`,
+:func:`von_mises`). Names are imported on first use, so ``import diffnet`` loads nothing heavy.
 """
 
 from __future__ import annotations
@@ -53,6 +56,15 @@ _EXPORTS = {
     "grid_points": "diffnet.instances.geometry",
     "Loop": "diffnet.solvers.bodyfitted",
     "body_fitted_solve": "diffnet.solvers.bodyfitted",
+    "elasticity_energy": "diffnet.discretisation.elasticity",
+    "elasticity_stencil": "diffnet.discretisation.elasticity",
+    "immersed_elasticity_energy": "diffnet.discretisation.immersed_elasticity",
+    "immersed_elasticity_matrix": "diffnet.solvers.immersed_elasticity",
+    "body_fitted_elasticity": "diffnet.solvers.bodyfitted",
+    "stress_components": "diffnet.grid.material",
+    "von_mises": "diffnet.grid.material",
+    "gauss_gradients": "diffnet.grid.recovery",
+    "to_nodes": "diffnet.grid.recovery",
 }
 
 __all__ = list(_EXPORTS)

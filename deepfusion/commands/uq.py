@@ -48,6 +48,41 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     return best.method, best.grid, target
 
 
+class Outputs:
+    """The moments of a family's derived fields (each scalar, and each tensor component as ``stress_xx``) and the
+    values of its quantities of interest, over the instances solved (nothing for a family with neither)."""
+
+    def __init__(self, problem, inside) -> None:
+        from deepfusion.analysis.uq import Moments
+
+        self.problem, self.inside, self._moments = problem, inside, Moments
+        self.moments: dict = {}
+        self.values: dict[str, list] = {}
+
+    def add(self, params: np.ndarray, fields: np.ndarray) -> None:
+        from deepfusion.analysis.derived import derived_fields, quantities
+        from deepfusion.files.fields import TENSOR_COMPONENTS
+
+        grid = len(self.problem.resolution)
+        mask = None if self.inside is None else self.inside(params)
+        for name, value in derived_fields(self.problem, params, fields).items():
+            parts = {name: value} if value.ndim == 1 + grid else \
+                {f"{name}_{c}": value[:, k] for k, c in enumerate(TENSOR_COMPONENTS[grid])}
+            for key, part in parts.items():
+                self.moments.setdefault(key, self._moments()).add(part, mask)
+        for name, value in quantities(self.problem, params, fields).items():
+            self.values.setdefault(name, []).extend(np.asarray(value, dtype=np.float64).tolist())
+
+    def fields(self) -> dict[str, np.ndarray]:
+        """``NAME_mean`` and ``NAME_std`` per derived scalar."""
+        return {f"{k}_{s}": (m.mean_inside if s == "mean" else m.std) for k, m in self.moments.items()
+                for s in ("mean", "std")}
+
+    def quantities(self) -> dict[str, dict]:
+        return {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                    "min": float(np.min(v)), "max": float(np.max(v))} for k, v in self.values.items()}
+
+
 def run(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of
     from deepfusion.analysis.uq import draw_parameters, run_study
@@ -86,14 +121,18 @@ def run(args: argparse.Namespace, comm) -> int:
           + ("; each side's time includes its own per-instance set-up" if args.classical else ""), flush=True)
     keep = min(args.reference_samples, args.samples) if args.classical else 0
 
-    def network(p: np.ndarray) -> tuple[np.ndarray, float]:
-        t0 = time.perf_counter()
-        u = surrogate.fields(p)
-        return u, time.perf_counter() - t0
-
     problem = surrogate.problem
     # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
     inside = (lambda p: domain_of(problem, p) <= 0) if problem.has("domain") else None
+    outputs = Outputs(problem, inside)
+
+    def network(p: np.ndarray) -> tuple[np.ndarray, float]:
+        t0 = time.perf_counter()
+        u = surrogate.fields(p)
+        seconds = time.perf_counter() - t0
+        outputs.add(p, u)  # derived fields and quantities: the engineer's post-processing, not the network's time
+        return u, seconds
+
     surrogate.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
     diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
     fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
@@ -107,8 +146,10 @@ def run(args: argparse.Namespace, comm) -> int:
         summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir, inside))
     mean = diffnet.moments.mean_inside
     nodes_inside = int(np.isfinite(mean if mean.ndim == len(surrogate.grid) else mean[0]).sum())
-    fields = _per_field(fields, surrogate.problem.unknowns, len(surrogate.grid))
+    fields = _per_field(fields, surrogate.problem.unknowns, len(surrogate.grid)) | outputs.fields()
     summary["fields"] = field_summary(fields, surrogate.grid)
+    if outputs.values:
+        summary["quantities"] = outputs.quantities()
     attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
                                            "distribution": args.distribution, "seed": args.seed,
                                            "std_divisor": "N - 1"}
@@ -122,6 +163,8 @@ def run(args: argparse.Namespace, comm) -> int:
     if inside is not None:
         print(f"statistics over the nodes inside each instance's domain ({nodes_inside} "
               f"nodes inside at least one; inside_fraction holds, per node, the share of the samples)")
+    for qname, row in summary.get("quantities", {}).items():
+        print(f"{qname}: mean {row['mean']:.4g}, std {row['std']:.4g} over the {args.samples} instances")
     print(f"DiffNet: {args.samples} instances in {diffnet.seconds:.2f} s "
           f"({diffnet.seconds / args.samples * 1e3:.3f} ms each)")
     if args.classical:

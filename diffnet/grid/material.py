@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["PLANES", "POISSON_RATIO", "lame", "plane_stress_tensor", "von_mises", "principal_stresses"]
+__all__ = ["PLANES", "POISSON_RATIO", "lame", "SYMMETRIC", "strain_components", "stress_components", "plane_stress_tensor",
+           "von_mises", "principal_stresses"]
 
 Number = TypeVar("Number")  # a float, a numpy array or a torch tensor
 
@@ -38,19 +39,41 @@ def lame(nu: Number, plane: str = "strain") -> tuple[Number, Number]:
     return lam, mu
 
 
-def plane_stress_tensor(grad, young, nu, plane: str = "stress"):
-    """The in-plane stress (σ_xx, σ_yy, σ_xy) of a displacement gradient ``grad[i][j]`` = du_i/dx_j (2-D, x first):
-    σ = E [λ₁ tr ε I + 2 μ₁ ε], ε the symmetric gradient; entries of any one shape (numpy arrays)."""
+# A symmetric tensor's stored components (i, j) by dimension, x first: 2-D xx, yy, xy; 3-D XDMF's Tensor6 order.
+SYMMETRIC = {2: ((0, 0), (1, 1), (0, 1)), 3: ((0, 0), (1, 1), (2, 2), (0, 1), (1, 2), (0, 2))}
+
+
+def strain_components(grad) -> list:
+    """The symmetric gradient's components (:data:`SYMMETRIC` order) of a displacement gradient ``grad[i][j]`` =
+    du_i/dx_j (entries of any one shape)."""
+    return [0.5 * (grad[i][j] + grad[j][i]) for i, j in SYMMETRIC[len(grad)]]
+
+
+def stress_components(grad, young, nu, plane: str = "strain") -> list:
+    """The stress σ = E [λ₁ tr ε I + 2 μ₁ ε] of a displacement gradient ``grad[i][j]`` = du_i/dx_j, its components in
+    :data:`SYMMETRIC` order (2-D: σ_xx, σ_yy, σ_xy, in the plane model ``plane``; 3-D: six)."""
     lam, mu = lame(nu, plane)
-    trace = lam * (grad[0][0] + grad[1][1])
-    return (young * (trace + 2 * mu * grad[0][0]), young * (trace + 2 * mu * grad[1][1]),
-            young * mu * (grad[0][1] + grad[1][0]))
+    trace = lam * sum(grad[i][i] for i in range(len(grad)))
+    return [young * ((trace if i == j else 0.0) + 2 * mu * e) for (i, j), e in zip(SYMMETRIC[len(grad)],
+                                                                                   strain_components(grad))]
 
 
-def von_mises(sxx, syy, sxy, nu, plane: str = "stress"):
-    """The von Mises stress of an in-plane stress; plane strain adds σ_zz = ν (σ_xx + σ_yy) to the deviator."""
-    szz = nu * (sxx + syy) if plane == "strain" else 0.0 * sxx
-    return (0.5 * ((sxx - syy) ** 2 + (syy - szz) ** 2 + (szz - sxx) ** 2) + 3.0 * sxy**2) ** 0.5
+def plane_stress_tensor(grad, young, nu, plane: str = "stress"):
+    """The in-plane stress (σ_xx, σ_yy, σ_xy) of a 2-D displacement gradient (:func:`stress_components`)."""
+    return tuple(stress_components(grad, young, nu, plane))
+
+
+def von_mises(*components, nu=0.0, plane: str = "strain"):
+    """The von Mises stress of stress components in :data:`SYMMETRIC` order (3 in 2-D, where plane strain adds
+    σ_zz = ν (σ_xx + σ_yy) to the deviator; 6 in 3-D)."""
+    if len(components) == 3:
+        sxx, syy, sxy = components
+        szz = nu * (sxx + syy) if plane == "strain" else 0.0 * sxx
+        shear = sxy**2
+    else:
+        sxx, syy, szz, sxy, syz, sxz = components
+        shear = sxy**2 + syz**2 + sxz**2
+    return (0.5 * ((sxx - syy) ** 2 + (syy - szz) ** 2 + (szz - sxx) ** 2) + 3.0 * shear) ** 0.5
 
 
 def principal_stresses(sxx, syy, sxy):

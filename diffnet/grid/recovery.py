@@ -10,7 +10,7 @@ import numpy as np
 
 from diffnet.grid.element import element_slices, gauss_basis
 
-__all__ = ["gauss_gradients", "to_nodes"]
+__all__ = ["gauss_gradients", "to_nodes", "at_gauss", "recovered_flux"]
 
 
 def gauss_gradients(u: np.ndarray, spacing: tuple[float, ...]) -> np.ndarray:
@@ -40,3 +40,20 @@ def to_nodes(at_gauss: np.ndarray, dims: int, weight: np.ndarray | None = None) 
         total[(..., *at)] += weight * corner[..., a]
         count[at] += weight
     return np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+
+
+def at_gauss(field: np.ndarray, dims: int) -> np.ndarray:
+    """A nodal field (..., *grid) interpolated to every element's Gauss points: (..., Q, *cells)."""
+    field = np.asarray(field, dtype=np.float64)
+    values, *_ = gauss_basis(*([1.0] * dims))
+    grid = field.shape[field.ndim - dims:]
+    corners = np.stack([field[(..., *at)] for at in element_slices(grid)], axis=-1)  # (..., *cells, 2^d)
+    return np.moveaxis(corners @ values.T, -1, field.ndim - dims)
+
+
+def recovered_flux(u: np.ndarray, nu: np.ndarray, spacing: tuple[float, ...]) -> np.ndarray:
+    """The flux -ν∇u of nodal fields u and ν (S, *grid) at the Gauss points, recovered to the nodes: (S, d, *grid),
+    components x first."""
+    dims = len(spacing)
+    flux = -at_gauss(nu, dims)[:, None] * gauss_gradients(u, spacing)  # (S, d, Q, *cells)
+    return to_nodes(flux, dims)

@@ -305,7 +305,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     def _tensor_fields(self, params: np.ndarray, strain: np.ndarray, stress: np.ndarray) -> dict[str, np.ndarray]:
         nu = np.asarray(params, dtype=np.float64)[:, 3].reshape(-1, 1, 1)
         first, second = principal_stresses(*np.moveaxis(stress, 1, 0))
-        out = {"strain": strain, "stress": stress, "von_mises": von_mises(*np.moveaxis(stress, 1, 0), nu, self.plane),
+        out = {"strain": strain, "stress": stress, "von_mises": von_mises(*np.moveaxis(stress, 1, 0), nu=nu, plane=self.plane),
                "principal_1": first, "principal_2": second}
         return {name: self._inside(params, v) for name, v in out.items()}
 

@@ -22,7 +22,8 @@ from diffnet.instances.boundary import PIN_DOC, SIDES, SideFields, component_bou
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.backend.constants import constant
 from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
-from diffnet.grid.material import PLANES, POISSON_RATIO
+from diffnet.grid.material import PLANES, POISSON_RATIO, strain_components, stress_components, von_mises
+from diffnet.grid.recovery import at_gauss, gauss_gradients, to_nodes
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
@@ -122,7 +123,7 @@ class Elasticity(ElasticBox, Family):
     in_channels = 4  # log E, nu, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived"})
     # The classical side of ``compare``: the same Q1 system on a sweep of grids, AMG-CG with the rigid-body modes.
     classical_methods = {"sa-rbm": "pyamg smoothed aggregation with the rigid-body modes + CG to 1e-8",
                          "sa-rbm-4": "the same, to 1e-4"}
@@ -183,6 +184,20 @@ class Elasticity(ElasticBox, Family):
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The energy's Hessian, the Q1 stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
         return elasticity_stencil(self.young(params.to(u.dtype)), params[:, -1].to(u.dtype), self.spacing, self.plane)
+
+    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+        """Strain and stress (symmetric tensors (S, K, *grid), :data:`~diffnet.grid.material.SYMMETRIC` order: 2-D xx,
+        yy, xy; 3-D xx, yy, zz, xy, yz, xz) and von Mises (S, *grid) of displacements (S, d, *grid): the Q1
+        gradients and E at the Gauss points, recovered to the nodes (:mod:`diffnet.grid.recovery`)."""
+        p = np.asarray(params, dtype=np.float64)
+        grad = gauss_gradients(np.asarray(fields, dtype=np.float64), self.spacing)  # (S, d (i), d (j), Q, *cells)
+        g = [[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)]
+        nu = p[:, -1].reshape(-1, *([1] * (self.dims + 1)))
+        young = at_gauss(self.young(torch.as_tensor(p)).numpy(), self.dims)
+        strain = to_nodes(np.stack(strain_components(g), axis=1), self.dims)
+        stress = to_nodes(np.stack(stress_components(g, young, nu, self.plane), axis=1), self.dims)
+        return {"strain": strain, "stress": stress,
+                "von_mises": von_mises(*np.moveaxis(stress, 1, 0), nu=nu[:, 0, 0], plane=self.plane)}
 
     # -- references ---------------------------------------------------------------------
     def system(self, params: np.ndarray) -> ElasticitySystem:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.grid.recovery import recovered_flux
 from diffnet.instances.boundary import SIDES, BoxBoundary, SideFields
 from diffnet.solvers.classical import Q1Classical
 from diffnet.backend.constants import constant
@@ -66,7 +67,7 @@ class KLFamily(SideFields, Q1Classical, Family):
     # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
     # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
     reference_method = "amg"
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition", "derived"})
 
     def __post_init__(self) -> None:
         if len(self.resolution) != self.dims or min(self.resolution) < 3:
@@ -98,6 +99,13 @@ class KLFamily(SideFields, Q1Classical, Family):
         labels = ["ν" if np.asarray(p).ndim == self.dims else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
                   for p in params]
         return np.log10(self.diffusivity_numpy(params)), labels
+
+    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+        """The flux -ν∇u per component (``flux_x``, ``flux_y``[, ``flux_z``], each (S, *grid)): Q1 gradients at the
+        Gauss points times ν there, recovered to the nodes (:func:`diffnet.grid.recovery.recovered_flux`)."""
+        spacing = tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+        flux = recovered_flux(np.asarray(fields, dtype=np.float64), self.diffusivity_numpy(params), spacing)
+        return {f"flux_{axis}": flux[:, k] for k, axis in enumerate("xyz"[: len(spacing)])}
 
     def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
         """``diffusivity`` in float64 numpy, for the reference solver."""

@@ -38,6 +38,10 @@ capability      members
 ``domain``      ``domain(params)``: the signed distance to the domain's boundary at the nodes (S, *grid),
                 one value per node whatever the unknowns; the field lives on a domain cut out of the grid
                 (errors measured inside, files masked)
+``derived``     ``derived(params, fields)``: name -> fields derived from the solution (stress, strain, flux:
+                (S, *grid) or a symmetric tensor (S, K, *grid)); optional ``truth_derived(params)``
+``quantities``  ``quantities(params, fields)``: name -> (S,) quantities of interest (K_t); optional
+                ``truth_quantities(params)``
 ==============  ===============================================================================
 """
 

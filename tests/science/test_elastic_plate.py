@@ -161,3 +161,25 @@ def test_a_tiny_kirsch_run_reports_stress_and_k_t(tmp_path):
     got = s(p=[[0.5, 0.5, 0.1, 0.3]], outputs=["u", "stress", "K_t"])
     assert got["u"].shape == (1, 2, 33, 33) and got["stress"].shape == (1, 3, 33, 33) and got["K_t"].shape == (1,)
     assert "von_mises" in s.outputs
+
+    proc = run_cli("uq", str(run), "--samples", "4", "--out", str(tmp_path / "uq.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert "K_t: mean" in proc.stdout
+    with h5py.File(tmp_path / "uq.h5") as f:
+        assert f["von_mises_mean"].shape == (33, 33) and f["stress_xx_std"].shape == (33, 33)
+    summary = json.loads((tmp_path / "uq.json").read_text())
+    assert 2.5 < summary["quantities"]["K_t"]["mean"] < 4.5
+
+
+def test_the_box_families_derive_stress_and_flux_exactly_on_linear_fields():
+    from diffnet.problems.poisson import PoissonProblem
+
+    solid = Elasticity(resolution=(9, 11))
+    p = np.array([[0.0, 0.0, 0.0, 0.0, 0.25]])  # E = 1, nu = 0.25, plane stress
+    y, x = np.meshgrid(np.linspace(0, 1, 9), np.linspace(0, 1, 11), indexing="ij")
+    derived = solid.derived(p, np.stack([0.02 * x, -0.25 * 0.02 * y])[None])
+    assert np.abs(derived["stress"][0, 0] - 0.02).max() < 1e-12 and np.abs(derived["stress"][0, 1:]).max() < 1e-12
+    assert np.abs(derived["von_mises"] - 0.02).max() < 1e-12 and np.abs(derived["strain"][0, 1] + 0.005).max() < 1e-12
+    heat = PoissonProblem(resolution=(9, 11))
+    flux = heat.derived(np.zeros((1, heat.kl_terms)), (1.0 - x)[None])  # nu = 1
+    assert np.abs(flux["flux_x"] - 1.0).max() < 1e-12 and np.abs(flux["flux_y"]).max() < 1e-12

@@ -569,3 +569,32 @@ def test_each_key_of_a_family_is_declared_once_on_its_field():
         == "conservative"  # key= names the key where it is not the field's
     for path in sorted((ROOT / "diffnet" / "problems").glob("*.py")):
         assert not re.search(r"^class \w+Options\b", path.read_text(), re.M), path
+
+
+def test_the_docs_outputs_of_the_tutorial_family_balance_its_heat(tmp_path, monkeypatch):
+    # docs/families.md "Outputs an engineer reads", as written, on the tutorial's family: the heat leaving through
+    # x = 1 is a quarter of what the source puts in less what the screening absorbs (u = 0 on all four sides).
+    import textwrap
+
+    _tutorial(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import screened_poisson
+
+    text = (ROOT / "docs" / "families.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "heat_out" in b)
+    head, methods = block.split("\n\n", 1)
+    namespace: dict = {}
+    exec(head, namespace)
+    exec("class Outputs(ScreenedPoisson):\n    capabilities = ScreenedPoisson.capabilities | {'derived', 'quantities'}\n"
+         + textwrap.indent(textwrap.dedent(methods), "    "), {**vars(screened_poisson), **namespace}, namespace)
+    family = namespace["Outputs"].from_options(namespace["Outputs"].Options(), (33, 33))
+    assert family.has("derived") and family.has("quantities")
+    k = np.array([2.0, 6.0])
+    u = family.reference(k)
+    flux = family.derived(k, u)
+    assert flux["flux_x"].shape == (2, 33, 33)
+    from diffnet import at_gauss_points, gauss_basis
+
+    values, _, _, weight = gauss_basis(1.0 / 32, 1.0 / 32)
+    absorbed = k**2 * weight * at_gauss_points(torch.as_tensor(u), values).sum(dim=(1, 2, 3)).numpy()
+    assert np.allclose(family.quantities(k, u)["heat_out"], (1.0 - absorbed) / 4, rtol=1e-9)
