@@ -16,7 +16,7 @@ from diffnet.discretisation.immersed import Immersed
 from diffnet.grid.material import lame
 from diffnet.solvers.elasticity import element_dofs, element_stiffness, gauss_values
 
-__all__ = ["immersed_elasticity_matrix"]
+__all__ = ["immersed_elasticity_matrix", "block_stencil"]
 
 
 def immersed_elasticity_matrix(data: Immersed, young: np.ndarray, nu: float, plane: str = "stress") -> sp.csr_matrix:
@@ -42,3 +42,20 @@ def immersed_elasticity_matrix(data: Immersed, young: np.ndarray, nu: float, pla
     cols = np.broadcast_to(dofs[:, None, :], ke.shape).ravel()
     n = 2 * ny * nx
     return sp.csr_matrix((ke.ravel(), (rows, cols)), shape=(n, n))
+
+
+def block_stencil(K: sp.spmatrix, grid: tuple[int, int]) -> np.ndarray:
+    """A node-major matrix K (2N, 2N) of 9-point coupling as the block stencil (2, 2, 9, N_y, N_x) of
+    :mod:`diffnet.multigrid.stencil` (entry [a, b, k] at node i: K's coupling of component a at i to component b at
+    i + o_k, the offsets (dy, dx) in {-1, 0, 1}² row-major); couplings past the grid's edge are zero."""
+    ny, nx = grid
+    K = sp.csr_matrix(K)
+    i, j = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
+    out = np.zeros((2, 2, 9, ny, nx))
+    for k, (dy, dx) in enumerate((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)):
+        inside = (0 <= i + dy) & (i + dy < ny) & (0 <= j + dx) & (j + dx < nx)
+        node, other = (i * nx + j)[inside], ((i + dy) * nx + j + dx)[inside]
+        for a in range(2):
+            for b in range(2):
+                out[a, b, k][inside] = np.asarray(K[node * 2 + a, other * 2 + b]).ravel()
+    return out

@@ -183,3 +183,13 @@ def test_the_box_families_derive_stress_and_flux_exactly_on_linear_fields():
     heat = PoissonProblem(resolution=(9, 11))
     flux = heat.derived(np.zeros((1, heat.kl_terms)), (1.0 - x)[None])  # nu = 1
     assert np.abs(flux["flux_x"] - 1.0).max() < 1e-12 and np.abs(flux["flux_y"]).max() < 1e-12
+
+
+def test_the_hessian_from_the_matrix_is_the_probed_one():
+    from diffnet.multigrid.hessian import probe_stencil
+
+    plate = ElasticPlate(resolution=(21, 21))
+    params = torch.tensor(HOLES, dtype=torch.float64)
+    u = torch.zeros(3, 2, 21, 21, dtype=torch.float64)
+    probed = probe_stencil(plate, u, params)
+    assert torch.allclose(plate.hessian(u, params), probed, rtol=0, atol=1e-12 * probed.abs().max())
