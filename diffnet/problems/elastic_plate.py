@@ -35,7 +35,7 @@ from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.solvers.elasticity import ElasticitySystem, multigrid, to_dofs, from_dofs
-from diffnet.solvers.immersed_elasticity import block_stencil, immersed_elasticity_matrix
+from diffnet.solvers.immersed_elasticity import immersed_elasticity_matrix, immersed_elasticity_stencil
 
 __all__ = ["ElasticPlate", "hoop_stress"]
 
@@ -167,16 +167,17 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         return {"energy": strain - (load * u).flatten(1).sum(1)}
 
     def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The loss's Hessian, the immersed stiffness, as a block stencil (S, 2, 2, 9, *grid) from the assembled matrix
-        (:func:`diffnet.solvers.immersed_elasticity.block_stencil`), each instance's kept as the probed one was: the
-        probes (2 x 9 gradient passes) were 88 % of an instance's inference (59 ms at 64²)."""
+        """The loss's Hessian, the immersed stiffness, as a block stencil (S, 2, 2, 9, *grid) scattered from its
+        element matrices (:func:`diffnet.solvers.immersed_elasticity.immersed_elasticity_stencil`), each instance's
+        kept as the probed one was: the probes (2 x 9 gradient passes) were 88 % of an instance's inference (59 ms
+        at 64²)."""
         rows = params.detach().double().cpu().numpy().reshape(len(params), -1)
         keys = [(self, "stencil", np.ascontiguousarray(r).tobytes()) for r in rows]
         for key, row in zip(keys, rows):
             if key not in _HESSIANS:
-                stiffness = immersed_elasticity_matrix(self.discretised(row), self.coefficient(row), float(row[3]),
-                                                       self.plane)
-                _keep(_HESSIANS, key, torch.as_tensor(block_stencil(stiffness, tuple(self.resolution))))
+                stencil = immersed_elasticity_stencil(self.discretised(row), self.coefficient(row), float(row[3]),
+                                                      self.plane)
+                _keep(_HESSIANS, key, torch.as_tensor(stencil))
             _HESSIANS.move_to_end(key)
         return torch.stack([_HESSIANS[key][0] for key in keys]).to(device=u.device, dtype=u.dtype)
 
