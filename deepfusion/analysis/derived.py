@@ -62,7 +62,8 @@ class Derived:
     def lines(self, width: int) -> list[str]:
         """The evaluation table's rows: one per derived field (error, floor, ratio), one per quantity."""
         out = [f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
-               f"{row['ratio_to_floor']:5.2f}   (derived, mean over the instances)" for name, row in self.errors.items()]
+               f"{row['ratio_to_floor']:5.2f}   (derived, mean over the instances)"
+               for name, row in self.errors.items()]
         for name, row in self.quantities.items():
             out.append(f"{name:>{width}}   mean {np.mean(row['values']):.4g} (truth {np.mean(row['truth']):.4g}): "
                        f"error {row['mean_rel_error']:.2%} (max {row['max_rel_error']:.2%}), the floor's "
@@ -93,7 +94,8 @@ def measure(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray,
     rows = {}
     for name, value in values.items():
         off = np.abs(value - exact[name]) / np.abs(exact[name])
-        off_floor = np.abs(at_floor[name] - exact[name]) / np.abs(exact[name]) if name in at_floor else np.full_like(off, np.nan)
+        off_floor = (np.abs(at_floor[name] - exact[name]) / np.abs(exact[name]) if name in at_floor
+                     else np.full_like(off, np.nan))
         rows[name] = {"values": value.tolist(), "truth": exact[name].tolist(),
                       "floor": at_floor[name].tolist() if name in at_floor else None,
                       "mean_rel_error": float(off.mean()), "max_rel_error": float(off.max()),

@@ -65,7 +65,8 @@ def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.nd
                                 dims=len(problem.coordinates()))
     return Assessment(test, acc, structure, _per_field(problem, pred, acc),
                       _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
-                      infer_seconds, dict(parts or {}), newton_steps, measure(problem, test, pred, acc.truth, acc.optimum))
+                      infer_seconds, dict(parts or {}), newton_steps,
+                      measure(problem, test, pred, acc.truth, acc.optimum))
 
 
 def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:

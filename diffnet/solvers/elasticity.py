@@ -128,12 +128,14 @@ def free_rigid_motion(fixed: np.ndarray) -> str:
     """What rigid-body motion the held nodes ``fixed`` (d, *grid) per component leave free ('' when none): the
     rigid-body modes restricted to the held dofs must have full rank (3 in 2-D, 6 in 3-D)."""
     shape = fixed.shape[1:]
+    if not fixed.any():
+        return "move and rotate"
     modes = rigid_body_modes(shape)
     held = modes[to_dofs(fixed)]
     if len(held) and np.linalg.matrix_rank(held, tol=1e-9 * max(1.0, np.abs(held).max())) == modes.shape[1]:
         return ""
     # The free motion: the modes' null space on the held dofs, named when it is one translation.
-    null = np.linalg.svd(held if len(held) else np.zeros((1, modes.shape[1])))[2][-1]
+    null = np.linalg.svd(held)[2][-1]
     k = int(np.argmax(np.abs(null)))
     return _MOTIONS[k] if k < len(shape) and np.abs(null[k]) > 0.99 else "rotate"
 
