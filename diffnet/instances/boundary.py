@@ -42,6 +42,10 @@ class SideFields:
         """The box's conditions in the order of :data:`SIDES`, as many as the grid has sides."""
         return tuple(getattr(self, k) for k in SIDES[: 2 * self.dims])
 
+    def sides_text(self) -> str:
+        """The conditions as a run's banner shows them: ``x0:u=0 x1:traction=0,-1 ...``."""
+        return " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+
     def default_sides(self) -> tuple[str, ...]:
         """The conditions the family has when a configuration names none: its side fields' defaults."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}

@@ -24,7 +24,7 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 
 __all__ = ["Shape", "Disc", "Box", "HalfSpace", "Star", "Union", "Intersection", "Difference", "Occupancy",
-           "grid_points"]
+           "grid_points", "hole_range_problem", "hole_problem"]
 
 
 def grid_points(resolution: Sequence[int]) -> np.ndarray:
@@ -281,3 +281,27 @@ class Occupancy(Shape):
         look = RegularGridInterpolator(axes, self._field, bounds_error=False, fill_value=None)
         p = np.asarray(points, dtype=np.float64)
         return look(p[..., ::-1].reshape(-1, self.dims)).reshape(p.shape[:-1])  # the image's axes, outermost first
+
+
+def hole_range_problem(hole_x: tuple[float, float], hole_y: tuple[float, float],
+                       hole_r: tuple[float, float]) -> tuple[str, str] | None:
+    """(key, message) when a hole of radius up to ``hole_r[1]`` centred in the ranges ``hole_x`` and ``hole_y`` can
+    leave the unit square, else None (a family's ``check_options`` of its holes' ranges)."""
+    for axis, (lo, hi) in (("x", hole_x), ("y", hole_y)):
+        if not (lo - hole_r[1] > 0 and hi + hole_r[1] < 1):
+            return (f"hole_{axis}", f"a hole of radius up to {hole_r[1]} centred in [{lo}, {hi}] leaves the plate; "
+                    "every hole must lie inside the unit square")
+    return None
+
+
+def hole_problem(x: float, y: float, r: float, resolution: Sequence[int]) -> str | None:
+    """What keeps a hole of centre (x, y) and radius r from being resolved on the unit square's ``resolution`` grid:
+    under a cell across, or within a cell of the square's sides (None when it is fine)."""
+    h = 1.0 / (min(resolution) - 1)
+    if r < h:
+        return (f"the hole's radius {r:.3g} is under a cell ({h:.3g}) of the {'x'.join(map(str, resolution))} grid: "
+                "thinner than it resolves")
+    if min(x - r, y - r, 1 - x - r, 1 - y - r) < h:
+        return (f"the hole (x {x:.3g}, y {y:.3g}, r {r:.3g}) comes within a cell of the plate's side; it must lie "
+                "inside the grid")
+    return None

@@ -26,9 +26,9 @@ from diffnet.discretisation.immersed import _corner_nodes, immersed
 from diffnet.discretisation.immersed_elasticity import immersed_elasticity_energy
 from diffnet.grid.material import PLANES, POISSON_RATIO, lame, plane_stress_tensor, principal_stresses, von_mises
 from diffnet.grid.recovery import gauss_gradients, to_nodes
-from diffnet.instances.boundary import PIN_DOC, SIDES, Side, parse_pin, pin_check, vector_side_check
+from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vector_side_check
 from diffnet.instances.cutcell import cut_cells
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
 from diffnet.problems.elasticity import ElasticBox
 from diffnet.problems.immersed_family import _HESSIANS, _MULTIGRIDS, MULTIGRID_BYTES, ImmersedFamily, _keep
 from diffnet.protocol.family import Family, ParameterSpec
@@ -104,14 +104,12 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
-        for axis in ("x", "y"):
-            lo, hi = getattr(options, f"hole_{axis}")
-            if not (lo - options.hole_r[1] > 0 and hi + options.hole_r[1] < 1):
-                raise ValueError(f"hole_{axis}: a hole of radius up to {options.hole_r[1]} centred in [{lo}, {hi}] "
-                                 "leaves the plate; every hole must lie inside the unit square")
+        problem = hole_range_problem(options.hole_x, options.hole_y, options.hole_r)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
 
     def describe(self) -> str:
-        sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+        sides = self.sides_text()
         return (f"plane {self.plane} E={self.young:g}, nu in {list(self.nu_range)}, hole x in {list(self.hole_x)}, "
                 f"y in {list(self.hole_y)}, r in {list(self.hole_r)}, {sides} pin:{self.pin}")
 
@@ -130,14 +128,10 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     def check_instances(self, params: np.ndarray) -> None:
         """Each hole at least two cells across and a cell clear of the plate's sides."""
         Family.check_instances(self, params)
-        h = 1.0 / (min(self.resolution) - 1)
         for i, (x, y, r, _) in enumerate(np.asarray(params, dtype=np.float64)):
-            if r < h:
-                raise ValueError(f"instance {i}: the hole's radius {r:.3g} is under a cell ({h:.3g}) of the "
-                                 f"{'x'.join(map(str, self.resolution))} grid: thinner than it resolves")
-            if min(x - r, y - r, 1 - x - r, 1 - y - r) < h:
-                raise ValueError(f"instance {i}: the hole (x {x:.3g}, y {y:.3g}, r {r:.3g}) comes within a cell of "
-                                 "the plate's side; it must lie inside the grid")
+            problem = hole_problem(x, y, r, self.resolution)
+            if problem is not None:
+                raise ValueError(f"instance {i}: {problem}")
 
     def shape(self, params: np.ndarray) -> Difference:
         x, y, r = np.asarray(params, dtype=np.float64)[:3]

@@ -141,7 +141,7 @@ class Elasticity(ElasticBox, Family):
                              "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
 
     def describe(self) -> str:
-        sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+        sides = self.sides_text()
         return (f"plane {self.plane} " if self.dims == 2 else "") + \
             f"E=exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), nu in {list(self.nu_range)}, {sides}"
 

@@ -21,7 +21,7 @@ import torch
 from diffnet.backend.constants import constant
 from diffnet.discretisation.hyperelasticity import neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
 from diffnet.grid.material import POISSON_RATIO
-from diffnet.instances.boundary import SIDES, vector_side_check
+from diffnet.instances.boundary import vector_side_check
 from diffnet.problems.elasticity import ElasticBox
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.protocol.family import Family, ParameterSpec
@@ -100,7 +100,7 @@ class Hyperelasticity(ElasticBox, Family):
         return self if tuple(self.resolution) == grid else dataclasses.replace(self, resolution=grid)
 
     def describe(self) -> str:
-        sides = " ".join(f"{k}:{v}" for k, v in zip(SIDES, self.sides))
+        sides = self.sides_text()
         return (f"Neo-Hookean, mu={self.shear:g} exp KL(m={self.kl_terms}, a in {list(self.coeff_range)}), "
                 f"nu={self.nu:g}, load s in {list(self.load_range)}, {sides}")
 

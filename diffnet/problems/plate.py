@@ -18,7 +18,7 @@ import torch
 
 from diffnet.instances.boundary import BoxBoundary, Side, parse_side, side_check
 from diffnet.protocol.family import Family, ParameterSpec
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
 from diffnet.discretisation.immersed import immersed_energy
 from diffnet.instances.kl import kl_modes
 from diffnet.protocol.options import integer_in, interval, option
@@ -56,11 +56,9 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
-        for axis in ("x", "y"):
-            lo, hi = getattr(options, f"hole_{axis}")
-            if not (lo - options.hole_r[1] > 0 and hi + options.hole_r[1] < 1):
-                raise ValueError(f"hole_{axis}: a hole of radius up to {options.hole_r[1]} centred in [{lo}, {hi}] "
-                                 "leaves the plate; every hole must lie inside the unit square")
+        problem = hole_range_problem(options.hole_x, options.hole_y, options.hole_r)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
 
     def describe(self) -> str:
         return (f"{super().describe()} hole x in {list(self.hole_x)}, y in {list(self.hole_y)}, r in "
@@ -86,7 +84,6 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     def check_instances(self, params: np.ndarray) -> None:
         """Each hole within the family's ranges, at least two cells across and a cell clear of the plate's sides."""
         Family.check_instances(self, params)
-        h = 1.0 / (min(self.resolution) - 1)
         spec = self.parameters
         low, high = spec.bounds()
         for i, p in enumerate(np.asarray(params, dtype=np.float64)):
@@ -94,13 +91,9 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
                 if not low[j] <= p[j] <= high[j]:
                     raise ValueError(f"instance {i}: {spec.names[j]} = {p[j]:g} is outside the holes' range "
                                      f"[{low[j]:g}, {high[j]:g}]")
-            x, y, r = p[self.kl_terms:]
-            if r < h:
-                raise ValueError(f"instance {i}: the hole's radius {r:.3g} is under a cell ({h:.3g}) of the "
-                                 f"{'x'.join(map(str, self.resolution))} grid: thinner than it resolves")
-            if min(x - r, y - r, 1 - x - r, 1 - y - r) < h:
-                raise ValueError(f"instance {i}: the hole (x {x:.3g}, y {y:.3g}, r {r:.3g}) comes within a cell of "
-                                 "the plate's side; it must lie inside the grid")
+            problem = hole_problem(*p[self.kl_terms:], self.resolution)
+            if problem is not None:
+                raise ValueError(f"instance {i}: {problem}")
 
     # -- the diffusivity and the network's inputs -----------------------------------------
     def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
