@@ -30,11 +30,11 @@ from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vect
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
 from diffnet.problems.elasticity import ElasticBox
-from diffnet.problems.immersed_family import _HESSIANS, _MULTIGRIDS, MULTIGRID_BYTES, ImmersedFamily, _keep
+from diffnet.problems.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
-from diffnet.solvers.elasticity import ElasticitySystem, multigrid, to_dofs, from_dofs
+from diffnet.solvers.elasticity import ElasticitySystem, to_dofs, from_dofs
 from diffnet.solvers.immersed_elasticity import immersed_elasticity_matrix, immersed_elasticity_stencil
 
 __all__ = ["ElasticPlate", "hoop_stress"]
@@ -206,15 +206,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     def floor_name(self) -> str:
         return "the immersed Q1 solution on this grid"
 
-    def _multigrid(self, params: np.ndarray):
-        """One instance's smoothed-aggregation hierarchy, kept (training revisits every instance)."""
-        key = (self, np.ascontiguousarray(params, dtype=np.float64).tobytes())
-        if key in _MULTIGRIDS:
-            _MULTIGRIDS.move_to_end(key)
-            return _MULTIGRIDS[key][0]
-        built = multigrid(self.system(params))
-        _keep(_MULTIGRIDS, key, built, MULTIGRID_BYTES)
-        return built
+    fem_system = system  # the name the immersed families' kept multigrid builds from (its ``multigrid()``)
 
     def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
         """``cycles`` V-cycles of the instance's smoothed aggregation from the network's fields (S, 2, *grid)."""
@@ -223,7 +215,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         fields = self.extended(params, fields)
         out = np.empty_like(fields)
         for k, p in enumerate(np.asarray(params, dtype=np.float64)):
-            out[k] = self._multigrid(p).vcycles(to_dofs(fields[k]), cycles)
+            out[k] = _multigrid(self, tuple(map(float, p))).vcycles(to_dofs(fields[k]), cycles)
         return self._inside(params, out)
 
     def clear_caches(self) -> None:
@@ -237,7 +229,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         fields = u.detach().double().cpu().numpy()
         out = np.empty_like(fields)
         for k, p in enumerate(params.detach().double().cpu().numpy()):
-            mg = self._multigrid(p)
+            mg = _multigrid(self, tuple(map(float, p)))
             x = np.where(mg.system.fixed, mg.system.values, to_dofs(fields[k]))
             x[mg.free] = mg.hierarchy.solve(mg.rhs, x0=x[mg.free], tol=1e-300, maxiter=cycles, accel="cg")
             out[k] = fields[k] - from_dofs(x, mg.system.shape)

@@ -239,6 +239,10 @@ class ElasticitySystem:
         """The displacement (d, *grid) (:func:`solve_elasticity`)."""
         return solve_elasticity(self.K, self.load, self.fixed, self.values, self.shape, method, tol, stats)
 
+    def multigrid(self) -> ElasticityMultigrid:
+        """The smoothed-aggregation hierarchy on the free dofs (:func:`multigrid`)."""
+        return multigrid(self)
+
     def energy(self, u: np.ndarray) -> float:
         """The total potential energy 1/2 uᵀ K u - loadᵀ u of a displacement (d, *grid)."""
         x = to_dofs(u)
