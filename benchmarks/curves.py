@@ -25,7 +25,7 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
 
     cfg = load_config(run / "config.toml")
     made = Run.from_config(cfg)
-    problem, model = made.problem, made.build_model()
+    problem, model = made.family, made.build_model()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     logged = np.array([[0.0, 0.0]] + [[r["step"], r["elapsed_s"]] for r in records])
     points = []

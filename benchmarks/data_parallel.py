@@ -77,13 +77,14 @@ def worker_deepfusion(case: str, threads: int, steps: int, gradsync: str = "buck
     from deepfusion.configuration.schema import ParallelConfig, TrainConfig
     from deepfusion.parallel.comm import world
     from deepfusion.training.context import TrainingContext
+    from deepfusion.configuration.run import Run
     from deepfusion.training.trainer import train
 
     comm = world()
     problem, model, b = _setup(case, threads, batch)
     cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=b, epochs=WARMUP + steps, log_every=1)
     parallel = ParallelConfig(check_every=0, gradsync=gradsync, grad_dtype=grad_dtype)
-    result = train(model, problem, _params(b), cfg, TrainingContext(comm, 0, threads, parallel, log=lambda s: None))
+    result = train(Run.of(problem, _params(b), cfg), model, TrainingContext(comm, 0, threads, parallel, log=lambda s: None))
     h = result.history
     seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]
     out = {"samples_per_s": steps * b / seconds, "ranks": comm.size, "threads": threads,

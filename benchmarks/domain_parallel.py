@@ -54,6 +54,7 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     from deepfusion.parallel.comm import world
     from deepfusion.parallel.halo import DomainSplit
     from deepfusion.training.context import TrainingContext
+    from deepfusion.configuration.run import Run
     from deepfusion.training.trainer import train
     from diffnet.generators.networks import UNet
 
@@ -68,7 +69,7 @@ def worker(case: str, tiles: int, steps: int) -> dict:
     cfg = TrainConfig(lr=1e-4, lr_schedule="constant", batch_size=BATCH, epochs=WARMUP + steps, log_every=1)
     before = _rss_kib()
     ctx = TrainingContext(comm, parallel=ParallelConfig(check_every=0), domain=domain, log=lambda s: None)
-    result = train(model, problem, np.asarray(params), cfg, ctx)
+    result = train(Run.of(problem, np.asarray(params), cfg), model, ctx)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     h = result.history
     seconds = h[-1]["elapsed_s"] - h[WARMUP - 1]["elapsed_s"]

@@ -80,7 +80,7 @@ def step_seconds(cfg, batch: int, channels_last: bool, steps: int, repeats: int,
     from deepfusion.training.stepper import training_step
 
     run = Run.from_config(cfg)
-    problem, model = run.problem, run.build_model().to(device).train()
+    problem, model = run.family, run.build_model().to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device=device)
     x = problem.inputs(params)

@@ -98,7 +98,8 @@ def _setup(config: str, overrides: list[str], batch: int, stage: int):
 
     cfg = load_config(ROOT / config, overrides=[*overrides, "parallel.device=cuda"])
     run = Run.from_config(cfg)
-    model, problem = run.levels(run.build_model().to("cuda"))(stage)
+    target = run.schedule(run.build_model().to("cuda")).target(run.stages[stage])
+    model, problem = target.generator, target.family
     params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device="cuda")
     return cfg, problem, model.train(), params
 

@@ -50,7 +50,7 @@ def main() -> None:
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.training.rundir import run_config, trained_model
     from deepfusion.training.schedule import build_schedule
-    from diffnet.generators.galerkin import GalerkinLevel
+    from diffnet.generators.galerkin import GalerkinLoss
 
     cfg = run_config(args.run_dir)
     stages = build_schedule(cfg)
@@ -66,13 +66,14 @@ def main() -> None:
             raise SystemExit(f"level_change.py: no checkpoint at step {old.end} (the end of stage {old.index}); "
                              f"train with --set train.keep_checkpoints=0")
         _, model, _ = trained_model(args.run_dir, saved[old.end], lambda line: None)
-        level = on_grid.levels(model)
-        coarse_gen, coarse = level(old.level)
-        fine_gen, fine = level(new.level)
+        schedule = on_grid.schedule(model)
+        coarse_target, fine_target = schedule.target(old), schedule.target(new)
+        coarse_gen, coarse = coarse_target.generator, coarse_target.family
+        fine_gen, fine = fine_target.generator, fine_target.family
         changes.append({
             "from_grid": list(old.grid), "to_grid": list(new.grid), "step": old.end,
             "coarse_loss": _mean_loss(coarse_gen, coarse, params),
-            "galerkin_loss": _mean_loss(coarse_gen, GalerkinLevel(coarse, fine), params),
+            "galerkin_loss": _mean_loss(coarse_gen, GalerkinLoss(coarse, fine), params),
             "new_level_loss": _mean_loss(fine_gen, fine, params),
             "last_logged_loss": next(r["loss"] for r in reversed(records) if r["step"] <= old.end),
             "first_logged_loss": next(r["loss"] for r in records if r["step"] > old.end),

@@ -61,7 +61,7 @@ def worker(config: Path, grid: int, batch: int, checkpointed: bool, steps: int, 
     cfg = load_config(config, ["multigrid.levels=[]", f"problem.resolution={[grid] * dims}",
                                f"model.checkpoint_activations={str(checkpointed).lower()}"])
     run = Run.from_config(cfg)
-    problem, model = run.problem, run.build_model().to(device).train()
+    problem, model = run.family, run.build_model().to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device=device)
     gpu = device.startswith("cuda")

@@ -59,7 +59,7 @@ def validation_parameters(cfg) -> np.ndarray:
 
     if cfg.problem.family == "burgers":
         return np.array([3.15, 3.6, 4.4, 5.2, 5.75])
-    return Run.from_config(cfg).problem.sample(16, "random", cfg.data.seed + 31337)
+    return Run.from_config(cfg).family.sample(16, "random", cfg.data.seed + 31337)
 
 
 def run_arm(name: str, overrides: list[str], work: Path, ranks: int) -> Path:
@@ -205,7 +205,7 @@ def study(problem: str, args, work: Path) -> dict:
     cfg = load_config(CONFIGS[problem], common)
     n = cfg.data.n_train
     made = Run.from_config(cfg)
-    pde = made.problem
+    pde = made.family
     val, test = validation_parameters(cfg), made.heldout
     print(f"{problem}: references for {len(val)} validation and {len(test)} test instances", file=sys.stderr,
           flush=True)

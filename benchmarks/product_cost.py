@@ -56,7 +56,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
 
     run = Run.from_config(load_config(config, overrides))
-    problem = run.problem
+    problem = run.family
     torch.manual_seed(0)
     model = run.build_model()
     params = run.heldout_first(samples)
@@ -110,7 +110,7 @@ def product_seconds(config: Path, overrides: list[str], batch: int, samples: int
     torch.manual_seed(0)
     model, generator = run.build_model(), run.generator()
     params = run.heldout_first(samples)
-    clear = getattr(generator, "clear_caches", run.problem.clear_caches)
+    clear = getattr(generator, "clear_caches", run.family.clear_caches)
     predict(model, generator, params[:1], 1)
     predict(model, generator, params, batch)
 

@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
-def _run(module: str, function: str = "run"):
+def _command(module: str, function: str = "command"):
     """The handler ``deepfusion.commands.<module>.<function>``, imported only when it runs."""
 
     def handler(args: argparse.Namespace, comm) -> int:
@@ -67,7 +67,7 @@ def _add_train(sub) -> None:
     p.add_argument("--init-from", metavar="RUN_OR_CHECKPOINT",
                    help="start a new run from the weights of another run (its newest checkpoint) or a checkpoint "
                         "file; the model must have the same layers (any resolution)")
-    p.set_defaults(func=_run("train"))
+    p.set_defaults(func=_command("train"))
 
 
 def _run_reader(sub, name: str, **kwargs):
@@ -100,7 +100,7 @@ def _add_infer(sub) -> None:
                    help="split each field over the job's ranks (under mpiexec): tiles per axis, e.g. 1,2 or 2,2; one "
                         "number for slabs along the first axis. The product must equal the number of ranks; rank 0 "
                         "writes the file")
-    p.set_defaults(func=_run("infer"))
+    p.set_defaults(func=_command("infer"))
 
 
 def _add_compare(sub) -> None:
@@ -118,7 +118,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--polish", type=int, nargs="*", default=[1], metavar="K",
                    help="also report \"DiffNet + K cycles\" rows (the network's output then K V-cycles or Newton "
                         "sweeps, timed together), each against its own classical match (default: 1; none: --polish)")
-    p.set_defaults(func=_run("compare"))
+    p.set_defaults(func=_command("compare"))
 
 
 def _add_uq(sub) -> None:
@@ -138,7 +138,7 @@ def _add_uq(sub) -> None:
     p.add_argument("--classical", action="store_true", help="also the classical solver at equal accuracy")
     p.add_argument("--reference-samples", type=int, default=32,
                    help="instances of the converged Monte Carlo check with --classical (default 32)")
-    p.set_defaults(func=_run("uq"))
+    p.set_defaults(func=_command("uq"))
 
 
 def _add_jobs(sub) -> None:
@@ -157,7 +157,7 @@ def _add_jobs(sub) -> None:
     p.add_argument("--memory-per-node", type=float, metavar="GIB",
                    help="memory of one node in GiB: split each sample over ranks (parallel.domain) when a training "
                         "step would not fit a rank's share of it (estimated from the config; see the user guide)")
-    p.set_defaults(func=_run("jobs"))
+    p.set_defaults(func=_command("jobs"))
 
 
 def _add_reference(sub) -> None:
@@ -184,7 +184,7 @@ def _add_reference(sub) -> None:
                    help="write the independent reference the evaluation measures against (e.g. the FEM on a finer "
                         "grid, a body-fitted FEM, converged Godunov) instead of the family's same-grid solve")
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5)")
-    p.set_defaults(func=_run("reference"))
+    p.set_defaults(func=_command("reference"))
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ __all__ = ["Surrogate"]
 
 
 class Surrogate:
-    """A trained generator and its problem: ``surrogate(c=[...])`` returns the fields.
+    """A trained generator and its family: ``surrogate(c=[...])`` returns the fields.
 
     Use :meth:`load`. Calling it with the family's instances returns float64 fields of
     shape (S, *resolution) on the run's grid: ``c`` (S,) for a scalar parameter (Burgers'
@@ -31,8 +31,8 @@ class Surrogate:
         The run (:class:`deepfusion.configuration.run.Run`): its config, family and held-out instances.
     config : Config
         The run's resolved config.
-    problem
-        The diffnet problem on the run's grid (loss, references, floors).
+    family : diffnet.protocol.family.Family
+        The family on the run's grid (loss, references, floors).
     checkpoint : Path
         The checkpoint whose weights are loaded.
     device : str
@@ -52,7 +52,7 @@ class Surrogate:
 
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
-        self.run, self.config, self.problem = run, run.cfg, run.problem
+        self.run, self.config, self.family = run, run.cfg, run.family
         self._generator = run.generator()  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
@@ -99,33 +99,33 @@ class Surrogate:
     @property
     def grid(self) -> dict[str, np.ndarray]:
         """Nodal coordinates of the output fields: ``t``, ``x`` (Burgers) or ``y``, ``x``."""
-        return self.problem.coordinates()
+        return self.family.coordinates()
 
     @property
     def parameter_name(self) -> str:
         """The keyword the family's instances go by, its parameter's own name (:class:`~diffnet.protocol.family.ParameterSpec`):
         ``"c"`` for Burgers, ``"a"`` for the KL families' coefficient rows, ``"hole"`` for a plugin's; ``surrogate(**{name:
         rows})`` solves them (``c=`` and ``coeffs=`` are accepted too, and ``nu=`` where the family takes fields)."""
-        return self.problem.parameters.name
+        return self.family.parameters.name
 
     @property
     def parameter_range(self) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
         """The training range of the parameter: ``(low, high)`` of every entry, or, for a family whose
         entries have ranges of their own, two arrays of the instance's shape."""
-        spec = self.problem.parameters
+        spec = self.family.parameters
         return spec.bounds() if spec.per_entry else (spec.low, spec.high)
 
     def instances(self, c=None, coeffs=None, nu=None, **named) -> np.ndarray:
         """The checked instance array the fields are computed from, given as ``c``, ``coeffs`` or ``nu``, or under
         the family's own names (:attr:`parameter_name`, e.g. ``hole=rows``; its field input's, e.g. ``nu=``); see the
         class docstring. Instances outside the family's physical limits raise :class:`InputError`."""
-        keywords, names = by_name(self.problem, named)
+        keywords, names = by_name(self.family, named)
         generic = {"c": c, "coeffs": coeffs, "nu": nu}
         for key, value in keywords.items():
             if generic[key] is not None:
                 raise InputError(f"{names[key]}: the instances are given twice (as {names[key]} and as {key})")
             generic[key] = value
-        return instance_parameters(self.problem, **generic, names=names)
+        return instance_parameters(self.family, **generic, names=names)
 
     def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, outputs=None, **named):
         """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
@@ -144,11 +144,11 @@ class Surrogate:
         if self._outputs is None:
             from deepfusion.analysis.derived import derived_fields, quantities
 
-            spec = self.problem.parameters
+            spec = self.family.parameters
             low, high = spec.bounds()
             centre = ((np.asarray(low, dtype=np.float64) + np.asarray(high, dtype=np.float64)) / 2)[None]
             u = self.fields(centre)
-            self._outputs = ("u", *derived_fields(self.problem, centre, u), *quantities(self.problem, centre, u))
+            self._outputs = ("u", *derived_fields(self.family, centre, u), *quantities(self.family, centre, u))
         return self._outputs
 
     def outputs_of(self, params: np.ndarray, fields: np.ndarray, names) -> dict[str, np.ndarray]:
@@ -158,11 +158,11 @@ class Surrogate:
         names = [names] if isinstance(names, str) else list(names)
         unknown = [n for n in names if n not in self.outputs]
         if unknown:
-            raise InputError(f"outputs: {', '.join(map(repr, unknown))} not among the {self.problem.name} family's "
+            raise InputError(f"outputs: {', '.join(map(repr, unknown))} not among the {self.family.name} family's "
                              f"outputs ({', '.join(self.outputs)})")
         everything = {"u": fields}
         if any(n in self.outputs[1:] for n in names):
-            everything |= derived_fields(self.problem, params, fields) | quantities(self.problem, params, fields)
+            everything |= derived_fields(self.family, params, fields) | quantities(self.family, params, fields)
         return {n: everything[n] for n in names}
 
     def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
@@ -185,9 +185,9 @@ class Surrogate:
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
         u = predict(self._model, self._generator, params, self.chunk, tiling=tiling)
         if polish:
-            require(self.problem, "polish", "polish")
+            require(self.family, "polish", "polish")
             try:
-                u = on_domain(self.problem, params, self.problem.polish(params, u, int(polish)))
+                u = on_domain(self.family, params, self.family.polish(params, u, int(polish)))
             except ValueError as e:
                 raise InputError(str(e)) from None
         return u
@@ -202,11 +202,11 @@ class Surrogate:
         several (the family's ``unknowns``, each (S, *grid)), the names the field files use."""
         from deepfusion.files.fields import by_unknown
 
-        return by_unknown(fields, self.problem.unknowns)
+        return by_unknown(fields, self.family.unknowns)
 
     def __repr__(self) -> str:
         p = self.config.problem
-        return (f"Surrogate({self.problem.name} {list(p.resolution)}, {self.config.model.name} "
+        return (f"Surrogate({self.family.name} {list(p.resolution)}, {self.config.model.name} "
                 f"{list(self.config.model.channels)}, checkpoint={str(self.checkpoint)!r}, device={self.device!r})")
 
 

@@ -21,10 +21,10 @@ def main() -> None:
     surrogate = Surrogate.load(args.run)
     rng = np.random.default_rng(1)
     lo, hi = surrogate.parameter_range
-    params = rng.uniform(lo, hi, (args.samples, *surrogate.problem.parameters.shape))
+    params = rng.uniform(lo, hi, (args.samples, *surrogate.family.parameters.shape))
     fields = surrogate.fields(surrogate.instances(**{surrogate.parameter_name: params}))
     # The independent reference (Godunov or a finer FEM) and the best field the grid allows.
-    report = against_floor(surrogate.problem, params, fields)
+    report = against_floor(surrogate.family, params, fields)
     print(f"{surrogate}\nreference: {report.truth_name}\nfloor: {report.floor_name}")
     print(" instance   rel. L2 error   floor    ratio")
     for k, (e, f) in enumerate(zip(report.error, report.floor)):

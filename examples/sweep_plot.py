@@ -24,7 +24,7 @@ def main() -> None:
 
     surrogate = Surrogate.load(args.run)
     if surrogate.parameter_name != "c":
-        parser.error(f"{args.run} is a {surrogate.problem.name} run; this sweep is over Burgers' c")
+        parser.error(f"{args.run} is a {surrogate.family.name} run; this sweep is over Burgers' c")
     c = np.linspace(*surrogate.parameter_range, args.count)
     u = surrogate(c=c)  # (count, N_t, N_x), one call
     x, t = surrogate.grid["x"], surrogate.grid["t"]

@@ -85,7 +85,7 @@ def float32_atol(run_dir: Path, scale: float = 1.0) -> float:
     from deepfusion.configuration.run import Run
 
     run = Run.from_config(load_config(run_dir / "config.toml"))
-    problem, model = run.problem, run.build_model()
+    problem, model = run.family, run.build_model()
     points = math.prod(problem.resolution)
     terms = []
     for layer in model.modules():
@@ -156,16 +156,12 @@ def run_cli_jobs(ranks: int, *commands: Sequence[str], timeout: float = 300,
 
 def _forget_modules(path: Sequence[Path]) -> None:
     """Drop the modules and packages that live at the top of the folders ``path`` from the import
-    system and the family registry's cache, so the next import reads the files there now."""
-    from deepfusion.configuration.registry import family_class
-
+    system, so the next import reads the files there now."""
     names = {f.stem if f.suffix == ".py" else f.name for folder in path for f in Path(folder).iterdir()
              if f.suffix == ".py" or (f / "__init__.py").is_file()}
     for name in list(sys.modules):
         if name.partition(".")[0] in names:
             del sys.modules[name]
-    if names:
-        family_class.cache_clear()
 
 
 def in_process(*args: str, cwd: Path | None = None, path: Sequence[Path] = ()) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from diffnet.backend.clock import PartClock
 __all__ = ["Timings", "time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
 
 
-def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.ndarray, batch: int,
+def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], instances: np.ndarray, batch: int,
                    say=print, fresh: Callable[[], None] | None = None,
                    clock: PartClock | None = None) -> tuple[np.ndarray, dict]:
     """Time ``predict(params, batch)``, DiffNet's whole solve from instance parameters to field.
@@ -44,20 +44,20 @@ def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], params: np.
         fresh()
         return timed(predict, p, b)
 
-    _, first = cold(params[:1], 1)
-    single = statistics.median(cold(params[k : k + 1], 1)[1] for k in range(len(params)))
-    predict(params, batch)  # untimed: oneDNN builds its kernels per input shape once a process (10-20 ms at 64²)
+    _, first = cold(instances[:1], 1)
+    single = statistics.median(cold(instances[k : k + 1], 1)[1] for k in range(len(instances)))
+    predict(instances, batch)  # untimed: oneDNN builds its kernels per input shape once a process (10-20 ms at 64²)
     if clock is not None:
         clock.reset()
-    fields, total = cold(params, batch)
-    per_instance = total / len(params)
-    parts = {} if clock is None else clock.per(len(params))
+    fields, total = cold(instances, batch)
+    per_instance = total / len(instances)
+    parts = {} if clock is None else clock.per(len(instances))
     steps = None if clock is None else clock.newton_steps()
     say(f"    DiffNet inference: first call {first:.3f} s, one instance {single * 1e3:.2f} ms, "
-        f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(params))}"
+        f"{per_instance * 1e3:.2f} ms per instance in batches of {min(batch, len(instances))}"
         + (f"; by part: {part_text(parts)}" if parts else "") + ("" if clock is None else clock.newton_text()))
     return fields, {"inference_first_s": first, "diffnet_s_single": single, "diffnet_s_batched": per_instance,
-                    "inference_batch": min(batch, len(params)), "parts_per_instance_s": parts,
+                    "inference_batch": min(batch, len(instances)), "parts_per_instance_s": parts,
                     "coarse_newton_steps": steps}
 
 
@@ -68,25 +68,25 @@ class Timings(list):
     newton_steps: float | None = None
 
 
-def measure_classical(problem, params: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, Timings]:
+def measure_classical(family, instances: np.ndarray, method: str, grid: int) -> tuple[np.ndarray, Timings]:
     """Every instance solved by (method, grid), timed on its own grid (the best of repeats, each building
     the instance's set-up afresh: the family's ``clear_caches``), then carried onto the network's nodes (inside
     each instance's domain, for a family with one: the nodes its errors are measured at). A solver with a ``last``
     record of its Newton steps has their mean in the timings."""
     from deepfusion.analysis.inference import on_domain
 
-    solver = problem.classical_solver(method, grid)
+    solver = family.classical_solver(method, grid)
     fields, seconds, steps = [], Timings(), []
-    for row in params:
-        native, dt = best_time(solver, row, before=problem.clear_caches)
+    for row in instances:
+        native, dt = best_time(solver, row, before=family.clear_caches)
         seconds.append(dt)
         steps.append(getattr(getattr(solver, "last", None), "newton_steps", None))
-        fields.append(problem.classical_to_grid(method, native, row))
+        fields.append(family.classical_to_grid(method, native, row))
     seconds.newton_steps = None if None in steps else float(np.mean(steps))
-    return on_domain(problem, params, np.stack(fields)), seconds
+    return on_domain(family, instances, np.stack(fields)), seconds
 
 
-def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:
+def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:
     """The refinement sweep of the family's ``classical_configurations()`` on ``params`` against ``truth``.
 
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
@@ -94,23 +94,23 @@ def classical_sweep(problem, params: np.ndarray, truth: np.ndarray, target: floa
     """
     from deepfusion.analysis.inference import relative_l2
 
-    configs = problem.classical_configurations()
+    configs = family.classical_configurations()
     for method, grids in configs.items():
-        measure_classical(problem, params[:1], method, grids[0])
-    return sweep(configs, lambda m, g: measure_classical(problem, params, m, g), lambda f: relative_l2(f, truth), target, say)
+        measure_classical(family, instances[:1], method, grids[0])
+    return sweep(configs, lambda m, g: measure_classical(family, instances, m, g), lambda f: relative_l2(f, truth), target, say)
 
 
-def reference_row(problem, params: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
+def reference_row(family, instances: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
     """The family's ``classical_baseline`` method (e.g. pyamg's default smoothed aggregation + CG for the
     Q1 families) on the equal-accuracy grid, the baseline its best classical solver is measured against;
     None where the family names none."""
     from deepfusion.analysis.inference import relative_l2
 
-    method = problem.classical_baseline
+    method = family.classical_baseline
     if method is None:
         return None
-    measure_classical(problem, params[:1], method, grid)
-    fields, seconds = measure_classical(problem, params, method, grid)
+    measure_classical(family, instances[:1], method, grid)
+    fields, seconds = measure_classical(family, instances, method, grid)
     return Point(method, grid, float(np.mean(relative_l2(fields, truth))), statistics.median(seconds),
                  seconds.newton_steps)
 

@@ -14,32 +14,32 @@ from deepfusion.analysis.inference import relative_l2
 __all__ = ["Derived", "derived_fields", "quantities", "truth_quantities", "measure"]
 
 
-def derived_fields(problem, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+def derived_fields(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
     """The family's derived fields of ``fields`` (name -> (S, *grid) or a tensor (S, K, *grid)); none without the
     ``derived`` capability."""
-    return dict(problem.derived(params, fields)) if problem.has("derived") else {}
+    return dict(family.derived(instances, fields)) if family.has("derived") else {}
 
 
-def truth_derived(problem, params: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
+def truth_derived(family, instances: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
     """The truth's derived fields: the reference's own where the family gives them, else derived from its fields."""
-    if not problem.has("derived"):
+    if not family.has("derived"):
         return {}
-    own = getattr(problem, "truth_derived", None)
-    return dict(own(params) if own is not None else problem.derived(params, truth))
+    own = getattr(family, "truth_derived", None)
+    return dict(own(instances) if own is not None else family.derived(instances, truth))
 
 
-def quantities(problem, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+def quantities(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
     """The family's quantities of interest of ``fields`` (name -> (S,)); none without the ``quantities`` capability."""
-    return {k: np.asarray(v, dtype=np.float64) for k, v in problem.quantities(params, fields).items()} \
-        if problem.has("quantities") else {}
+    return {k: np.asarray(v, dtype=np.float64) for k, v in family.quantities(instances, fields).items()} \
+        if family.has("quantities") else {}
 
 
-def truth_quantities(problem, params: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
+def truth_quantities(family, instances: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
     """The truth's quantities: the reference's own where the family gives them, else of its fields."""
-    if not problem.has("quantities"):
+    if not family.has("quantities"):
         return {}
-    own = getattr(problem, "truth_quantities", None)
-    values = own(params) if own is not None else problem.quantities(params, truth)
+    own = getattr(family, "truth_quantities", None)
+    values = own(instances) if own is not None else family.quantities(instances, truth)
     return {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
 
 
@@ -71,14 +71,14 @@ class Derived:
         return out
 
 
-def measure(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray,
+def measure(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,
             optimum: np.ndarray | None) -> Derived:
     """The derived fields and quantities of ``pred`` against the truth's (``truth``: its fields) and the floor's
     (``optimum``: the grid's best fields, or None)."""
-    if not (problem.has("derived") or problem.has("quantities")):
+    if not (family.has("derived") or family.has("quantities")):
         return Derived()
-    mine, theirs = derived_fields(problem, params, pred), truth_derived(problem, params, truth)
-    floor = derived_fields(problem, params, optimum) if optimum is not None else {}
+    mine, theirs = derived_fields(family, instances, pred), truth_derived(family, instances, truth)
+    floor = derived_fields(family, instances, optimum) if optimum is not None else {}
     errors = {}
     for name, value in mine.items():
         error = relative_l2(value, theirs[name])
@@ -89,8 +89,8 @@ def measure(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray,
         else:
             row |= {"mean_floor": float("nan"), "ratio_to_floor": float("nan")}
         errors[name] = row
-    values, exact = quantities(problem, params, pred), truth_quantities(problem, params, truth)
-    at_floor = quantities(problem, params, optimum) if optimum is not None else {}
+    values, exact = quantities(family, instances, pred), truth_quantities(family, instances, truth)
+    at_floor = quantities(family, instances, optimum) if optimum is not None else {}
     rows = {}
     for name, value in values.items():
         off = np.abs(value - exact[name]) / np.abs(exact[name])

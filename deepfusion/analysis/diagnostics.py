@@ -47,17 +47,18 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0), 0.0)
 
 
-def coarse_imprint(run, model, params: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+def coarse_imprint(run, model, instances: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level);
     ``run`` a :class:`~deepfusion.configuration.run.Run` (its level 0, the family on that grid built once)."""
     if len(run.cfg.multigrid.levels) < 2:
         return None
-    generator, problem = run.levels(model)(0)
-    coarse = predict(generator, problem, params)
+    coarsest = run.schedule(model).target(next(s for s in run.stages if s.level == 0))
+    generator, family = coarsest.generator, coarsest.family
+    coarse = predict(generator, family, instances)
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
         # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use; several unknown
         # fields are the channels.
-        several = len(problem.unknowns) > 1
+        several = len(family.unknowns) > 1
         grid = tuple(shape[1:]) if several else tuple(shape)
         fields = torch.as_tensor(coarse) if several else torch.as_tensor(coarse)[:, None]
         coarse = prolong(fields, grid).numpy()

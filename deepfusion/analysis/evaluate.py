@@ -44,7 +44,7 @@ class Assessment:
 
     def report(self, run, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
-        cfg, pname, acc = run.cfg, run.problem.parameters.name, self.accuracy
+        cfg, pname, acc = run.cfg, run.family.parameters.name, self.accuracy
         return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
                 "inference_seconds": self.infer_seconds, "inference_parts_per_instance_s": self.parts,
@@ -59,19 +59,19 @@ def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.nd
     and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``generator``: the problem the model's
     fields come from, :meth:`~deepfusion.configuration.run.Run.generator`; ``parts``: the inference's seconds per
     instance by part; ``newton_steps``: a nonlinear coarse correction's Newton iterations per instance)."""
-    cfg, problem = run.cfg, run.problem
-    acc = against_floor(problem, test, pred)
+    cfg, family = run.cfg, run.family
+    acc = against_floor(family, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, model, test, pred.shape[1:]),
-                                dims=len(problem.coordinates()))
-    return Assessment(test, acc, structure, _per_field(problem, pred, acc),
-                      _estimated_error(cfg, problem, test, pred, acc), _first_stage(generator, model, test, acc),
+                                dims=len(family.coordinates()))
+    return Assessment(test, acc, structure, _per_field(family, pred, acc),
+                      _estimated_error(cfg, family, test, pred, acc), _first_stage(generator, model, test, acc),
                       infer_seconds, dict(parts or {}), newton_steps,
-                      measure(problem, test, pred, acc.truth, acc.optimum))
+                      measure(family, test, pred, acc.truth, acc.optimum))
 
 
 def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:
     """The evaluation's table and its lines, as a run prints them."""
-    cfg, problem = run.cfg, run.problem
+    cfg, family = run.cfg, run.family
     acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
     width = max(10, max(len(n) for n in names))
     print(f"\n{'instance':>{width}}   rel. L2 vs reference   floor    ratio")
@@ -85,7 +85,7 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
     for line in found.derived.lines(width):
         print(line)
     print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
-          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not problem.has("floor") else
+          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not family.has("floor") else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
                                            "their least-squares optimum)") + "\n")
     if structure:
@@ -131,8 +131,8 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     :func:`print_assessment` prints). A family without a reference solver gets its held-out loss
     instead (and None is returned).
     """
-    cfg, problem, test = run.cfg, run.problem, run.heldout  # the run's family, built once (run.Run)
-    pname = problem.parameters.name
+    cfg, family, test = run.cfg, run.family, run.heldout  # the run's family, built once (run.Run)
+    pname = family.parameters.name
     clock = PartClock()
     generator = run.generator(clock)  # the fields are the generator's, with its coarse correction
     if pred is None:
@@ -140,14 +140,14 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
         pred = (predict(model, generator, test, clock=clock), time.perf_counter() - t0)
     pred, infer_seconds = pred
     parts, newton = clock.per(len(test)), clock.newton_steps()  # read now: the assessment runs the generator again
-    coords, domain = problem.coordinates(), domain_of(problem, test)
-    layout = Layout.of(problem)
-    if not problem.has("reference"):
+    coords, domain = family.coordinates(), domain_of(family, test)
+    layout = Layout.of(family)
+    if not family.has("reference"):
         write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
-                     layout=layout, derived=derived_fields(problem, test, pred))
-        return _loss_only(problem, test, pred, run_dir, train_seconds, infer_seconds)
-    print(f"reference: {problem.truth_name()} for {len(test)} held-out instances, and the floor: "
-          f"{problem.floor_name() if problem.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
+                     layout=layout, derived=derived_fields(family, test, pred))
+        return _loss_only(family, test, pred, run_dir, train_seconds, infer_seconds)
+    print(f"reference: {family.truth_name()} for {len(test)} held-out instances, and the floor: "
+          f"{family.floor_name() if family.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
     found = assess(run, generator, model, test, pred, infer_seconds, parts, newton)
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
                  layout, found.derived.fields)
@@ -155,21 +155,21 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
                  run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain,
                  layout, found.derived.truth_fields)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
-    names = instance_labels(problem, test)
+    names = instance_labels(family, test)
     print_assessment(run, generator, found, names)
     if cfg.output.plots:
-        _plots(problem, test, pred, found.accuracy, names, run_dir / "plots", found.derived)
+        _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived)
     print(f"run directory: {run_dir}")
     return found.accuracy
 
 
-def _per_field(problem, pred: np.ndarray, acc: FloorReport) -> dict:
+def _per_field(family, pred: np.ndarray, acc: FloorReport) -> dict:
     """For a family of several unknowns, each field's error against the truth, floor and ratio (the
     table's rows are all fields together); a vector's magnitude is not a field of its own here."""
-    if len(problem.unknowns) < 2 or acc.optimum is None:
+    if len(family.unknowns) < 2 or acc.optimum is None:
         return {}
     out = {}
-    for i, name in enumerate(problem.unknowns):
+    for i, name in enumerate(family.unknowns):
         error = relative_l2(pred[:, i], acc.truth[:, i])
         floor = relative_l2(acc.optimum[:, i], acc.truth[:, i])
         out[name] = {"rel_l2": error.tolist(), "mean_rel_l2": float(error.mean()), "floor_rel_l2": floor.tolist(),
@@ -177,64 +177,64 @@ def _per_field(problem, pred: np.ndarray, acc: FloorReport) -> dict:
     return out
 
 
-def _first_stage(problem, model: torch.nn.Module, test: np.ndarray, acc: FloorReport) -> dict:
+def _first_stage(family, model: torch.nn.Module, test: np.ndarray, acc: FloorReport) -> dict:
     """A two-stage generator's first network alone on the held-out instances: its error and ratio to the floor."""
     if not isinstance(model, TwoStage):
         return {}
-    error = relative_l2(predict(model.first, problem, test), acc.truth)
+    error = relative_l2(predict(model.first, family, test), acc.truth)
     return {"first_stage_rel_l2": error.tolist(), "first_stage_ratio_to_floor": float(error.mean() / acc.floor.mean())}
 
 
-def _estimated_error(cfg, problem, test: np.ndarray, pred: np.ndarray, acc: FloorReport) -> dict:
+def _estimated_error(cfg, family, test: np.ndarray, pred: np.ndarray, acc: FloorReport) -> dict:
     """Beside the error against the grid's own solution (the floor's field), its data-free estimate
     |B g| / |u - B g| (:func:`diffnet.multigrid.preconditioned.error_estimate`), for families that can precondition."""
-    if not problem.has("precondition") or acc.optimum is None:
+    if not family.has("precondition") or acc.optimum is None:
         return {}
-    estimated = error_estimate(problem, torch.as_tensor(pred, dtype=torch.float64),
+    estimated = error_estimate(family, torch.as_tensor(pred, dtype=torch.float64),
                                torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_cycles)
     return {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist(), "estimated_grid_rel_l2": estimated.tolist()}
 
 
-def _loss_only(problem, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:
+def _loss_only(family, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:
     """The held-out loss terms of a family that declares no reference solver."""
-    terms = problem.loss_terms(torch.as_tensor(pred), torch.as_tensor(test, dtype=torch.float64))
+    terms = family.loss_terms(torch.as_tensor(pred), torch.as_tensor(test, dtype=torch.float64))
     losses = {k: v.detach().numpy().tolist() for k, v in terms.items()}
-    report = {"resolution": list(problem.resolution), "heldout_loss": losses, "train_seconds": train_seconds,
+    report = {"resolution": list(family.resolution), "heldout_loss": losses, "train_seconds": train_seconds,
               "inference_seconds": infer_seconds}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     summed = sum(np.asarray(v) for v in losses.values())
-    print(f"the {problem.name} family declares no reference solver: held-out loss {np.mean(summed):.4e} "
+    print(f"the {family.name} family declares no reference solver: held-out loss {np.mean(summed):.4e} "
           f"on {len(test)} instances (eval.json)")
     print(f"run directory: {run_dir}")
     return None
 
 
-def _by_field(problem, fields: np.ndarray) -> dict[str, np.ndarray]:
+def _by_field(family, fields: np.ndarray) -> dict[str, np.ndarray]:
     """Fields (S, C, *grid) of several unknowns by name, each (S, *grid), and each vector's magnitude."""
-    out = by_unknown(fields, problem.unknowns)
-    for name, parts in problem.vectors.items():
+    out = by_unknown(fields, family.unknowns)
+    for name, parts in family.vectors.items():
         out[f"|{name}|"] = np.sqrt(sum(out[p] ** 2 for p in parts))
     return out
 
 
-def _plots(problem, test, pred, acc, names, plots: Path, derived: Derived = Derived()) -> None:
+def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Derived()) -> None:
     from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
-    coords = problem.coordinates()
-    several = len(problem.unknowns) > 1
+    coords = family.coordinates()
+    several = len(family.unknowns) > 1
     shown = min(len(test), 2 if several else 6)  # several fields: a row per field and sample
     labels = names[:shown]
     pred, truth = pred[:shown], acc.truth[:shown]
     errors = list(acc.error[:shown])
     if several:
-        pred, truth = _by_field(problem, pred), _by_field(problem, truth)
+        pred, truth = _by_field(family, pred), _by_field(family, truth)
         errors = {k: list(relative_l2(pred[k], truth[k])) for k in pred}
     inputs = input_labels = None
-    if problem.has("input_fields"):  # the instance itself, e.g. its diffusivity field
-        inputs, input_labels = problem.input_fields(test[:shown])
-    domain = domain_of(problem, test[:shown])
+    if family.has("input_fields"):  # the instance itself, e.g. its diffusivity field
+        inputs, input_labels = family.input_fields(test[:shown])
+    domain = domain_of(family, test[:shown])
     if len(coords) == 3:  # 3-D: the mid-plane (the field files hold the volumes, for ParaView)
         mid, plane, coords = mid_plane(coords)
         pred, truth = ({k: v[:, mid] for k, v in f.items()} if several else f[:, mid] for f in (pred, truth))
@@ -244,7 +244,7 @@ def _plots(problem, test, pred, acc, names, plots: Path, derived: Derived = Deri
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
                 inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors)
     shown_plots = [plots / "loss.png", plots / "fields.png"]
-    displacement = [parts for parts in problem.vectors.values() if len(parts) == 2 == len(coords)]
+    displacement = [parts for parts in family.vectors.values() if len(parts) == 2 == len(coords)]
     if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
         shown_plots.append(plot_deformed(np.stack([pred[p] for p in displacement[0]], axis=1),
                                          np.stack([truth[p] for p in displacement[0]], axis=1), coords, labels,

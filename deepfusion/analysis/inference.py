@@ -24,7 +24,7 @@ __all__ = ["predict", "domain_of", "on_domain", "relative_l2", "FloorReport", "a
 
 
 @torch.inference_mode()
-def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16, tiling=None,
+def predict(model: torch.nn.Module, family, instances: np.ndarray, batch: int = 16, tiling=None,
             clock: PartClock | None = None) -> np.ndarray:
     """Fields for each row of ``params`` by one forward pass per batch, as float64 numpy.
 
@@ -39,40 +39,40 @@ def predict(model: torch.nn.Module, problem, params: np.ndarray, batch: int = 16
     """
     clock = clock if clock is not None else PartClock()
     if isinstance(model, TwoStage):
-        model, problem = model.pair(problem, clock=clock)
+        model, family = model.pair(family, clock=clock)
     model.eval()
     weight = next(model.parameters())
     out = []
     with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
-        for start in range(0, len(params), batch):
-            p = torch.as_tensor(params[start : start + batch], dtype=weight.dtype, device=weight.device)
-            x = problem.inputs(p)
+        for start in range(0, len(instances), batch):
+            p = torch.as_tensor(instances[start : start + batch], dtype=weight.dtype, device=weight.device)
+            x = family.inputs(p)
             with clock.part(NETWORK, weight.device):
                 if tiling is None:
                     raw = model(channels_last(x))
                 else:
                     raw = tiling.gather(model(channels_last(tiling.local(x).contiguous()), tiling))
-            out.append(problem.field(raw, p).double().cpu().numpy())
-    return on_domain(problem, params, np.concatenate(out, axis=0))
+            out.append(family.field(raw, p).double().cpu().numpy())
+    return on_domain(family, instances, np.concatenate(out, axis=0))
 
 
-def domain_of(problem, params: np.ndarray) -> np.ndarray | None:
+def domain_of(family, instances: np.ndarray) -> np.ndarray | None:
     """The signed distance at the nodes (S, *grid) of a family with the ``domain`` capability, else None.
 
     One value per instance and node whatever the number of unknowns: a family's ``domain`` may return
     (S, *grid) or (S, 1, *grid); any other shape raises ``ValueError`` saying which is right."""
-    if not problem.has("domain"):
+    if not family.has("domain"):
         return None
-    params = np.asarray(params)
-    return node_data(problem.domain(params), len(params), tuple(problem.resolution), f"{problem.name}.domain(params)")
+    instances = np.asarray(instances)
+    return node_data(family.domain(instances), len(instances), tuple(family.resolution), f"{family.name}.domain(params)")
 
 
-def on_domain(problem, params: np.ndarray, fields: np.ndarray, domain: np.ndarray | None = None) -> np.ndarray:
+def on_domain(family, instances: np.ndarray, fields: np.ndarray, domain: np.ndarray | None = None) -> np.ndarray:
     """``fields`` (S, *grid) or (S, C, *grid) of ``params`` with every unknown zero at the nodes outside each
     instance's own domain (a family with the ``domain`` capability; ``domain``: its signed distance when already
     at hand), else as they are. Every field a report or file shows goes through here: the network's, the
     truth, the floor, a classical solve's, a polished one."""
-    domain = domain_of(problem, params) if domain is None else domain
+    domain = domain_of(family, instances) if domain is None else domain
     return fields if domain is None else inside_only(fields, domain)
 
 
@@ -125,7 +125,7 @@ class FloorReport:
         }
 
 
-def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarray | None = None,
+def against_floor(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray | None = None,
                   progress=None) -> FloorReport:
     """Measure ``pred`` (S, ...) against ``problem.truth`` and the floor ``problem.discrete_optimum``
     (the family's ``reference`` and ``floor`` capabilities; without a floor, NaN floors).
@@ -137,24 +137,24 @@ def against_floor(problem, params: np.ndarray, pred: np.ndarray, truth: np.ndarr
     (:func:`on_domain`). A field that is not finite, or a truth that is zero (a relative error against it
     means nothing), raises :class:`EvaluationError` naming the instance.
     """
-    domain = domain_of(problem, params)
-    pred = on_domain(problem, params, pred, domain)
-    check_measurable(problem, params, pred, "DiffNet's field")
+    domain = domain_of(family, instances)
+    pred = on_domain(family, instances, pred, domain)
+    check_measurable(family, instances, pred, "DiffNet's field")
     t0 = time.perf_counter()
     if truth is None:
-        truth = reference_cache.truth(problem, params, progress)
-    truth = on_domain(problem, params, truth, domain)
-    check_measurable(problem, params, truth, f"the reference ({problem.truth_name()})", nonzero=True)
+        truth = reference_cache.truth(family, instances, progress)
+    truth = on_domain(family, instances, truth, domain)
+    check_measurable(family, instances, truth, f"the reference ({family.truth_name()})", nonzero=True)
     t1 = time.perf_counter()
-    if problem.has("floor"):
-        optimum, roots = reference_cache.discrete_optimum(problem, params, truth)
-        optimum = on_domain(problem, params, optimum, domain)
-        check_measurable(problem, params, optimum, f"the floor's field ({problem.floor_name()})")
-        floor, floor_name = relative_l2(optimum, truth), problem.floor_name()
+    if family.has("floor"):
+        optimum, roots = reference_cache.discrete_optimum(family, instances, truth)
+        optimum = on_domain(family, instances, optimum, domain)
+        check_measurable(family, instances, optimum, f"the floor's field ({family.floor_name()})")
+        floor, floor_name = relative_l2(optimum, truth), family.floor_name()
     else:
         optimum, roots, floor, floor_name = None, np.zeros(len(truth), dtype=bool), np.full(len(truth), np.nan), "none"
     t2 = time.perf_counter()
-    return FloorReport(truth, relative_l2(pred, truth), floor, roots, problem.truth_name(), floor_name,
+    return FloorReport(truth, relative_l2(pred, truth), floor, roots, family.truth_name(), floor_name,
                        t1 - t0, t2 - t1, optimum)
 
 
@@ -163,12 +163,12 @@ class EvaluationError(ValueError):
     command stops with one line naming the instance (exit status 2) instead of a table of NaN."""
 
 
-def instance_labels(problem, params: np.ndarray) -> list[str]:
+def instance_labels(family, instances: np.ndarray) -> list[str]:
     """One short label per instance, its parameter values by name: ``c = 4.1``, ``cx = 0.5, r = 0.12`` (named
     entries, up to four), or ``a = (0.31, -1.2, 2.9, 0.5, …)``."""
-    spec = problem.parameters
+    spec = family.parameters
     out = []
-    for row in np.asarray(params, dtype=np.float64).reshape(len(params), -1):
+    for row in np.asarray(instances, dtype=np.float64).reshape(len(instances), -1):
         if spec.shape == ():
             out.append(f"{spec.name} = {row[0]:.3g}")
         elif spec.names and len(row) <= 4:
@@ -178,7 +178,7 @@ def instance_labels(problem, params: np.ndarray) -> list[str]:
     return out
 
 
-def check_measurable(problem, params: np.ndarray, fields: np.ndarray, what: str, nonzero: bool = False) -> None:
+def check_measurable(family, instances: np.ndarray, fields: np.ndarray, what: str, nonzero: bool = False) -> None:
     """Raise :class:`EvaluationError` naming the first instance whose ``fields`` hold NaN or Inf or, with
     ``nonzero``, are zero at every node (inside its domain)."""
     rows = np.asarray(fields, dtype=np.float64).reshape(len(fields), -1)
@@ -187,14 +187,14 @@ def check_measurable(problem, params: np.ndarray, fields: np.ndarray, what: str,
     if not (bad.any() or zero.any()):
         return
     k = int(np.flatnonzero(bad | zero)[0])
-    params = np.asarray(params)
-    label = instance_labels(problem, params[k : k + 1])[0] if params.shape[1:] == problem.parameters.shape else \
-        f"its {problem.parameters.field or 'input'} field"
+    instances = np.asarray(instances)
+    label = instance_labels(family, instances[k : k + 1])[0] if instances.shape[1:] == family.parameters.shape else \
+        f"its {family.parameters.field or 'input'} field"
     if bad[k]:
         count = int((~np.isfinite(rows[k])).sum())
         raise EvaluationError(f"instance {k} ({label}): {what} has NaN or Inf at {count} of {rows[k].size} values; "
                               "no error can be measured against it")
     raise EvaluationError(f"instance {k} ({label}): {what} is zero at every node"
-                          + (" inside its domain" if problem.has("domain") else "")
+                          + (" inside its domain" if family.has("domain") else "")
                           + ": a relative error against a zero solution has no meaning (does the family as "
                           "configured have a load: a source, a traction, a held value other than 0?)")

@@ -45,9 +45,9 @@ def _encode(value, h) -> bool:
     return False
 
 
-def _path(problem, what: str, params: np.ndarray) -> Path | None:
+def _path(family, what: str, instances: np.ndarray) -> Path | None:
     root = os.environ.get(ENV)
-    if not root or not dataclasses.is_dataclass(problem):
+    if not root or not dataclasses.is_dataclass(family):
         return None
     from importlib.metadata import PackageNotFoundError, version
 
@@ -56,17 +56,17 @@ def _path(problem, what: str, params: np.ndarray) -> Path | None:
         h.update(version("deepfusion-diffnet").encode())
     except PackageNotFoundError:
         h.update(b"source")
-    h.update(f"{type(problem).__module__}.{type(problem).__qualname__}:{what}".encode())
-    for f in dataclasses.fields(problem):
+    h.update(f"{type(family).__module__}.{type(family).__qualname__}:{what}".encode())
+    for f in dataclasses.fields(family):
         h.update(f.name.encode())
-        if not _encode(getattr(problem, f.name), h):
+        if not _encode(getattr(family, f.name), h):
             return None
-    _encode(np.asarray(params, dtype=np.float64), h)
-    return Path(root) / str(getattr(problem, "name", "family")) / f"{what}-{h.hexdigest()}.npz"
+    _encode(np.asarray(instances, dtype=np.float64), h)
+    return Path(root) / str(getattr(family, "name", "family")) / f"{what}-{h.hexdigest()}.npz"
 
 
-def _cached(problem, what: str, params: np.ndarray, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    path = _path(problem, what, params)
+def _cached(family, what: str, instances: np.ndarray, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    path = _path(family, what, instances)
     if path is not None and path.is_file():
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -83,19 +83,19 @@ def _cached(problem, what: str, params: np.ndarray, compute: Callable[[], dict[s
     return result
 
 
-def truth(problem, params: np.ndarray, progress=None) -> np.ndarray:
+def truth(family, instances: np.ndarray, progress=None) -> np.ndarray:
     """``problem.truth(params)``, from the cache where it holds it."""
-    return _cached(problem, "truth", params, lambda: {"u": problem.truth(params, progress)})["u"]
+    return _cached(family, "truth", instances, lambda: {"u": family.truth(instances, progress)})["u"]
 
 
-def discrete_optimum(problem, params: np.ndarray, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def discrete_optimum(family, instances: np.ndarray, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``problem.discrete_optimum(params, initial=initial)``, from the cache where it holds it (the start
     ``initial`` is part of the key: where the loss has several optima it selects one)."""
-    key = np.concatenate([np.asarray(params, dtype=np.float64).ravel(), np.asarray(initial, dtype=np.float64).ravel()])
+    key = np.concatenate([np.asarray(instances, dtype=np.float64).ravel(), np.asarray(initial, dtype=np.float64).ravel()])
 
     def compute() -> dict[str, np.ndarray]:
-        optimum, roots = problem.discrete_optimum(params, initial=initial)
+        optimum, roots = family.discrete_optimum(instances, initial=initial)
         return {"u": optimum, "roots": np.asarray(roots)}
 
-    out = _cached(problem, "floor", key, compute)
+    out = _cached(family, "floor", key, compute)
     return out["u"], out["roots"]

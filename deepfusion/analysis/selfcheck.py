@@ -72,7 +72,7 @@ def check_grid(resolution: tuple[int, ...], levels: tuple[int, ...]) -> tuple[in
     return tuple(min(n, SMALL) for n in resolution)
 
 
-def stationarity(family, params: np.ndarray, u: np.ndarray) -> float:
+def stationarity(family, instances: np.ndarray, u: np.ndarray) -> float:
     """|g(u)| / |g(0)|: the loss's gradient, in the directions the network's output moves the field, at the field
     ``u`` (1, *grid) or (1, C, *grid) over that at the field of a zero output, for the instances ``params`` (1, ...).
 
@@ -81,11 +81,11 @@ def stationarity(family, params: np.ndarray, u: np.ndarray) -> float:
     reaction and not zero, are left out as training leaves them out. On a family with a domain only the nodes
     whose neighbours all lie inside it count: a solution is reported inside its domain alone (zero outside,
     where the loss may still have an extension of it), and a node's gradient reads its neighbours."""
-    p = torch.as_tensor(params, dtype=torch.float64)
+    p = torch.as_tensor(instances, dtype=torch.float64)
     shape = (len(p), len(family.unknowns), *family.resolution)
     zero = torch.zeros(shape, dtype=torch.float64)
     base = family.field(zero, p).detach()
-    weight = torch.as_tensor(_interior(family, params)[:, None].astype(np.float64)).expand(shape)
+    weight = torch.as_tensor(_interior(family, instances)[:, None].astype(np.float64)).expand(shape)
 
     def gradient(at: torch.Tensor) -> float:
         delta = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
@@ -99,15 +99,15 @@ def stationarity(family, params: np.ndarray, u: np.ndarray) -> float:
     return at_u / at_zero if at_zero > 0 else (0.0 if at_u == 0 else float("inf"))
 
 
-def _interior(family, params: np.ndarray) -> np.ndarray:
+def _interior(family, instances: np.ndarray) -> np.ndarray:
     """(S, *grid) bool: every node, or on a family with a domain the nodes whose 3^d neighbours lie inside it (the
     box's edge counts as inside)."""
     from diffnet.grid.nodal import node_data
 
     grid = tuple(family.resolution)
     if not family.has("domain"):
-        return np.ones((len(params), *grid), dtype=bool)
-    outside = node_data(family.domain(params), len(params), grid, f"{family.name}.domain(params)") > 0
+        return np.ones((len(instances), *grid), dtype=bool)
+    outside = node_data(family.domain(instances), len(instances), grid, f"{family.name}.domain(params)") > 0
     padded = np.pad(outside, [(0, 0)] + [(1, 1)] * len(grid))
     near = np.zeros_like(outside)
     for offset in itertools.product(range(3), repeat=len(grid)):  # a node next to an outside one, itself included
@@ -130,14 +130,14 @@ def _fields(family, name: str, value, count: int = 1) -> np.ndarray:
     return arr
 
 
-def check_family(small, params: np.ndarray) -> SelfCheck:
+def check_family(small, instances: np.ndarray) -> SelfCheck:
     """Check the family ``small`` (on the check's grid, :func:`check_grid`) against itself for the one instance
     ``params`` (1, ...): every member of its ``reference``, ``floor``, ``polish`` and ``input_fields`` capabilities
     runs and gives fields of the declared shape, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
     same-grid solution. Raises :class:`FamilyMismatch` (one line) on the first disagreement."""
     t0 = time.perf_counter()
     family, grid = small, tuple(small.resolution)
-    label = instance_labels(family, params)[0]
+    label = instance_labels(family, instances)[0]
     ran, solution, own = [], None, None
 
     def call(member: str, fn):
@@ -150,29 +150,29 @@ def check_family(small, params: np.ndarray) -> SelfCheck:
                                  f"{'x'.join(map(str, grid))} before training: {type(e).__name__}: {text}") from None
 
     if small.has("reference"):
-        truth = _fields(small, "truth", call("truth", lambda: reference_cache.truth(small, params)))
+        truth = _fields(small, "truth", call("truth", lambda: reference_cache.truth(small, instances)))
         # A family whose truth is its reference (the default, e.g. Burgers' converged Godunov) solves once.
         own_truth = getattr(type(small), "truth", Family.truth) is not Family.truth
-        reference = _fields(small, "reference", call("reference", lambda: small.reference(params))) if own_truth \
+        reference = _fields(small, "reference", call("reference", lambda: small.reference(instances))) if own_truth \
             else truth
         ran += ["truth", "reference"]
         own, solution = reference, f"its reference ({small.reference_name()})"
         if small.has("floor"):
-            optimum = call("discrete_optimum", lambda: reference_cache.discrete_optimum(small, params, truth)[0])
+            optimum = call("discrete_optimum", lambda: reference_cache.discrete_optimum(small, instances, truth)[0])
             own, solution = _fields(small, "discrete_optimum", optimum), f"its floor ({small.floor_name()})"
             ran.append("discrete_optimum")
     if small.has("polish") and own is not None:
-        _fields(small, "polish", call("polish", lambda: small.polish(params, own, 1)))
+        _fields(small, "polish", call("polish", lambda: small.polish(instances, own, 1)))
         ran.append("polish")
     if small.has("input_fields"):
-        fields, titles = call("input_fields", lambda: small.input_fields(params))
+        fields, titles = call("input_fields", lambda: small.input_fields(instances))
         if np.ndim(fields) != len(grid) + 1 or len(fields) != 1 or np.shape(fields)[1:] != tuple(grid):
             raise FamilyMismatch(f"problem.family: {family.name}.input_fields returned {list(np.shape(fields))} for "
                                  f"one instance on {list(grid)}; expected {[1, *grid]}")
         ran.append("input_fields")
     ratio = None
     if own is not None:
-        ratio = call("loss_terms", lambda: stationarity(small, params, own))
+        ratio = call("loss_terms", lambda: stationarity(small, instances, own))
         if not ratio <= GRADIENT_TOLERANCE:
             raise FamilyMismatch(
                 f"problem.family: the {family.name} family's loss and {solution} describe different problems: on one "

@@ -18,14 +18,14 @@ from diffnet.grid.nodal import over_unknowns
 __all__ = ["draw_parameters", "Moments", "run_study", "summary"]
 
 
-def draw_parameters(problem, n: int, distribution: str, seed: int) -> np.ndarray:
+def draw_parameters(family, n: int, distribution: str, seed: int) -> np.ndarray:
     """N instances of the family from one of its laws (``problem.parameters.distributions``; uniform on
     the training range for every family, standard normal for the KL families' coefficients)."""
-    spec = problem.parameters
+    spec = family.parameters
     if distribution not in spec.distributions:
-        raise ValueError(f"the {problem.name} family draws from {', '.join(spec.distributions)} "
+        raise ValueError(f"the {family.name} family draws from {', '.join(spec.distributions)} "
                          f"(got {distribution!r})")
-    return problem.draw(n, distribution, seed)
+    return family.draw(n, distribution, seed)
 
 
 @dataclass
@@ -113,7 +113,7 @@ class Study:
     kept: np.ndarray | None = None
 
 
-def run_study(solve_batch: Callable[[np.ndarray], tuple[np.ndarray, float]], params: np.ndarray, batch: int,
+def run_study(solve_batch: Callable[[np.ndarray], tuple[np.ndarray, float]], instances: np.ndarray, batch: int,
               label: str, keep: int = 0, say=print,
               inside: Callable[[np.ndarray], np.ndarray] | None = None) -> Study:
     """Solve ``params`` ``batch`` at a time and merge the moments, with a progress line every 5 s.
@@ -124,13 +124,13 @@ def run_study(solve_batch: Callable[[np.ndarray], tuple[np.ndarray, float]], par
     with a domain, gives the nodes each instance's domain holds (:class:`Moments`).
     """
     study = Study()
-    n = len(params)
+    n = len(instances)
     last = time.perf_counter()
     kept = []
     for start in range(0, n, batch):
-        fields, seconds = solve_batch(params[start : start + batch])
+        fields, seconds = solve_batch(instances[start : start + batch])
         study.seconds += seconds
-        study.moments.add(fields, None if inside is None else inside(params[start : start + batch]))
+        study.moments.add(fields, None if inside is None else inside(instances[start : start + batch]))
         if start < keep:
             kept.append(np.asarray(fields[: keep - start], dtype=np.float64))
         done = min(start + batch, n)

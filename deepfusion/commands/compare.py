@@ -12,7 +12,7 @@ from deepfusion.commands import warn
 from deepfusion.training.rundir import run_config, trained_model, training_time
 from deepfusion.configuration.inputs import InputError, check_output_file, require
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 
 def _check(args: argparse.Namespace) -> list[int]:
@@ -31,7 +31,7 @@ def _check(args: argparse.Namespace) -> list[int]:
     return threads
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     """The network's error and inference time, the classical sweep to equal accuracy, the report."""
     run_dir = Path(args.run_dir)
     run_config(run_dir)  # "not a run directory" before anything else
@@ -50,20 +50,20 @@ def run(args: argparse.Namespace, comm) -> int:
     t0 = time.perf_counter()
     run, model, path = trained_model(run_dir, args.checkpoint, warn)
     load_s = time.perf_counter() - t0
-    cfg, problem = run.cfg, run.problem
-    params = run.heldout_first(args.samples)
+    cfg, family = run.cfg, run.family
+    instances = run.heldout_first(args.samples)
     clock = PartClock()  # where the product's time goes, part by part
     generator = run.generator(clock)  # the network's fields, with its coarse correction if it has one
-    product = _product(problem, generator)
+    product = _product(family, generator)
     for capability in ("reference", "floor", "classical"):
-        require(problem, capability, "compare")
-    if args.polish and not problem.has("polish"):
-        warn(f"no \"DiffNet + k cycles\" rows: the {problem.name} family (as configured) declares no polish step")
+        require(family, capability, "compare")
+    if args.polish and not family.has("polish"):
+        warn(f"no \"DiffNet + k cycles\" rows: the {family.name} family (as configured) declares no polish step")
         args.polish = []
     grid = list(cfg.problem.resolution)
     train_seconds, ranks = training_time(run_dir)
-    print(f"deepfusion compare: {run_dir} ({problem.name}, {'x'.join(map(str, grid))}), checkpoint {path}; "
-          f"{len(params)} held-out instances; training took "
+    print(f"deepfusion compare: {run_dir} ({family.name}, {'x'.join(map(str, grid))}), checkpoint {path}; "
+          f"{len(instances)} held-out instances; training took "
           + (f"{train_seconds:.0f} s on {ranks or '?'} rank(s)" if train_seconds else "an unknown time")
           + "; every timed solve, network or classical, builds its own per-instance set-up", flush=True)
 
@@ -79,42 +79,42 @@ def run(args: argparse.Namespace, comm) -> int:
             apply_threads(t)
             print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
             pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(network, generator, p, b, clock=clock),
-                                                         params, args.batch, fresh=generator.clear_caches, clock=clock)
+                                                         instances, args.batch, fresh=generator.clear_caches, clock=clock)
         if torch.cuda.is_available():
             name = torch.cuda.get_device_name(0)
             print(f"  {label}, GPU ({name}, a different machine's figure):", flush=True)
             gpu = network.to("cuda")
             _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu, generator, p, b, clock=clock),
-                                                               params, args.batch, fresh=generator.clear_caches,
+                                                               instances, args.batch, fresh=generator.clear_caches,
                                                                clock=clock)
             network.to("cpu")
-        print(f"  reference: {problem.truth_name()}; floor: {problem.floor_name()} ...", flush=True)
-        acc = against_floor(problem, params, pred)
+        print(f"  reference: {family.truth_name()}; floor: {family.floor_name()} ...", flush=True)
+        acc = against_floor(family, instances, pred)
         target = float(acc.error.mean())
         print(f"  {label}: error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
               f"classical sweep to that error (within {TIE - 1:.0%}), coarse to fine:", flush=True)
-        points = classical_sweep(problem, params, acc.truth, target)
+        points = classical_sweep(family, instances, acc.truth, target)
         sweeps += points
         best = cheapest(points, target)
         if baseline is None and best is not None:  # the family's baseline on the first product's matched grid
-            baseline = reference_row(problem, params, acc.truth, best.grid)
+            baseline = reference_row(family, instances, acc.truth, best.grid)
         if baseline is not None and label == product:
-            methods = dict(problem.classical_methods)
-            print(f"    the family's baseline, {methods.get(problem.classical_baseline, problem.classical_baseline)}, on "
+            methods = dict(family.classical_methods)
+            print(f"    the family's baseline, {methods.get(family.classical_baseline, family.classical_baseline)}, on "
                   f"the same grid: {baseline.seconds * 1e3:.2f} ms per instance, {baseline.seconds / best.seconds:.1f}x "
                   f"the time of the cheapest match ({methods.get(best.method, best.method)})", flush=True)
         rows += [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
                              train_seconds=train_seconds) | {"product": label}
                  for (device, t), timing in inference.items()]
         for k in args.polish:
-            rows += _polished_rows(problem, (network, generator), params, acc, k, (threads, args.batch),
+            rows += _polished_rows(family, (network, generator), instances, acc, k, (threads, args.batch),
                                    (label, train_seconds))
     points = list({(p.method, p.grid): p for p in reversed(sweeps)}.values())[::-1]  # each configuration once
     report = {
-        "run_dir": str(run_dir), "checkpoint": str(path), "problem": problem.name, "resolution": grid,
-        "methods": dict(problem.classical_methods),
+        "run_dir": str(run_dir), "checkpoint": str(path), "problem": family.name, "resolution": grid,
+        "methods": dict(family.classical_methods),
         "model": {"name": cfg.model.name, "channels": list(cfg.model.channels), "dtype": cfg.train.dtype},
-        "samples": len(params), "instances": params.tolist(), "model_load_s": load_s,
+        "samples": len(instances), "instances": instances.tolist(), "model_load_s": load_s,
         "reference": acc.truth_name, "floor_is": acc.floor_name, "train_ranks": ranks,
         "classical_threads": "the classical solvers here are serial (numba, scipy sparse, pyamg)",
         "rows": rows, "sweep": [p.as_dict() for p in points],
@@ -130,12 +130,12 @@ def run(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _product(problem, generator) -> str:
+def _product(family, generator) -> str:
     """What the network product is called in the rows: the network, with its coarse solve if it has one."""
-    return "DiffNet" if generator is problem else f"DiffNet + coarse solve ({generator.coarse_text()})"
+    return "DiffNet" if generator is family else f"DiffNet + coarse solve ({generator.coarse_text()})"
 
 
-def _polished_rows(problem, network: tuple, params, acc, cycles: int, timing: tuple[list[int], int],
+def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: tuple[list[int], int],
                    product: tuple[str, float | None]) -> list[dict]:
     """"``product`` + k cycles": the network's fields (``network`` = (model, generator): the generator's field,
     with its coarse correction) then ``cycles`` classical iterations, timed together (``timing``: the thread
@@ -148,18 +148,18 @@ def _polished_rows(problem, network: tuple, params, acc, cycles: int, timing: tu
     from deepfusion.analysis.inference import against_floor, predict
     from deepfusion.parallel.runtime import apply_threads
 
-    label = f"{product} + {cycles} {problem.polish_step}{'s' if cycles != 1 else ''}"
-    problem.polish(params[:1], predict(model, generator, params[:1]), cycles)
+    label = f"{product} + {cycles} {family.polish_step}{'s' if cycles != 1 else ''}"
+    family.polish(instances[:1], predict(model, generator, instances[:1]), cycles)
     timings = {}
     for t in threads:
         apply_threads(t)
         print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        fields, timings[t] = time_inference(lambda p, b: problem.polish(p, predict(model, generator, p, b), cycles),
-                                            params, batch, fresh=generator.clear_caches)
-    polished = against_floor(problem, params, fields, truth=acc.truth)
+        fields, timings[t] = time_inference(lambda p, b: family.polish(p, predict(model, generator, p, b), cycles),
+                                            instances, batch, fresh=generator.clear_caches)
+    polished = against_floor(family, instances, fields, truth=acc.truth)
     target = float(polished.error.mean())
     print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f}); "
           f"classical sweep to that error:", flush=True)
-    points = classical_sweep(problem, params, acc.truth, target)
+    points = classical_sweep(family, instances, acc.truth, target)
     return [compare_row(device="cpu", threads=t, accuracy=polished, inference=timing, points=points, baseline=None,
                         train_seconds=train_seconds) | {"product": label} for t, timing in timings.items()]

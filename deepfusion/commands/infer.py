@@ -11,10 +11,10 @@ from pathlib import Path
 from deepfusion.commands import warn
 from deepfusion.configuration.inputs import InputError, check_output_file, command_line_instances, dataset_name
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.derived import derived_fields, quantities
     from deepfusion.analysis.inference import domain_of
     from deepfusion.files.fields import Layout, write_fields
@@ -29,22 +29,22 @@ def run(args: argparse.Namespace, comm) -> int:
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
-        params = command_line_instances(surrogate.problem, args.c, args.coeffs, args.nu, args.param, (2, 3, 4))
+        instances = command_line_instances(surrogate.family, args.c, args.coeffs, args.nu, args.param, (2, 3, 4))
     for w in caught:
         warn(str(w.message))
-    tiling = _tiling(args.domain, surrogate.problem.resolution, comm)
+    tiling = _tiling(args.domain, surrogate.family.resolution, comm)
     t0 = time.perf_counter()
-    u = surrogate.fields(params, polish=args.polish, tiling=tiling)
+    u = surrogate.fields(instances, polish=args.polish, tiling=tiling)
     seconds = time.perf_counter() - t0
     if comm.rank != 0:
         return 0
     attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
-    problem = surrogate.problem
-    derived, values = derived_fields(problem, params, u), quantities(problem, params, u)
-    datasets = {dataset_name(problem, params): params} | values  # each quantity of interest one value per instance
-    out = write_fields(args.out, u, problem.coordinates(), datasets, attrs, domain_of(problem, params),
-                       Layout.of(problem), derived)
-    n = len(params)
+    family = surrogate.family
+    derived, values = derived_fields(family, instances, u), quantities(family, instances, u)
+    datasets = {dataset_name(family, instances): instances} | values  # each quantity of interest one value per instance
+    out = write_fields(args.out, u, family.coordinates(), datasets, attrs, domain_of(family, instances),
+                       Layout.of(family), derived)
+    n = len(instances)
     what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
           f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}"

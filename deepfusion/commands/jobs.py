@@ -7,18 +7,19 @@ import sys
 from pathlib import Path
 
 from deepfusion.configuration.config import load_config
+from deepfusion.configuration.run import Run
 from deepfusion.configuration.inputs import InputError
 from deepfusion.configuration.split import unet_alignment
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     """Print a job script for a cluster, rendered from jobs/ with validated values."""
     from deepfusion.jobs import JobError, JobRequest, render_job
     from deepfusion.parallel.runtime import available_cores, find_mpiexec, mpiexec_mismatch
 
-    cfg = load_config(args.config)  # a job that would fail on its config fails here instead
+    cfg = Run.from_config(load_config(args.config)).cfg  # a job that would fail on its config fails here instead
     if args.cluster == "local" and (why := mpiexec_mismatch()):  # a launcher of another MPI starts singletons
         raise InputError(why)
     try:

@@ -11,14 +11,14 @@ import warnings
 from deepfusion.configuration.inputs import (InputError, ParameterRangeWarning, check_output_file, check_resolution,
                                command_line_instances, dataset_name, require)
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 
 def _progress(k: int, n: int) -> None:
     print(f"  solved {k}/{n}", flush=True)
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of, on_domain
     from deepfusion.configuration.config import family_table, load_config, parse_override
     from deepfusion.configuration.registry import FamilyError, family_class
@@ -40,22 +40,22 @@ def run(args: argparse.Namespace, comm) -> int:
         if parse_override(text)[0] != table:
             raise InputError(f"--set {text}: reference takes the family's own keys only ({table}.KEY=VALUE)")
     run = Run.from_config(cfg)
-    problem = run.problem
-    require(problem, "reference", "reference")
+    family = run.family
+    require(family, "reference", "reference")
     with warnings.catch_warnings():  # a classical solve has no training range
         warnings.simplefilter("ignore", ParameterRangeWarning)
-        params = command_line_instances(problem, args.c, args.coeffs, args.nu, args.param,
+        instances = command_line_instances(family, args.c, args.coeffs, args.nu, args.param,
                                         (len(resolution), len(resolution) + 1))
-    solve, name = (problem.truth, problem.truth_name()) if args.truth else (problem.reference, problem.reference_name())
-    domain = domain_of(problem, params)
+    solve, name = (family.truth, family.truth_name()) if args.truth else (family.reference, family.reference_name())
+    domain = domain_of(family, instances)
     t0 = time.perf_counter()
-    u = on_domain(problem, params, solve(params, progress=_progress), domain)  # a domain's fields: inside it only
+    u = on_domain(family, instances, solve(instances, progress=_progress), domain)  # a domain's fields: inside it only
     seconds = time.perf_counter() - t0
     # The file says which of the two it holds: the evaluation's truth or the family's same-grid reference.
     attrs = run.field_attrs("truth" if args.truth else "reference") | {"reference": name}
-    out = write_fields(args.out, u, problem.coordinates(), {dataset_name(problem, params): params}, attrs,
-                       domain, Layout.of(problem))
-    n = len(params)
-    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {problem.name} "
+    out = write_fields(args.out, u, family.coordinates(), {dataset_name(family, instances): instances}, attrs,
+                       domain, Layout.of(family))
+    n = len(instances)
+    print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} solution{'s' if n != 1 else ''} of the {family.name} "
           f"family ({'the independent reference: ' if args.truth else ''}{name}) in {seconds:.2f} s")
     return 0

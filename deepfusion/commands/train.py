@@ -20,7 +20,7 @@ from deepfusion.training.rundir import initial_weights, resume_point, trained_se
 from deepfusion.configuration.inputs import InputError
 from diffnet.backend.clock import CORRECTION_PARTS, PartClock
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 EXIT_DIVERGED = 3
 EXIT_OUT_OF_MEMORY = 5
@@ -70,8 +70,8 @@ def _setup_device(cfg: Config, comm) -> str:
 def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank") -> None:
     from deepfusion.parallel.partition import local_batch_size
 
-    test, params = run.heldout, run.training
-    rows_t, rows_p = test.reshape(len(test), -1), params.reshape(len(params), -1)
+    test, training = run.heldout, run.training
+    rows_t, rows_p = test.reshape(len(test), -1), training.reshape(len(training), -1)
     overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
     if overlap.any():
         print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
@@ -82,7 +82,7 @@ def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank")
                   f"{b_loc * groups} samples ({b_loc} per {unit})", file=sys.stderr)
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     """Train the config on every rank of ``comm``; rank 0 writes and prints."""
     cfg = agree(comm, lambda: _load_run_config(args))
     from deepfusion.parallel.runtime import apply_threads, resolve_threads
@@ -93,17 +93,21 @@ def run(args: argparse.Namespace, comm) -> int:
 
     import torch
 
+    # The family, its instances and levels, built and checked once for the whole command.
+    run = agree(comm, lambda: Run.from_config(cfg))
+    family = run.family
+
     from deepfusion.training.rundir import truncate_metrics
     from deepfusion.parallel.gradsync import ParameterDrift
     from deepfusion.configuration.split import split_of
     from deepfusion.parallel.halo import DomainSplit, data_group
     from deepfusion.parallel.partition import local_batch_size
-    from deepfusion.training.schedule import build_schedule, total_steps
+    from deepfusion.training.schedule import total_steps
     from deepfusion.training.context import TrainingContext
     from deepfusion.training.recorder import TrainingDiverged
     from deepfusion.training.trainer import train
 
-    stages = build_schedule(cfg)
+    stages = run.stages
     try:
         splits = split_of(cfg)
         domain = None if splits is None else DomainSplit(comm, splits)
@@ -123,8 +127,6 @@ def run(args: argparse.Namespace, comm) -> int:
     # refusal on any rank a refusal on all.
     resume_from, ckpt, extended = agree(comm, lambda: resume_point(run_dir, args.resume, cfg, warn if leader else say))
     torch.manual_seed(cfg.data.seed)
-    run = Run.from_config(cfg)  # the family, its instances and levels, built once for the whole command
-    problem = run.problem
     clock = PartClock()  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
     device = _setup_device(cfg, comm)
     model = run.build_model()
@@ -132,9 +134,8 @@ def run(args: argparse.Namespace, comm) -> int:
     if args.init_from is not None and ckpt is None:
         init_from = agree(comm, lambda: initial_weights(Path(args.init_from), model, warn if leader else say))
     model = model.to(device)
-    params = agree(comm, lambda: _training_instances(run))
     # Rank 0 checks the family against itself (the same answer on every rank), before anything is written.
-    checked = agree(comm, lambda: _family_check(run, params) if leader else None)
+    checked = agree(comm, lambda: _family_check(run) if leader else None)
     start_step = ckpt.step if ckpt is not None else 0
     total = total_steps(cfg.train, stages)
     if ckpt is not None:
@@ -161,8 +162,7 @@ def run(args: argparse.Namespace, comm) -> int:
 
         try:
             with stop_on_signals() as stop:
-                result = train(model, problem, params, cfg.train, dataclasses.replace(ctx, stop=stop), resume=ckpt,
-                               stages=stages, level=run.levels(model, clock))
+                result = train(run, model, dataclasses.replace(ctx, stop=stop), resume=ckpt, clock=clock)
         except (TrainingDiverged, ParameterDrift) as exc:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace, comm) -> int:
         from deepfusion.analysis.inference import predict
 
         t0 = time.perf_counter()
-        fields = predict(model, problem, run.heldout, tiling=domain.tiling(problem.resolution))
+        fields = predict(model, family, run.heldout, tiling=domain.tiling(family.resolution))
         pred = (fields, time.perf_counter() - t0)
     if leader:
         from deepfusion.analysis.evaluate import evaluate_run
@@ -212,10 +212,10 @@ def _announce(run: Run, args: argparse.Namespace, ctx, model, stages, start: tup
     import torch
 
     resume_from, ckpt, extended, init_from = start
-    cfg, problem, samples = run.cfg, run.problem, len(run.training)
+    cfg, family, samples = run.cfg, run.family, len(run.training)
     say = ctx.log
     say(
-        f"deepfusion: training {problem.name} {tuple(cfg.problem.resolution)} {problem.describe()} "
+        f"deepfusion: training {family.name} {tuple(cfg.problem.resolution)} {family.describe()} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {samples} samples, "
         + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
@@ -271,17 +271,7 @@ def _out_of_memory_line(cfg: Config, comm, domain) -> str:
             f"activations (model.checkpoint_activations = true)")
 
 
-def _training_instances(run: Run) -> np.ndarray:
-    """The training set, every instance of which the family finds valid (else one line naming the first)."""
-    params = run.training
-    try:
-        run.problem.check_instances(params)
-    except ValueError as e:
-        raise InputError(f"data: the training set's {e} (the family's check_instances)") from None
-    return params
-
-
-def _family_check(run: Run, params: np.ndarray):
+def _family_check(run: Run):
     """The family checked against itself on one training instance (:mod:`deepfusion.analysis.selfcheck`): on the
     check's small grid, or on the run's own where the family refuses that one; a disagreement is one line."""
     from deepfusion.analysis.selfcheck import FamilyMismatch, check_family, check_grid
@@ -289,12 +279,12 @@ def _family_check(run: Run, params: np.ndarray):
     cfg = run.cfg
     grid = check_grid(tuple(cfg.problem.resolution), tuple(cfg.multigrid.levels))
     try:
-        return check_family(run.on_grid(grid), params[:1])
+        return check_family(run.on_grid(grid), run.training[:1])
     except (FamilyMismatch, ValueError) as small_grid:
         if grid == tuple(cfg.problem.resolution) or cfg.multigrid.levels:  # the grid training itself visits
             raise InputError(str(small_grid)) from None
     try:  # a family that refuses the small grid without levels: on the run's own
-        return check_family(run.problem, params[:1])
+        return check_family(run.family, run.training[:1])
     except (FamilyMismatch, ValueError) as e:
         raise InputError(str(e)) from None
 

@@ -14,7 +14,7 @@ import numpy as np
 from deepfusion.commands import warn
 from deepfusion.configuration.inputs import InputError, check_output_file, require
 
-__all__ = ["run"]
+__all__ = ["command"]
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -35,13 +35,13 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     from deepfusion.analysis.equal_accuracy import cheapest
     from deepfusion.analysis.inference import on_domain, relative_l2
 
-    problem = surrogate.problem
+    family = surrogate.family
     held = surrogate.run.heldout[:4]
     # Only the error is needed here: the reference, not the floor (compare reports that).
-    truth = on_domain(problem, held, reference_cache.truth(problem, held))
+    truth = on_domain(family, held, reference_cache.truth(family, held))
     target = float(relative_l2(surrogate.fields(held), truth).mean())
     say(f"  DiffNet error {target:.4f} on {len(held)} held-out instances; classical sweep to that error:")
-    best = cheapest(classical_sweep(problem, held, truth, target, say), target)
+    best = cheapest(classical_sweep(family, held, truth, target, say), target)
     if best is None:
         raise InputError("--classical: no classical configuration in the sweep is as accurate as this network "
                          "(below the reference's own grid); compare against the reference instead")
@@ -52,25 +52,25 @@ class Outputs:
     """The moments of a family's derived fields (each scalar, and each tensor component as ``stress_xx``) and the
     values of its quantities of interest, over the instances solved (nothing for a family with neither)."""
 
-    def __init__(self, problem, inside) -> None:
+    def __init__(self, family, inside) -> None:
         from deepfusion.analysis.uq import Moments
 
-        self.problem, self.inside, self._moments = problem, inside, Moments
+        self.family, self.inside, self._moments = family, inside, Moments
         self.moments: dict = {}
         self.values: dict[str, list] = {}
 
-    def add(self, params: np.ndarray, fields: np.ndarray) -> None:
+    def add(self, instances: np.ndarray, fields: np.ndarray) -> None:
         from deepfusion.analysis.derived import derived_fields, quantities
         from deepfusion.files.fields import TENSOR_COMPONENTS
 
-        grid = len(self.problem.resolution)
-        mask = None if self.inside is None else self.inside(params)
-        for name, value in derived_fields(self.problem, params, fields).items():
+        grid = len(self.family.resolution)
+        mask = None if self.inside is None else self.inside(instances)
+        for name, value in derived_fields(self.family, instances, fields).items():
             parts = {name: value} if value.ndim == 1 + grid else \
                 {f"{name}_{c}": value[:, k] for k, c in enumerate(TENSOR_COMPONENTS[grid])}
             for key, part in parts.items():
                 self.moments.setdefault(key, self._moments()).add(part, mask)
-        for name, value in quantities(self.problem, params, fields).items():
+        for name, value in quantities(self.family, instances, fields).items():
             self.values.setdefault(name, []).extend(np.asarray(value, dtype=np.float64).tolist())
 
     def fields(self) -> dict[str, np.ndarray]:
@@ -83,7 +83,7 @@ class Outputs:
                     "min": float(np.min(v)), "max": float(np.max(v))} for k, v in self.values.items()}
 
 
-def run(args: argparse.Namespace, comm) -> int:
+def command(args: argparse.Namespace, comm) -> int:
     from deepfusion.analysis.inference import domain_of
     from deepfusion.analysis.uq import draw_parameters, run_study
     from deepfusion.analysis.uq import summary as field_summary
@@ -99,32 +99,32 @@ def run(args: argparse.Namespace, comm) -> int:
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
     for w in caught:
         warn(str(w.message))
-    spec = surrogate.problem.parameters
+    spec = surrogate.family.parameters
     if args.classical:
-        require(surrogate.problem, "classical", "--classical")
-        require(surrogate.problem, "reference", "--classical")
+        require(surrogate.family, "classical", "--classical")
+        require(surrogate.family, "reference", "--classical")
     try:
-        params = draw_parameters(surrogate.problem, args.samples, args.distribution, args.seed)
+        instances = draw_parameters(surrogate.family, args.samples, args.distribution, args.seed)
     except ValueError as e:
         raise InputError(f"--distribution: {e}") from None
     try:
-        surrogate.problem.check_instances(params)
+        surrogate.family.check_instances(instances)
     except ValueError as e:
         raise InputError(f"--distribution {args.distribution}: the drawn {e} (the family's check_instances)") from None
-    outside = int(spec.outside(params).sum()) if params.shape[1:] == spec.shape else 0
+    outside = int(spec.outside(instances).sum()) if instances.shape[1:] == spec.shape else 0
     if outside:
-        warn(f"{outside} of {len(params)} drawn instances lie outside the training range {spec.range_text()} "
+        warn(f"{outside} of {len(instances)} drawn instances lie outside the training range {spec.range_text()} "
              f"(the network extrapolates there)")
     name = spec.name
-    print(f"deepfusion uq: {run_dir} ({surrogate.problem.name}, {'x'.join(map(str, cfg.problem.resolution))}), "
+    print(f"deepfusion uq: {run_dir} ({surrogate.family.name}, {'x'.join(map(str, cfg.problem.resolution))}), "
           f"checkpoint {surrogate.checkpoint}; {args.samples} instances, {name} {args.distribution}, seed {args.seed}"
           + ("; each side's time includes its own per-instance set-up" if args.classical else ""), flush=True)
     keep = min(args.reference_samples, args.samples) if args.classical else 0
 
-    problem = surrogate.problem
+    family = surrogate.family
     # A domain that moves with the instance: each node's statistics over the samples whose domain holds it.
-    inside = (lambda p: domain_of(problem, p) <= 0) if problem.has("domain") else None
-    outputs = Outputs(problem, inside)
+    inside = (lambda p: domain_of(family, p) <= 0) if family.has("domain") else None
+    outputs = Outputs(family, inside)
 
     def network(p: np.ndarray) -> tuple[np.ndarray, float]:
         t0 = time.perf_counter()
@@ -134,26 +134,26 @@ def run(args: argparse.Namespace, comm) -> int:
         return u, seconds
 
     surrogate.clear_caches()  # each side pays its own per-instance set-up (a cut domain's quadrature)
-    diffnet = run_study(network, params, args.batch, "DiffNet", keep, inside=inside)
+    diffnet = run_study(network, instances, args.batch, "DiffNet", keep, inside=inside)
     fields = {"mean": diffnet.moments.mean_inside, "std": diffnet.moments.std}
     if inside is not None:  # a statistic of the grid alone: for several unknowns, that of the first (each has the same)
         fraction = diffnet.moments.inside_fraction
         fields["inside_fraction"] = fraction if fraction.ndim == len(surrogate.grid) else fraction[0]
-    summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": surrogate.problem.name,
+    summary = {"run_dir": str(run_dir), "checkpoint": str(surrogate.checkpoint), "problem": surrogate.family.name,
                "samples": args.samples, "distribution": args.distribution, "seed": args.seed,
                "diffnet_seconds": diffnet.seconds}
     if args.classical:
-        summary.update(_classical_study(surrogate, params, args.batch, keep, diffnet, fields, run_dir, inside))
+        summary.update(_classical_study(surrogate, instances, args.batch, keep, diffnet, fields, run_dir, inside))
     mean = diffnet.moments.mean_inside
     nodes_inside = int(np.isfinite(mean if mean.ndim == len(surrogate.grid) else mean[0]).sum())
-    fields = _per_field(fields, surrogate.problem.unknowns, len(surrogate.grid)) | outputs.fields()
+    fields = _per_field(fields, surrogate.family.unknowns, len(surrogate.grid)) | outputs.fields()
     summary["fields"] = field_summary(fields, surrogate.grid)
     if outputs.values:
         summary["quantities"] = outputs.quantities()
     attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "samples": args.samples,
                                            "distribution": args.distribution, "seed": args.seed,
                                            "std_divisor": "N - 1"}
-    out = write_statistics(args.out, fields, surrogate.grid, {name: params}, attrs)
+    out = write_statistics(args.out, fields, surrogate.grid, {name: instances}, attrs)
     report = Path(args.out).with_suffix(".json")
     report.write_text(json.dumps(summary, indent=2) + "\n")
     from deepfusion.files.plots import plot_statistics
@@ -193,7 +193,7 @@ def _per_field(fields: dict[str, np.ndarray], unknowns: tuple[str, ...], dims: i
     return out
 
 
-def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, inside) -> dict:
+def _classical_study(surrogate, instances, batch, keep, diffnet, fields, run_dir, inside) -> dict:
     """The classical side: its statistics, time, and both methods against a converged Monte Carlo reference."""
     from deepfusion.analysis import reference_cache
     from deepfusion.analysis.compare import measure_classical
@@ -205,15 +205,15 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
     method, grid, target = _classical(surrogate, print)
 
     def classical(p: np.ndarray) -> tuple[np.ndarray, float]:
-        fields, seconds = measure_classical(surrogate.problem, p, method, grid)
+        fields, seconds = measure_classical(surrogate.family, p, method, grid)
         return fields, sum(seconds)
 
-    surrogate.problem.clear_caches()  # the classical side builds its own set-up, as the network's did
-    study = run_study(classical, params, batch, f"classical {method} {grid}", keep, inside=inside)
+    surrogate.family.clear_caches()  # the classical side builds its own set-up, as the network's did
+    study = run_study(classical, instances, batch, f"classical {method} {grid}", keep, inside=inside)
     fields["classical_mean"], fields["classical_std"] = study.moments.mean_inside, study.moments.std
-    print(f"  reference ({surrogate.problem.truth_name()}) on the first {keep} instances ...", flush=True)
-    mask = None if inside is None else inside(params[:keep])
-    truth = on_domain(surrogate.problem, params[:keep], reference_cache.truth(surrogate.problem, params[:keep]))
+    print(f"  reference ({surrogate.family.truth_name()}) on the first {keep} instances ...", flush=True)
+    mask = None if inside is None else inside(instances[:keep])
+    truth = on_domain(surrogate.family, instances[:keep], reference_cache.truth(surrogate.family, instances[:keep]))
     ref, net, cls = Moments(), Moments(), Moments()
     ref.add(truth, mask)
     net.add(diffnet.kept, mask)
@@ -224,10 +224,10 @@ def _classical_study(surrogate, params, batch, keep, diffnet, fields, run_dir, i
         known = np.isfinite(a) & np.isfinite(b)
         return float(relative_l2(np.where(known, a, 0.0)[None], np.where(known, b, 0.0)[None])[0])
 
-    n = len(params)
+    n = len(instances)
     return {
         "classical_method": method, "classical_grid": grid, "target_error": target,
-        "classical_seconds": study.seconds, "reference": surrogate.problem.truth_name(), "reference_samples": keep,
+        "classical_seconds": study.seconds, "reference": surrogate.family.truth_name(), "reference_samples": keep,
         "mean_error_diffnet": whole(net.mean_inside, ref.mean_inside),
         "mean_error_classical": whole(cls.mean_inside, ref.mean_inside),
         "std_error_diffnet": whole(net.std, ref.std), "std_error_classical": whole(cls.std, ref.std),

@@ -11,7 +11,6 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from deepfusion.configuration.family_checks import checked_family
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
@@ -82,28 +81,6 @@ def _build_section(section: str, values: dict[str, Any], cls: type | None = None
     return cls(**kwargs)
 
 
-def _check_second_stage(cfg: Config, family: type, configured: Any) -> None:
-    what = "train.second_stage_epochs: a second stage"
-    if not configured.has("precondition"):
-        raise ConfigError(f"{what} is fed the first stage's preconditioned residual, and the {family.name} family "
-                          f"(as configured) does not declare the 'precondition' capability; use 0")
-    if has_lbfgs(cfg.train.optimizer):
-        raise ConfigError(f"{what} follows Adam or SGD, not an L-BFGS phase; use train.optimizer = 'adam' or 'sgd'")
-    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
-
-
-def _check_coarse_correction(cfg: Config, family: type, configured: Any) -> None:
-    what = "model.coarse_correction"
-    if not configured.has("precondition"):
-        lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
-        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
-                          f"configured) does not declare the 'precondition' capability{lever}; use 0")
-    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
-                          f"model.coarse_correction = 0")
-
-
 def _cross_checks(cfg: Config, family: type) -> None:
     """Constraints that involve more than one key."""
     if len(cfg.problem.resolution) != family.dims:
@@ -112,25 +89,7 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.data.sampling not in family.samplings:
         raise ConfigError(f"data.sampling: the {family.name} family samples its instances by "
                           f"{', '.join(family.samplings)} (got {cfg.data.sampling!r})")
-    configured = checked_family(cfg, family)  # the family as the run has it, tried on one instance
     t = cfg.train
-    if t.second_stage_epochs:
-        _check_second_stage(cfg, family, configured)
-    if t.loss == "preconditioned" and not configured.has("precondition"):
-        raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
-                          f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
-    if t.loss == "preconditioned" and t.precondition_form == "loss" and hasattr(configured, "assembled_correction"):
-        raise ConfigError(f"train.precondition_form: the {family.name} family gives B g from its assembled system, "
-                          "not as a torch V-cycle the 'loss' form differentiates; use 'target'")
-    if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
-                          "use parallel.domain = [] or train.loss = 'family'")
-    hessian = t.loss == "preconditioned" or cfg.model.coarse_correction or t.second_stage_epochs
-    if hessian and cfg.parallel.cuda_graphs and getattr(configured, "assembled_correction", None) is not None:
-        raise ConfigError(f"parallel.cuda_graphs: the {family.name} family gives B g from its assembled system (numpy, "
-                          "on the host), which a CUDA graph cannot capture; use parallel.cuda_graphs = false")
-    if cfg.model.coarse_correction:
-        _check_coarse_correction(cfg, family, configured)
     if t.lbfgs_batch > cfg.data.n_train:
         raise ConfigError(f"train.lbfgs_batch: must be <= data.n_train ({cfg.data.n_train}) (got {t.lbfgs_batch})")
     if has_lbfgs(t.optimizer) and t.lbfgs_mode == "multibatch":

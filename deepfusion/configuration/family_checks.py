@@ -1,39 +1,99 @@
-"""The family a configuration names, tried on one instance before anything is written: the checks that need its
-code to run (its keys among themselves, its inputs against ``in_channels``, its field's and its domain's shapes,
-the training set's draw, the members of its capabilities, a load, private hooks of an earlier version, and for
-the coarse correction whether its loss is quadratic). Each failure is one line (:class:`ConfigError`), an error of
-the family's own code included. What needs a solve (its truth, its floor, the loss at its own solution) is tried
-before training, by :mod:`deepfusion.analysis.selfcheck`."""
+"""The family a configuration names, built on its grid and tried on one instance before anything is written:
+the checks that need its code to run (its keys among themselves, its inputs against ``in_channels``, its field's
+and its domain's shapes, the training set's draw and each of its instances, the members of its capabilities, a
+load, private hooks of an earlier version, the capabilities its training asks for, and for the coarse correction
+whether its loss is quadratic). :meth:`deepfusion.configuration.run.Run.from_config` runs them once, and the
+:class:`~deepfusion.configuration.run.Run` hands the family on. Each failure is one line (:class:`ConfigError`), an
+error of the family's own code included. What needs a solve (its truth, its floor, the loss at its own solution) is
+tried before training, by :mod:`deepfusion.analysis.selfcheck`."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import math
+from typing import TYPE_CHECKING
 
-from deepfusion.configuration.registry import configured_family
-from deepfusion.configuration.schema import Config, ConfigError
+import numpy as np
+
+from deepfusion.configuration.registry import family_class
+from deepfusion.configuration.schema import Config, ConfigError, has_lbfgs
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["checked_family", "quadratic"]
 
 
-def checked_family(cfg: Config, family: type) -> Any:
-    """The family of ``cfg`` on its grid (the object the run takes: :func:`~deepfusion.configuration.registry.configured_family`),
-    after its checks on one instance; raises :class:`ConfigError`, one line, on the first that fails."""
+def checked_family(cfg: Config) -> tuple[Family, np.ndarray]:
+    """The family of ``cfg`` on its grid and its training set (``data.n_train`` draws, each instance checked by the
+    family), after the checks on one instance; raises :class:`ConfigError`, one line, on the first that fails."""
+    family = family_class(cfg.problem.family)
     resolution = tuple(cfg.problem.resolution)
     _retired(family)
     with _family_errors(family):
         family.check_options(cfg.family_keys, n_train=cfg.data.n_train, sampling=cfg.data.sampling, resolution=resolution)
-        configured = configured_family(cfg.problem.family, cfg.family_keys, resolution)
+        configured = family.from_options(cfg.family_keys, resolution)
         _first_inputs(configured)
         _first_field(configured)
-    try:  # the training set's draw, as training will make it (a tensor grid needs n = k^m, a list its length)
-        first = configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)[0]
+    try:  # the training set's draw (a tensor grid needs n = k^m, a list its length)
+        training = configured.sample(cfg.data.n_train, cfg.data.sampling, cfg.data.seed)
     except ValueError as e:
         raise ConfigError(f"data.sampling: {str(e).splitlines()[0]}") from None
+    try:
+        configured.check_instances(training)
+    except ValueError as e:
+        raise ConfigError(f"data: the training set's {str(e).splitlines()[0]} (the family's check_instances)") from None
     _check_members(configured)
     with _family_errors(family):
-        _first_load(configured, first)
-    return configured
+        _first_load(configured, training[0])
+    _training_needs(cfg, family, configured)
+    return configured, training
+
+
+def _training_needs(cfg: Config, family: type, configured: Family) -> None:
+    """The capabilities and shapes the configured training asks of the family: a second stage, the preconditioned
+    loss and the coarse correction need its Hessian and each sample whole."""
+    t = cfg.train
+    if t.second_stage_epochs:
+        _check_second_stage(cfg, family, configured)
+    if t.loss == "preconditioned" and not configured.has("precondition"):
+        raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
+                          f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
+    if t.loss == "preconditioned" and t.precondition_form == "loss" and hasattr(configured, "assembled_correction"):
+        raise ConfigError(f"train.precondition_form: the {family.name} family gives B g from its assembled system, "
+                          "not as a torch V-cycle the 'loss' form differentiates; use 'target'")
+    if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
+                          "use parallel.domain = [] or train.loss = 'family'")
+    hessian = t.loss == "preconditioned" or cfg.model.coarse_correction or t.second_stage_epochs
+    if hessian and cfg.parallel.cuda_graphs and getattr(configured, "assembled_correction", None) is not None:
+        raise ConfigError(f"parallel.cuda_graphs: the {family.name} family gives B g from its assembled system (numpy, "
+                          "on the host), which a CUDA graph cannot capture; use parallel.cuda_graphs = false")
+    if cfg.model.coarse_correction:
+        _check_coarse_correction(cfg, family, configured)
+
+
+def _check_second_stage(cfg: Config, family: type, configured: Family) -> None:
+    what = "train.second_stage_epochs: a second stage"
+    if not configured.has("precondition"):
+        raise ConfigError(f"{what} is fed the first stage's preconditioned residual, and the {family.name} family "
+                          f"(as configured) does not declare the 'precondition' capability; use 0")
+    if has_lbfgs(cfg.train.optimizer):
+        raise ConfigError(f"{what} follows Adam or SGD, not an L-BFGS phase; use train.optimizer = 'adam' or 'sgd'")
+    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
+
+
+def _check_coarse_correction(cfg: Config, family: type, configured: Family) -> None:
+    what = "model.coarse_correction"
+    if not configured.has("precondition"):
+        lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
+        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
+                          f"configured) does not declare the 'precondition' capability{lever}; use 0")
+    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
+        raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
+                          f"model.coarse_correction = 0")
+
 
 
 @contextlib.contextmanager
@@ -66,7 +126,7 @@ def _retired(family: type) -> None:
                           "against an earlier version')")
 
 
-def _first_inputs(configured: Any) -> None:
+def _first_inputs(configured: Family) -> None:
     """The network's inputs of one instance (the middle of the training range) before anything is written,
     so that a family that refuses this grid or these keys in ``inputs`` does so at configuration time; their
     channels checked against ``in_channels`` (the network is built for that many), and a family's ``domain``
@@ -76,18 +136,18 @@ def _first_inputs(configured: Any) -> None:
     from diffnet.grid.nodal import node_data
 
     low, high = configured.parameters.bounds()
-    params = 0.5 * (low + high)
+    instances = 0.5 * (low + high)
     if configured.has("domain"):
-        node_data(configured.domain(params[None]), 1, tuple(configured.resolution),
+        node_data(configured.domain(instances[None]), 1, tuple(configured.resolution),
                   f"{configured.name}.domain(params)")
-    x = configured.inputs(torch.as_tensor(params, dtype=torch.float64)[None])
+    x = configured.inputs(torch.as_tensor(instances, dtype=torch.float64)[None])
     expected = (1, configured.in_channels, *configured.resolution)
     if tuple(x.shape) != expected:
         raise ValueError(f"in_channels: inputs(params) returned shape {list(x.shape)} for one instance; the network "
                          f"is built for in_channels = {configured.in_channels}, {list(expected)}")
 
 
-def _first_load(configured: Any, first: Any) -> None:
+def _first_load(configured: Family, first: np.ndarray) -> None:
     """Refuse a family whose instances have no load: for the middle of the training range and the first training
     instance, the field of a zero network output is zero and the loss is stationary there, so zero is their
     solution, and every error the engine reports, relative to it, would be NaN."""
@@ -97,12 +157,12 @@ def _first_load(configured: Any, first: Any) -> None:
     low, high = configured.parameters.bounds()
     grid, channels = tuple(configured.resolution), len(configured.unknowns)
     for row in (0.5 * (low + high), np.asarray(first, dtype=np.float64)):
-        params = torch.as_tensor(row, dtype=torch.float64)[None]
+        instances = torch.as_tensor(row, dtype=torch.float64)[None]
         raw = torch.zeros(1, channels, *grid, dtype=torch.float64, requires_grad=True)
-        u = configured.field(raw, params)
+        u = configured.field(raw, instances)
         if bool(u.detach().abs().max() > 0):
             return
-        loss = sum(value.sum() for value in configured.loss_terms(u, params).values())
+        loss = sum(value.sum() for value in configured.loss_terms(u, instances).values())
         (gradient,) = torch.autograd.grad(loss, raw, allow_unused=True)
         if gradient is not None and bool(gradient.abs().max() > 0):
             return
@@ -112,7 +172,7 @@ def _first_load(configured: Any, first: Any) -> None:
                       "against zero has no meaning; give it a load (a source, a traction, a held value other than 0)")
 
 
-def _first_field(configured: Any) -> None:
+def _first_field(configured: Family) -> None:
     """One instance's field of a zero network output, one channel per declared unknown, checked for the
     shape the engine takes ((1, *grid) for one unknown, (1, C, *grid) for several): a family that packs
     several unknowns into one grid, or declares other unknowns than its field has, is refused here."""
@@ -125,15 +185,15 @@ def _first_field(configured: Any) -> None:
         raise ValueError(f"unknowns: need distinct names, got {list(names)}")
     check_vectors(names, configured.vectors, len(grid))
     low, high = configured.parameters.bounds()
-    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
-    u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), params)
+    instances = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    u = configured.field(torch.zeros(1, len(names), *grid, dtype=torch.float64), instances)
     expected = (1, *grid) if len(names) == 1 else (1, len(names), *grid)
     if tuple(u.shape) != expected:
         raise ValueError(f"field returned shape {list(u.shape)} for unknowns {list(names)} on {list(grid)}; "
                          f"the engine needs {list(expected)} (declare each unknown field in `unknowns`)")
 
 
-def _check_members(configured: Any) -> None:
+def _check_members(configured: Family) -> None:
     """The family (as configured) has every member of every capability it declares, of the right kind."""
     from diffnet.protocol.capabilities import check_capabilities
 
@@ -143,25 +203,25 @@ def _check_members(configured: Any) -> None:
         raise ConfigError(f"problem.family: {e}") from None
 
 
-def quadratic(configured: Any) -> bool:
+def quadratic(configured: Family) -> bool:
     """Whether the family's loss is quadratic in the field: its Hessian stencil (one instance, the middle of
-    the training range, on the family's grid of at most 17 nodes a side: 32 s at 128^3, 0.1 s at 17^3) the
-    same at two different fields."""
+    the training range) the same at two different fields. Give it the family on a small grid
+    (:attr:`deepfusion.configuration.run.Run.quadratic` takes at most 17 nodes a side: the probe is 32 s at 128^3,
+    0.1 s at 17^3)."""
     import numpy as np
     import torch
 
     from diffnet.multigrid.hessian import hessian_of
 
     low, high = configured.parameters.bounds()
-    params = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
-    grid = tuple(min(n, 17) for n in configured.resolution)
-    configured = configured.at_resolution(grid)
+    instances = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
+    grid = tuple(configured.resolution)
     channels = len(configured.unknowns)
     rows = [torch.zeros(1, channels, *grid, dtype=torch.float64),
             torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
     with torch.no_grad():
-        fields = [configured.field(raw, params).detach() for raw in rows]
-    a = hessian_of(configured, fields[0], params).detach()
+        fields = [configured.field(raw, instances).detach() for raw in rows]
+    a = hessian_of(configured, fields[0], instances).detach()
     configured.clear_caches()  # a family that keeps its Hessian per instance must probe it again
-    b = hessian_of(configured, fields[1], params).detach()
+    b = hessian_of(configured, fields[1], instances).detach()
     return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))

@@ -56,11 +56,11 @@ def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def by_name(problem, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def by_name(family, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Instances given under the family's own names (its parameter's, e.g. ``k=`` or ``a=``, and its
     field input's, e.g. ``nu=``) as the ``c``/``coeffs``/``nu`` keywords of :func:`instance_parameters`,
     and the names the messages should use for them."""
-    spec = problem.parameters
+    spec = family.parameters
     keywords, names = {}, {}
     for name, value in given.items():
         if name == spec.name:
@@ -69,12 +69,12 @@ def by_name(problem, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
             key = "nu"
         else:
             takes = spec.name + (f" or {spec.field}" if spec.field else "")
-            raise InputError(f"{name}: this run's family ({problem.name}) takes its instances as {takes}")
+            raise InputError(f"{name}: this run's family ({family.name}) takes its instances as {takes}")
         keywords[key], names[key] = value, name
     return keywords, names
 
 
-def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, nu: Path | None, param: list[str],
+def command_line_instances(family, c: list[float] | None, coeffs: Path | None, nu: Path | None, param: list[str],
                            nu_ndim: tuple[int, ...]) -> np.ndarray:
     """The checked instances of a command line (``infer``, ``reference``): ``--c`` numbers, ``--coeffs`` and
     ``--nu`` .npy paths, and ``--param NAME=VALUE`` under the family's own names (numbers for a scalar
@@ -85,7 +85,7 @@ def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, 
              "nu": None if nu is None else load_array(nu, "fields", nu_ndim)}
     scalars: dict[str, list[float]] = {}
     files: dict[str, Path] = {}
-    spec = problem.parameters
+    spec = family.parameters
     for item in param:
         name, sep, value = item.partition("=")
         if not (sep and name and value):
@@ -99,7 +99,7 @@ def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, 
             raise InputError(f"--param {name}: given twice")
         else:
             files[name] = Path(value)
-    keywords, named = by_name(problem, {**scalars, **files})
+    keywords, named = by_name(family, {**scalars, **files})
     for key, value in keywords.items():
         label = f"--param {named[key]}" if key == "c" else str(value)
         if given[key] is not None:
@@ -107,10 +107,10 @@ def command_line_instances(problem, c: list[float] | None, coeffs: Path | None, 
         names[key] = label
         given[key] = value if key == "c" else \
             load_array(value, "coefficients" if key == "coeffs" else "fields", (1, 2, 3, 4) if key == "coeffs" else nu_ndim)
-    return instance_parameters(problem, **given, names=names)
+    return instance_parameters(family, **given, names=names)
 
 
-def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
+def instance_parameters(family, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
     """The instances to solve as one array, checked against the family's :class:`~diffnet.protocol.family.ParameterSpec`.
 
     A family with a scalar parameter takes ``c`` (S,); one with a vector parameter takes
@@ -122,7 +122,7 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
     caller calls them in messages (the CLI: ``--c``, a file).
     """
     names = {"c": "c", "coeffs": "coeffs", "nu": "nu"} | (names or {})
-    spec = problem.parameters
+    spec = family.parameters
     given = [k for k, v in (("c", c), ("coeffs", coeffs), ("nu", nu)) if v is not None]
     takes = ["c"] if spec.shape == () else ["coeffs"]
     takes += ["nu"] if spec.field else []
@@ -132,13 +132,13 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
     wrong = [k for k in given if k not in takes]
     if wrong or len(given) != 1:
         head = f"{names[wrong[0]]}: " if wrong else ""
-        raise InputError(f"{head}this run's family ({problem.name}) takes exactly one of " +
+        raise InputError(f"{head}this run's family ({family.name}) takes exactly one of " +
                          " or ".join(what[k] for k in takes))
     if nu is not None:
-        field = _numeric(names["nu"], nu, (len(problem.resolution), len(problem.resolution) + 1))
-        field = field if field.ndim == len(problem.resolution) + 1 else field[None]
-        if field.shape[1:] != tuple(problem.resolution):
-            raise InputError(f"{names['nu']}: fields must be {tuple(problem.resolution)} (the run's resolution), "
+        field = _numeric(names["nu"], nu, (len(family.resolution), len(family.resolution) + 1))
+        field = field if field.ndim == len(family.resolution) + 1 else field[None]
+        if field.shape[1:] != tuple(family.resolution):
+            raise InputError(f"{names['nu']}: fields must be {tuple(family.resolution)} (the run's resolution), "
                              f"got {field.shape[1:]}")
         if not (field > 0).all():
             raise InputError(f"{names['nu']}: {spec.field} must be > 0 everywhere (min {field.min():g})")
@@ -151,7 +151,7 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
         raise InputError(f"{names[key]}: each instance must have shape {tuple(spec.shape)} "
                          f"({spec.description or spec.name}), got {arr.shape[1:]}")
     try:
-        problem.check_instances(arr)
+        family.check_instances(arr)
     except ValueError as e:
         raise InputError(f"{names[key]}: {e}") from None
     low, high = spec.bounds()
@@ -165,20 +165,20 @@ def instance_parameters(problem, c=None, coeffs=None, nu=None, names: dict[str, 
     return arr
 
 
-def dataset_name(problem, params: np.ndarray) -> str:
+def dataset_name(family, instances: np.ndarray) -> str:
     """The field-file dataset an instance array goes by: the family's field input (e.g. ``nu``) for
     nodal fields, else its parameter's name (e.g. ``c``, ``a``)."""
-    spec = problem.parameters
-    return spec.field if spec.field and params.ndim == len(problem.resolution) + 1 else spec.name
+    spec = family.parameters
+    return spec.field if spec.field and instances.ndim == len(family.resolution) + 1 else spec.name
 
 
-def require(problem, capability: str, what: str) -> None:
+def require(family, capability: str, what: str) -> None:
     """Refuse, in one line, a command or option that needs a capability the family does not declare (the
     capability's description is its protocol's: :func:`diffnet.protocol.capabilities.describe`)."""
     from diffnet.protocol.capabilities import describe
 
-    if not problem.has(capability):
-        raise InputError(f"{what}: the {problem.name} family (as configured) does not declare the {capability!r} "
+    if not family.has(capability):
+        raise InputError(f"{what}: the {family.name} family (as configured) does not declare the {capability!r} "
                          f"capability ({describe(capability)}; see docs/families.md)")
 
 

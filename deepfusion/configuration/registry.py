@@ -8,13 +8,11 @@ name a class directly, ``problem.family = "package.module:Class"``. All three go
 
 from __future__ import annotations
 
-import functools
 import importlib
 from importlib.metadata import entry_points
-from typing import Any
 
 __all__ = ["DEFAULT_FAMILY", "ENTRY_POINT_GROUP", "FamilyError", "known_families", "family_class",
-           "builtin_families", "configured_family"]
+           "builtin_families"]
 
 ENTRY_POINT_GROUP = "deepfusion.families"
 
@@ -73,12 +71,11 @@ def _load(target: str, what: str) -> type:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
 def family_class(spec: str) -> type:
     """The family class of ``problem.family``: a registered name or ``package.module:Class``.
 
-    Cached per spec: every config load, table name and field file asks, and a scan of the
-    installed entry points reads every distribution's metadata (a failed lookup is not cached).
+    A built-in name or a ``module:Class`` is imported directly; only another name scans the installed entry
+    points (about 12 ms: every distribution's metadata is read).
     """
     if ":" in spec:
         return _load(spec, f"problem.family {spec!r}")
@@ -89,19 +86,3 @@ def family_class(spec: str) -> type:
         raise FamilyError(f"problem.family: unknown family {spec!r} (known: {', '.join(sorted(known))}; "
                           f"or 'package.module:Class')")
     return _load(known[spec], f"problem.family {spec!r}")
-
-
-def configured_family(spec: str, options: Any, resolution: tuple[int, ...]):
-    """The family of ``spec`` with its ``options`` on ``resolution``, built once per process for equal arguments:
-    the configuration's checks build it, and the run (:class:`deepfusion.configuration.run.Run`) takes the same
-    object. Options that are not hashable (a plugin's non-frozen dataclass) build a new one each time."""
-    try:
-        hash(options)
-    except TypeError:
-        return family_class(spec).from_options(options, tuple(resolution))
-    return _configured(spec, options, tuple(resolution))
-
-
-@functools.lru_cache(maxsize=8)
-def _configured(spec: str, options: Any, resolution: tuple[int, ...]):
-    return family_class(spec).from_options(options, resolution)

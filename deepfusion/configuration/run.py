@@ -1,6 +1,7 @@
 """A run as its configuration makes it, built once: :class:`Run` holds the family on the run's grid, its
-training and held-out instances and the attributes its field files carry, and makes from them the
-problems the generator trains and is evaluated on, on every multigrid level, and the generator itself.
+training and held-out instances and the attributes its field files carry, and makes from them the generator, the
+families it is trained and evaluated on, and the training's :class:`Schedule` (its stages, each with the generator and
+the family it trains).
 
 ``deepfusion train`` builds it once and hands it to the trainer and the evaluation; ``compare``, ``uq``,
 ``infer``, ``reference`` and :class:`~deepfusion.surrogate.Surrogate` take the same object, so no command
@@ -12,17 +13,22 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deepfusion.configuration.schema import Config
+from deepfusion.configuration.schema import Config, TrainConfig
+from deepfusion.configuration.config import family_table
+from deepfusion.configuration.family_checks import checked_family
 from diffnet.backend.clock import PartClock
 
-from deepfusion.configuration.config import family_table
-from deepfusion.configuration.registry import configured_family
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["Run", "HELDOUT_STREAM"]
+    from deepfusion.training.schedule import Stage
+    from diffnet.protocol.family import Family
+
+__all__ = ["Run", "Schedule", "Target", "HELDOUT_STREAM"]
 
 # The held-out draws' seed is data.seed plus this: another stream than the training set's.
 HELDOUT_STREAM = 7919
@@ -36,48 +42,59 @@ class Run:
     ----------
     cfg : Config
         The resolved configuration.
-    problem : diffnet.protocol.family.Family
-        The family on ``problem.resolution``, built once.
+    family : diffnet.protocol.family.Family
+        The family on ``problem.resolution``, built and checked once.
+    training : numpy.ndarray
+        The training instances, one row per sample (the family's draw of ``data.n_train``, each checked).
     """
 
     cfg: Config
-    problem: Any
-    # The family on other grids (multigrid levels), built once each; not part of the run's identity.
+    family: Family
+    training: np.ndarray = field(compare=False, repr=False)
+    # The family on other grids (the schedule's levels), built once each; not part of the run's identity.
     _grids: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, cfg: Config) -> "Run":
         """The run of ``cfg``: its family (``problem.family``, :mod:`deepfusion.configuration.registry`) with the
-        keys of its table, on ``problem.resolution`` (the object the configuration's checks built)."""
-        return cls(cfg, configured_family(cfg.problem.family, cfg.family_keys, tuple(cfg.problem.resolution)))
+        keys of its table on ``problem.resolution``, and its training set, after the family's checks
+        (:func:`~deepfusion.configuration.family_checks.checked_family`; one line each, :class:`ConfigError`)."""
+        family, training = checked_family(cfg)
+        return cls(cfg, family, training)
 
-    def on_grid(self, resolution: tuple[int, ...]):
-        """The family on another grid (a multigrid level's), built once per grid."""
+    @classmethod
+    def of(cls, family: Family, training: np.ndarray, train: TrainConfig | None = None) -> "Run":
+        """The run of a family object built by hand (a script, a benchmark, a test) and its training instances: one
+        stage of ``train``'s epochs on the family's grid, the family's default keys, no multigrid levels, coarse
+        correction or second stage, and none of :meth:`from_config`'s checks."""
+        from deepfusion.configuration.schema import DataConfig, MultigridConfig, ProblemConfig
+
+        cfg = Config(problem=ProblemConfig(family=family.name, resolution=tuple(family.resolution)),
+                     family_keys=type(family).Options(), data=DataConfig(n_train=len(training)),
+                     train=train if train is not None else TrainConfig(), multigrid=MultigridConfig(levels=()))
+        return cls(cfg, family, np.asarray(training))
+
+    def on_grid(self, resolution: tuple[int, ...]) -> Family:
+        """The family on another grid (a level's), built once per grid."""
         resolution = tuple(resolution)
-        if resolution == tuple(self.problem.resolution):
-            return self.problem
+        if resolution == tuple(self.family.resolution):
+            return self.family
         if resolution not in self._grids:
-            self._grids[resolution] = configured_family(self.cfg.problem.family, self.cfg.family_keys, resolution)
+            self._grids[resolution] = self.family.at_resolution(resolution)
         return self._grids[resolution]
 
     # -- instances ---------------------------------------------------------------------------------------
     @cached_property
-    def training(self) -> np.ndarray:
-        """The training instances, one row per sample (the family's draw of ``data.n_train``)."""
-        d = self.cfg.data
-        return self.problem.sample(d.n_train, d.sampling, d.seed)
-
-    @cached_property
     def heldout(self) -> np.ndarray:
         """The held-out instances: the family's own fixed set (e.g. ``burgers.test_c``), or else ``data.n_test``
         random draws from another stream than the training set's."""
-        fixed = self.problem.fixed_heldout()
+        fixed = self.family.fixed_heldout()
         return fixed if fixed is not None else self._random_heldout(self.cfg.data.n_test)
 
     def heldout_first(self, count: int) -> np.ndarray:
         """The first ``count`` held-out instances: of the fixed set (at most its size), or ``count`` random draws
         (the stream's first rows do not depend on how many are drawn)."""
-        fixed = self.problem.fixed_heldout()
+        fixed = self.family.fixed_heldout()
         if fixed is None:
             return self._random_heldout(count)
         if count > len(fixed):
@@ -88,7 +105,7 @@ class Run:
         return fixed[:count]
 
     def _random_heldout(self, count: int) -> np.ndarray:
-        return self.problem.sample(count, "random", self.cfg.data.seed + HELDOUT_STREAM)
+        return self.family.sample(count, "random", self.cfg.data.seed + HELDOUT_STREAM)
 
     def field_attrs(self, source: str) -> dict:
         """Attributes of a field file: the family, where the fields come from, and every key of the family's
@@ -101,24 +118,24 @@ class Run:
         return attrs
 
     # -- what the generator is trained and evaluated on -------------------------------------------------------
-    def generator(self, clock: PartClock | None = None, problem=None):
-        """The problem whose ``field`` is the generator's product: the family's, corrected on a coarse space
+    def generator(self, clock: PartClock | None = None, family: Family | None = None) -> Family:
+        """The family whose ``field`` is the generator's product: the family itself, corrected on a coarse space
         when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything
         that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
         through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
-        correction's parts. ``problem``: the family on another grid (default: the run's)."""
-        problem = self.problem if problem is None else problem
-        return self._corrected(problem, problem, clock)
+        correction's parts. ``family``: the family on another grid (default: the run's)."""
+        family = self.family if family is None else family
+        return self._corrected(family, family, clock)
 
-    def trained(self, problem, clock: PartClock | None = None):
-        """What the generator trains on for ``problem`` (the family on one level's grid): the family itself, or
-        its preconditioned loss (``train.loss``), with the generator's coarse correction on its fields."""
-        trained = problem
+    def trained(self, family: Family, clock: PartClock | None = None) -> Family:
+        """What the generator trains on for ``family`` (on one level's grid): the family itself, or its
+        preconditioned loss (``train.loss``), with the generator's coarse correction on its fields."""
+        trained = family
         if self.cfg.train.loss == "preconditioned":
             from diffnet.multigrid.preconditioned import PreconditionedLoss
 
-            trained = PreconditionedLoss(problem, self.cfg.train.precondition_cycles, self.cfg.train.precondition_form)
-        return self._corrected(trained, problem, clock)
+            trained = PreconditionedLoss(family, self.cfg.train.precondition_cycles, self.cfg.train.precondition_form)
+        return self._corrected(trained, family, clock)
 
     @cached_property
     def quadratic(self) -> bool:
@@ -126,9 +143,9 @@ class Run:
         kept, else a damped Newton iteration per pass (:func:`diffnet.multigrid.minimiser.coarse_minimiser`)."""
         from deepfusion.configuration.family_checks import quadratic
 
-        return quadratic(self.problem)
+        return quadratic(self.on_grid(tuple(min(n, 17) for n in self.family.resolution)))
 
-    def _corrected(self, fields, family, clock: PartClock | None):
+    def _corrected(self, fields: Family, family: Family, clock: PartClock | None) -> Family:
         if not self.cfg.model.coarse_correction:
             return fields
         from diffnet.multigrid.corrected import CoarseCorrected
@@ -136,7 +153,7 @@ class Run:
         clock = clock if clock is not None else PartClock()
         return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic)
 
-    def build_model(self):
+    def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a
         :class:`~diffnet.generators.networks.LevelStack` with one refinement per finer level, and a run with a
         second stage (``train.second_stage_epochs``) a :class:`~diffnet.generators.two_stage.TwoStage` of both
@@ -145,49 +162,83 @@ class Run:
 
         from diffnet.generators.networks import build_network
 
-        cfg, problem, mg = self.cfg, self.problem, self.cfg.multigrid
-        model = build_network(cfg.model.name, problem.in_channels, tuple(cfg.model.channels),
+        cfg, family, mg = self.cfg, self.family, self.cfg.multigrid
+        model = build_network(cfg.model.name, family.in_channels, tuple(cfg.model.channels),
                               cfg.model.checkpoint_activations,
                               levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
-                              output=cfg.model.output, dims=len(problem.resolution), out_channels=len(problem.unknowns))
+                              output=cfg.model.output, dims=len(family.resolution), out_channels=len(family.unknowns))
         if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
             from diffnet.generators.two_stage import Correction, TwoStage
 
-            fields = len(problem.unknowns)
-            second = build_network(cfg.model.name, problem.in_channels + fields, tuple(cfg.model.channels),
+            fields = len(family.unknowns)
+            second = build_network(cfg.model.name, family.in_channels + fields, tuple(cfg.model.channels),
                                    cfg.model.checkpoint_activations, output=cfg.model.output,
-                                   dims=len(problem.resolution), out_channels=fields)
+                                   dims=len(family.resolution), out_channels=fields)
             model = TwoStage(model, Correction(second, fields), cfg.train.precondition_cycles)
         return model.to(getattr(torch, cfg.train.dtype))
 
-    def levels(self, model, clock: PartClock | None = None):
-        """``level(k) -> (generator, problem)`` of multigrid level k: the problem on that level's grid
-        (or, with ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's
-        problem of the level's prolonged output), and the generator trained there (the deepened
-        stack's level k, or the carried network); one past the finest level, the second stage's
-        network and problem (:meth:`diffnet.generators.two_stage.TwoStage.pair`). ``clock`` gathers the
-        seconds of the generator's coarse correction on every level. Each level's problem is made once."""
-        from diffnet.generators.galerkin import GalerkinLevel
+    @cached_property
+    def stages(self) -> list[Stage]:
+        """The training's stages (:func:`deepfusion.training.schedule.build_schedule`): one per visit of a level, then
+        the second stage's."""
+        from deepfusion.training.schedule import build_schedule
+
+        return build_schedule(self.cfg)
+
+    def schedule(self, model: torch.nn.Module, clock: PartClock | None = None) -> "Schedule":
+        """The schedule of ``model``: its stages, each with the generator and the family it trains
+        (:class:`Schedule`); ``clock`` gathers the seconds of the generator's coarse correction on every level."""
+        return Schedule(self, model, clock if clock is not None else PartClock())
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one stage trains: ``generator`` (a module of the model) on the loss of ``family``."""
+
+    generator: torch.nn.Module
+    family: Family
+
+
+@dataclass
+class Schedule:
+    """The training's multigrid levels for one model: :attr:`stages` in order, and :meth:`target` of each.
+
+    A level's family is made once: the family on that level's grid, as :meth:`Run.trained` wraps it (or, with
+    ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's loss of the level's prolonged
+    output, :class:`~diffnet.generators.galerkin.GalerkinLoss`). A level's generator is the deepened stack's level
+    (``multigrid.transfer = "deepen"``) or the one network carried over. The second stage
+    (:attr:`~deepfusion.training.schedule.Stage.second`) trains the second network on the first's corrected fields
+    (:meth:`diffnet.generators.two_stage.TwoStage.pair`).
+    """
+
+    run: Run
+    model: torch.nn.Module
+    clock: PartClock
+    _trained: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def stages(self) -> list[Stage]:
+        return self.run.stages
+
+    def _on_level(self, level: int) -> Family:
+        if level not in self._trained:
+            cfg = self.run.cfg
+            levels = cfg.multigrid.levels
+            grid = tuple(cfg.problem.resolution) if not levels else (levels[level],) * len(cfg.problem.resolution)
+            self._trained[level] = self.run.trained(self.run.on_grid(grid), self.clock)
+        return self._trained[level]
+
+    def target(self, stage: Stage) -> Target:
+        """The generator and the family ``stage`` trains."""
+        from diffnet.generators.galerkin import GalerkinLoss
         from diffnet.generators.networks import LevelStack
         from diffnet.generators.two_stage import TwoStage
 
-        cfg = self.cfg
-        trained: dict[int, object] = {}
-        levels = cfg.multigrid.levels
-        finest = max(len(levels), 1) - 1
-        first = model.first if isinstance(model, TwoStage) else model
-
-        def on_grid(k: int):
-            if k not in trained:
-                grid = tuple(cfg.problem.resolution) if not levels else (levels[k],) * len(cfg.problem.resolution)
-                trained[k] = self.trained(self.on_grid(grid), clock)
-            return trained[k]
-
-        def level(k: int):
-            if k == finest + 1:  # the second stage (build_schedule): on the first stage's corrected fields
-                return model.pair(self.generator(clock), on_grid(finest), clock)
-            galerkin = cfg.multigrid.coarse_loss == "galerkin" and k < finest
-            problem = GalerkinLevel(on_grid(k), on_grid(finest)) if galerkin else on_grid(k)
-            return (first.level(k) if isinstance(first, LevelStack) else first), problem
-
-        return level
+        finest = stage.levels - 1
+        if stage.second:
+            return Target(*self.model.pair(self.run.generator(self.clock), self._on_level(finest), self.clock))
+        first = self.model.first if isinstance(self.model, TwoStage) else self.model
+        galerkin = self.run.cfg.multigrid.coarse_loss == "galerkin" and stage.level < finest
+        family = GalerkinLoss(self._on_level(stage.level), self._on_level(finest)) if galerkin else \
+            self._on_level(stage.level)
+        return Target(first.level(stage.level) if isinstance(first, LevelStack) else first, family)

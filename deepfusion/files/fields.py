@@ -45,7 +45,7 @@ def write_fields(
     path: str | Path,
     u: np.ndarray,
     coords: dict[str, np.ndarray],
-    params: dict[str, np.ndarray],
+    instances: dict[str, np.ndarray],
     attrs: dict[str, Any],
     domain: np.ndarray | None = None,
     layout: Layout | None = None,
@@ -110,7 +110,7 @@ def write_fields(
         check_vectors(unknowns, vectors, len(grid))
     fields = by_unknown(u, unknowns)
     datasets = {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names}}
-    for name, value in params.items():
+    for name, value in instances.items():
         value = np.asarray(value)
         if value.shape[:1] != u.shape[:1]:
             raise ValueError(f"parameter {name} has {value.shape[:1]} rows, expected {u.shape[0]}")
@@ -245,7 +245,7 @@ Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
 
 
 def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: dict[str, np.ndarray],
-                     params: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
+                     instances: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
     """Write statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
     summarise, and an XDMF that shows each field as an attribute of that grid. Written like
     :func:`write_fields`."""
@@ -271,7 +271,7 @@ def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: di
 </Xdmf>
 """
     datasets = {**fields, **{n: np.asarray(coords[n], dtype=np.float64) for n in names},
-                **{k: np.asarray(v) for k, v in params.items()}}
+                **{k: np.asarray(v) for k, v in instances.items()}}
     _write_atomic(path, datasets, names, shape, attrs, xdmf)
     return path
 

@@ -65,9 +65,9 @@ class GradSync:
             raise ValueError(f"unknown gradient sync mode {mode!r}")
         self.comm = comm
         self.mode = mode
-        params = [p for p in model.parameters() if p.requires_grad]
-        self._params = params
-        ordered = list(reversed(params))
+        weights = [p for p in model.parameters() if p.requires_grad]
+        self._params = weights
+        ordered = list(reversed(weights))
         total = sum(p.numel() for p in ordered)
         first = ordered[0]
         self._numel = total

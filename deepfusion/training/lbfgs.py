@@ -42,8 +42,8 @@ class GlobalObjective:
         Samples per forward/backward pass on a rank (bounds memory for a full batch).
     """
 
-    def __init__(self, params: list[torch.Tensor], local_sum: Callable[[np.ndarray], torch.Tensor], comm, chunk: int):
-        self.params = list(params)
+    def __init__(self, weights: list[torch.Tensor], local_sum: Callable[[np.ndarray], torch.Tensor], comm, chunk: int):
+        self.weights = list(weights)
         self.local_sum = local_sum
         self.comm = comm
         self.chunk = max(1, int(chunk))
@@ -58,13 +58,13 @@ class GlobalObjective:
 
     def flat(self) -> torch.Tensor:
         """The parameters as one flat vector (a copy)."""
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+        return torch.cat([p.detach().reshape(-1) for p in self.weights])
 
     def assign(self, flat: torch.Tensor) -> None:
         """Set the parameters from a flat vector."""
         offset = 0
         with torch.no_grad():
-            for p in self.params:
+            for p in self.weights:
                 p.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
 
@@ -78,7 +78,7 @@ class GlobalObjective:
                 self._set_grad(g)
                 return loss_value, g
         mine = np.array_split(indices, self.comm.size)[self.comm.rank]
-        for p in self.params:
+        for p in self.weights:
             p.grad = None
         total = 0.0
         for start in range(0, len(mine), self.chunk):
@@ -96,9 +96,9 @@ class GlobalObjective:
             buf = np.array([total])
             self.comm.allreduce_(buf)
             return float(buf[0]) / len(indices), None
-        dtype = self.params[0].dtype
+        dtype = self.weights[0].dtype
         g = torch.cat(
-            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params]
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.weights]
             + [torch.tensor([total], dtype=dtype)]
         ).contiguous()
         self.comm.allreduce_(g)
@@ -111,7 +111,7 @@ class GlobalObjective:
 
     def _set_grad(self, g: torch.Tensor) -> None:
         offset = 0
-        for p in self.params:
+        for p in self.weights:
             p.grad = g[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
 

@@ -86,10 +86,10 @@ class _FullBatchIteration:
                 starts.append(g)  # the gradient at the iteration's start point
             return torch.tensor(loss, dtype=self.dtype)
 
-        state = self.opt.state[self.objective.params[0]]
+        state = self.opt.state[self.objective.weights[0]]
         newest, iterations = (state.get("old_dirs") or [None])[-1], state.get("n_iter", 0)
         loss = float(self.opt.step(closure))
-        state = self.opt.state[self.objective.params[0]]
+        state = self.opt.state[self.objective.weights[0]]
         # torch forms the previous iteration's curvature pair at the start of this one and
         # drops it when y's <= 1e-10: then the newest pair is unchanged.
         if state.get("n_iter", 0) > max(1, iterations) and (state.get("old_dirs") or [None])[-1] is newest:
@@ -103,7 +103,7 @@ class _FullBatchIteration:
         return loss, float(starts[0].abs().max()), float(state.get("t", 0.0)) if moved else 0.0
 
 
-def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, ctx: TrainingContext, *, step: int,
+def lbfgs_phase(model, family, all_params, cfg: TrainConfig, ctx: TrainingContext, *, step: int,
                 resume: Checkpoint | None) -> tuple[int, float, bool]:
     """L-BFGS iterations ``step`` .. the run's last on the global objective, in ``train.lbfgs_dtype``
     (the run's recorder, ``ctx.recorder``, knows the schedule: Adam's steps come first)."""
@@ -119,7 +119,7 @@ def lbfgs_phase(model, problem, all_params, cfg: TrainConfig, ctx: TrainingConte
     all_params = all_params.to(dtype)
 
     def local_sum(idx: np.ndarray) -> torch.Tensor:
-        return loss_sum(work, problem, all_params[idx])[0]
+        return loss_sum(work, family, all_params[idx])[0]
 
     chunk = cfg.lbfgs_chunk or cfg.batch_size
     objective = GlobalObjective(list(work.parameters()), local_sum, comm, chunk)

@@ -32,13 +32,18 @@ class Stage:
     steps: int
 
     @property
+    def second(self) -> bool:
+        """Whether this is the second stage (the second network, on the finest grid) rather than a visit of a level."""
+        return self.level == self.levels
+
+    @property
     def end(self) -> int:
         """The global step after this stage's last one."""
         return self.first_step + self.steps
 
     def label(self) -> str:
         """``level 2/3 128x128``, ``second stage 64x64`` (empty for a single-level run's one stage)."""
-        if self.level == self.levels:
+        if self.second:
             return f"second stage {'x'.join(map(str, self.grid))}"
         return f"level {self.level + 1}/{self.levels} {'x'.join(map(str, self.grid))}" if self.levels > 1 else ""
 

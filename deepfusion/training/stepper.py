@@ -16,7 +16,7 @@ GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured
 Terms = dict[str, torch.Tensor]
 
 
-def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
+def loss_sum(model, family, p: torch.Tensor, *, autocast: str = "none",
              channels_last: bool = False, tiling=None) -> tuple[torch.Tensor, Terms]:
     """The batch's summed loss (a scalar to differentiate) and its per-term sums (detached).
 
@@ -29,7 +29,7 @@ def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
     # bf16 autocast covers the network only: the PDE loss (differences of nearby
     # values, energies) stays in the training dtype, where it keeps its digits.
     amp = torch.autocast(p.device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
-    x = problem.inputs(p)
+    x = family.inputs(p)
     if tiling is not None:
         x = tiling.local(x).contiguous()  # a copy: the whole grid's input is not kept
     if channels_last:
@@ -37,21 +37,21 @@ def loss_sum(model, problem, p: torch.Tensor, *, autocast: str = "none",
     with amp:
         raw = model(x) if tiling is None else model(x, tiling)
     if tiling is None:
-        terms = problem.loss_terms(problem.field(raw.to(p.dtype), p), p)
+        terms = family.loss_terms(family.field(raw.to(p.dtype), p), p)
     else:
-        terms = {k: t / tiling.tiles for k, t in problem.tile_loss_terms(raw.to(p.dtype), p, tiling).items()}
+        terms = {k: t / tiling.tiles for k, t in family.tile_loss_terms(raw.to(p.dtype), p, tiling).items()}
     return sum(t.sum() for t in terms.values()), {name: t.detach().sum() for name, t in terms.items()}
 
 
-def _forward(model, problem, b_eff: int, autocast: str, tiling=None) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
+def _forward(model, family, b_eff: int, autocast: str, tiling=None) -> Callable[[torch.Tensor], tuple[torch.Tensor, Terms]]:
     def run(p: torch.Tensor) -> tuple[torch.Tensor, Terms]:
-        total, sums = loss_sum(model, problem, p, autocast=autocast, tiling=tiling)
+        total, sums = loss_sum(model, family, p, autocast=autocast, tiling=tiling)
         return total / b_eff, sums
 
     return run
 
 
-def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none", cuda_graph: bool = False,
+def make_local_step(model, family, sync, b_eff: int, *, autocast: str = "none", cuda_graph: bool = False,
                     example: torch.Tensor | None = None, tiling=None) -> Callable[[torch.Tensor], Terms]:
     """A function p -> per-term loss sums that leaves this rank's gradients in ``sync``'s buffer.
 
@@ -74,7 +74,7 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
     tiling
         This rank's tile of each sample under a domain split (see :func:`loss_sum`).
     """
-    run = _forward(model, problem, b_eff, autocast, tiling)
+    run = _forward(model, family, b_eff, autocast, tiling)
     if not cuda_graph:
         def eager(p: torch.Tensor) -> Terms:
             loss, sums = run(p)
@@ -118,14 +118,14 @@ def make_local_step(model, problem, sync, b_eff: int, *, autocast: str = "none",
     return replay
 
 
-def training_step(model, problem, optimizer, *, autocast: str = "none",
+def training_step(model, family, optimizer, *, autocast: str = "none",
                   channels_last: bool = False) -> Callable[[torch.Tensor], Terms]:
     """One rank's whole training step on a batch ``p`` (zero, forward, loss, backward, optimiser
     step), as the trainer runs it without communication: what benchmarks/flops.py and memory.py time."""
 
     def step(p: torch.Tensor) -> Terms:
         optimizer.zero_grad(set_to_none=True)
-        total, sums = loss_sum(model, problem, p, autocast=autocast, channels_last=channels_last)
+        total, sums = loss_sum(model, family, p, autocast=autocast, channels_last=channels_last)
         (total / p.shape[0]).backward()
         optimizer.step()
         return sums

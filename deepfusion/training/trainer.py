@@ -7,12 +7,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from deepfusion.configuration.schema import TrainConfig
+from diffnet.backend.clock import PartClock
 from deepfusion.configuration.schema import first_order
 from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.parallel.gradsync import GradSync, broadcast_parameters, check_parameters
@@ -23,20 +24,11 @@ from deepfusion.training.recorder import Recorder, format_eta, stages_eta
 from deepfusion.training.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.training.stepper import make_local_step
 
-__all__ = ["Problem", "TrainResult", "learning_rate", "train"]
+if TYPE_CHECKING:
+    from deepfusion.configuration.run import Run
+    from diffnet.protocol.family import Family
 
-
-class Problem(Protocol):
-    """What the engine needs from a PDE family (diffnet's problems satisfy it)."""
-
-    name: str
-    in_channels: int
-
-    def inputs(self, params: torch.Tensor) -> torch.Tensor: ...
-
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor: ...
-
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]: ...
+__all__ = ["TrainResult", "learning_rate", "train"]
 
 
 @dataclass
@@ -72,26 +64,23 @@ def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (1e-4 + (1 - 1e-4) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def _first_order(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+def _first_order(weights, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
     """The first-order optimiser of ``train.optimizer``: SGD with heavy-ball ``train.momentum`` for
     "sgd", Adam otherwise (the Adam stages of "adam+lbfgs" included)."""
     if first_order(cfg.optimizer) == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum)
-    return torch.optim.Adam(params, lr=lr)
+        return torch.optim.SGD(weights, lr=lr, momentum=cfg.momentum)
+    return torch.optim.Adam(weights, lr=lr)
 
 
 def train(
+    run: Run,
     model: torch.nn.Module,
-    problem: Problem,
-    params: np.ndarray,
-    cfg: TrainConfig,
     ctx: TrainingContext,
     *,
     resume: Checkpoint | None = None,
-    stages: Sequence[Stage] | None = None,
-    level: Callable[[int], tuple[torch.nn.Module, Problem]] | None = None,
+    clock: PartClock | None = None,
 ) -> TrainResult:
-    """Train ``model`` on the instances ``params`` (one row per training sample).
+    """Train ``model`` on the run's training instances (``run.training``, one row per sample), under ``train``.
 
     Adam or SGD (``train.optimizer`` "adam" or "sgd", and the first ``train.epochs`` of
     "adam+lbfgs"): every step, rank r of P computes its contiguous slice of the global batch; the loss
@@ -112,11 +101,10 @@ def train(
     rank, node or link) ends the job on every rank it can reach with a line naming the step
     (:mod:`deepfusion.parallel.watchdog`); checkpoints already written stay intact.
 
-    A multigrid run passes its ``stages`` (:func:`deepfusion.training.schedule.build_schedule`) and
-    ``level``, which gives the generator and the problem of a level's grid; each stage
-    has its own optimiser (a level's loss has its own scale), learning-rate schedule, batch and
-    sample order, and every checkpoint holds the whole ``model``. L-BFGS follows on the
-    finest level. Without ``stages`` the run is one stage of ``cfg.epochs``.
+    The run's :class:`~deepfusion.configuration.run.Schedule` gives the stages (one for a single-level run) and
+    what each trains (a generator and a family); each stage has its own optimiser (a level's loss has its own
+    scale), learning-rate schedule, batch and sample order, and every checkpoint holds the whole ``model``. L-BFGS
+    follows on the last stage's. ``clock`` gathers the seconds of the generator's coarse correction.
 
     With ``ctx.domain`` (:class:`deepfusion.parallel.halo.DomainSplit`), each sample is split over a group of
     ranks that hold one tile each; the batch is split over the groups as it is over ranks
@@ -127,16 +115,14 @@ def train(
     TrainingDiverged
         When the loss is NaN or Inf; the last checkpoint written stays as it was.
     """
-    n = params.shape[0]
-    if stages is None:
-        stages = [Stage(0, 0, 1, (), cfg.epochs, cfg.lr, cfg.batch_size, 0,
-                        steps_per_epoch(n, cfg.batch_size) * cfg.epochs)]
-    level = level or (lambda k: (model, problem))
+    cfg = run.cfg.train
+    schedule = run.schedule(model, clock)
+    stages = schedule.stages
     adam = adam_steps(cfg, list(stages))
     total = total_steps(cfg, list(stages))
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
-    all_params = torch.as_tensor(params, dtype=dtype, device=device)
+    all_params = torch.as_tensor(run.training, dtype=dtype, device=device)
     resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
     start_step = 0 if resume is None else resume.step
     if resume is not None:
@@ -156,21 +142,23 @@ def train(
     with ctx.comm.watched(ctx.parallel.collective_timeout_s):
         try:
             for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
-                module, level_problem = level(stage.level)
+                target = schedule.target(stage)
+                module, family = target.generator, target.family
                 module.train()
                 opt = _first_order(module.parameters(), cfg, stage.lr)
                 if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
                     resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
                 done = step
-                step, loss_value, stopped = _first_order_phase(module, level_problem, all_params, cfg, opt, stage,
+                step, loss_value, stopped = _first_order_phase(module, family, all_params, cfg, opt, stage,
                                                                step, ctx)
                 groups = ctx.data_group[1]
                 samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
                 if stopped:
                     break
             if step < total and not stopped:
-                module, level_problem = level(stages[-1].level)
-                step, loss_value, stopped = lbfgs_phase(module, level_problem, all_params, cfg, ctx, step=step,
+                target = schedule.target(stages[-1])
+                module, family = target.generator, target.family
+                step, loss_value, stopped = lbfgs_phase(module, family, all_params, cfg, ctx, step=step,
                                                         resume=resume if resume_lbfgs else None)
         finally:
             rec.close()
@@ -192,7 +180,7 @@ def _stage_seed(seed: int, stage: Stage) -> int:
     return seed if stage.index == 0 else seed + 1_000_003 * stage.index
 
 
-def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, stage: Stage, step: int,
+def _first_order_phase(model, family: Family, all_params, cfg: TrainConfig, opt, stage: Stage, step: int,
                        ctx: TrainingContext) -> tuple[int, float, bool]:
     """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
     comm, parallel, domain, rec = ctx.comm, ctx.parallel, ctx.domain, ctx.recorder
@@ -200,7 +188,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, stage:
     n, b = all_params.shape[0], stage.batch_size
     # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
     data_rank, groups = ctx.data_group
-    tiling = None if domain is None else domain.tiling(problem.resolution)
+    tiling = None if domain is None else domain.tiling(family.resolution)
     b_eff = local_batch_size(b, groups) * groups
     per_epoch = steps_per_epoch(n, b)
     schedule = dataclasses.replace(cfg, lr=stage.lr)
@@ -209,7 +197,7 @@ def _first_order_phase(model, problem, all_params, cfg: TrainConfig, opt, stage:
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
                     parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
     b_loc = local_batch_size(b, groups)
-    local_step = make_local_step(model, problem, sync, b_eff, autocast=parallel.autocast,
+    local_step = make_local_step(model, family, sync, b_eff, autocast=parallel.autocast,
                                  cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc], tiling=tiling)
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")

@@ -10,11 +10,11 @@ import torch
 
 from diffnet.generators.multilevel import prolong
 
-__all__ = ["GalerkinLevel"]
+__all__ = ["GalerkinLoss"]
 
 
 @dataclass(frozen=True)
-class GalerkinLevel:
+class GalerkinLoss:
     """The problem a coarse generator trains on under ``multigrid.coarse_loss = "galerkin"``.
 
     The generator sees the coarse grid's inputs and emits a coarse field; that output is

@@ -62,7 +62,7 @@ def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     np.save(tmp_path / "a.npy", a[:2])
     proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "fa.h5"))
     assert proc.returncode == 0, proc.stderr
-    problem = Run.from_config(load_config(run_dir / "config.toml")).problem
+    problem = Run.from_config(load_config(run_dir / "config.toml")).family
     np.save(tmp_path / "nu.npy", problem.diffusivity_numpy(a[:2]))
     proc = run_cli("infer", str(run_dir), "--nu", str(tmp_path / "nu.npy"), "--out", str(tmp_path / "fn.h5"))
     assert proc.returncode == 0, proc.stderr
@@ -109,7 +109,7 @@ def test_reference_truth_writes_the_evaluations_independent_reference(tmp_path, 
     problem = Run.from_config(load_config(None, [f"problem.family={family}",
                                                  f"problem.resolution=[{resolution},{resolution}]",
                                                  "data.sampling=random", "data.n_train=1", "train.batch_size=1",
-                                                 *[e for e in extra if e != "--set"]])).problem
+                                                 *[e for e in extra if e != "--set"]])).family
     assert "the independent reference: " + problem.truth_name() in proc.stdout
     with h5py.File(out) as f:
         assert f.attrs["source"] == "truth" and f.attrs["reference"] == problem.truth_name()

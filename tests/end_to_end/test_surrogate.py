@@ -127,7 +127,7 @@ def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
     """``polish=k``: k multigrid V-cycles from the network's fields; ``infer --polish k`` writes the same."""
     s = Surrogate.load(runs["poisson"])
     coeffs = np.random.default_rng(4).uniform(-3, 3, size=(2, 6))
-    fem = s.problem.reference(coeffs, method="direct")
+    fem = s.family.reference(coeffs, method="direct")
     distance = [np.abs(s(coeffs=coeffs, polish=k) - fem).max() for k in (0, 1, 3)]
     assert distance[1] < 0.5 * distance[0] and distance[2] < 0.5 * distance[1]
     np.save(tmp_path / "a.npy", coeffs)

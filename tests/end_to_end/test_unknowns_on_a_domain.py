@@ -46,7 +46,7 @@ def _unmasked(run_dir: Path, params: np.ndarray) -> np.ndarray:
         run, model, _ = trained_model(run_dir)
         p = torch.as_tensor(params, dtype=torch.float32)
         with torch.no_grad():
-            return run.generator().field(model.eval()(run.problem.inputs(p)), p).double().numpy()
+            return run.generator().field(model.eval()(run.family.inputs(p)), p).double().numpy()
     finally:
         sys.path.remove(str(PLUGINS))
 
@@ -148,8 +148,8 @@ def test_c_unknowns_with_s_equal_c_through_every_command(tmp_path, c):
         surrogate = Surrogate.load(run)
         assert surrogate.parameter_name == "hole"
         np.testing.assert_allclose(surrogate(hole=rows), inferred, rtol=0, atol=1e-12)
-        drawn = surrogate.problem.draw(6, "uniform", 3)
-        solved, inside = surrogate.fields(drawn), surrogate.problem.domain(drawn) <= 0
+        drawn = surrogate.family.draw(6, "uniform", 3)
+        solved, inside = surrogate.fields(drawn), surrogate.family.domain(drawn) <= 0
     finally:
         sys.path.remove(str(PLUGINS))
 

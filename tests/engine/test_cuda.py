@@ -71,7 +71,8 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
         with torch.no_grad():
             for p in whole.parameters():  # the zero-initialised heads would make the gradients trivial
                 p.add_(0.05 * torch.randn_like(p))
-        model, problem = run.levels(whole.to("cuda"))(stage)
+        target = run.schedule(whole.to("cuda")).target(run.stages[stage])
+        model, problem = target.generator, target.family
         sync = GradSync(model, SerialCommunicator(), "flat")
         step = make_local_step(model, problem, sync, 4, cuda_graph=graphed, example=params)
         for _ in range(2):

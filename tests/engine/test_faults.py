@@ -215,6 +215,7 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     from deepfusion.parallel.comm import SerialCommunicator
     from deepfusion.training.signals import StopRequest
     from deepfusion.training.context import TrainingContext
+    from deepfusion.configuration.run import Run
     from deepfusion.training.trainer import train
     from diffnet.generators.networks import build_network
     from diffnet.problems.poisson import PoissonProblem
@@ -231,6 +232,6 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     stop.request("SIGTERM")  # as if the signal came during the first step
     ctx = TrainingContext(SerialCommunicator(), stop=stop, run_dir=tmp_path, config_text=to_toml(cfg),
                           log=lambda line: None)
-    result = train(model, problem, params, cfg.train, ctx)
+    result = train(Run.of(problem, params, cfg.train), model, ctx)
     assert result.stopped and result.steps == 1
     assert load_checkpoint(result.checkpoint).step == 1

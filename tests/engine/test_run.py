@@ -23,29 +23,31 @@ SMALL = [*PLAIN, "--set", "problem.resolution=[33,33]", "--set", "multigrid.leve
 
 def test_a_run_holds_its_family_and_instances_once():
     cfg = load_config(ROOT / "configs" / "poisson.toml", [a for a in SMALL if a != "--set"])
-    run = Run.from_config(cfg)
-    assert Run.from_config(cfg).problem is run.problem  # the configuration's checks built it; the run takes it
+    run = Run.from_config(cfg)  # the family built and checked once, here; every command is handed this object
     with pytest.raises(dataclasses.FrozenInstanceError):
-        run.problem = None
-    np.testing.assert_array_equal(run.training, run.problem.sample(8, cfg.data.sampling, cfg.data.seed))
+        run.family = None
+    np.testing.assert_array_equal(run.training, run.family.sample(8, cfg.data.sampling, cfg.data.seed))
     assert run.training is run.training and run.heldout is run.heldout  # drawn once
     np.testing.assert_array_equal(run.heldout_first(1), run.heldout[:1])  # the stream's first rows
     assert len(run.heldout_first(5)) == 5 and not np.isclose(run.heldout[:, None], run.training[None]).all(2).any()
-    assert run.on_grid((17, 17)) is run.on_grid((17, 17)) and run.on_grid((33, 33)) is run.problem
+    assert run.on_grid((17, 17)) is run.on_grid((17, 17)) and run.on_grid((33, 33)) is run.family
     assert run.field_attrs("diffnet")["problem"] == "poisson" and run.field_attrs("diffnet")["source"] == "diffnet"
 
 
-# Counts every construction of the family through its options, by grid, over one whole `deepfusion train`
+# Counts every construction of the family (from its options, or on another grid), by grid, over one whole `deepfusion train`
 # (configuration, training on two levels, the evaluation with its coarse imprint and estimate).
 _COUNTING = """
 import atexit, collections, sys
 from diffnet.problems.poisson import PoissonProblem
 built = collections.Counter()
-original = PoissonProblem.from_options.__func__
+original, moved = PoissonProblem.from_options.__func__, PoissonProblem.at_resolution
 def counted(cls, options, resolution):
     built[tuple(resolution)] += 1
     return original(cls, options, resolution)
-PoissonProblem.from_options = classmethod(counted)
+def regridded(self, resolution):
+    built[tuple(resolution)] += 1
+    return moved(self, resolution)
+PoissonProblem.from_options, PoissonProblem.at_resolution = classmethod(counted), regridded
 atexit.register(lambda: print("BUILT", sorted(built.items()), file=sys.stderr))
 from deepfusion.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -59,4 +61,7 @@ def test_one_train_and_its_evaluation_build_the_family_once_per_grid(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "cosine with the coarse level's imprint" in done.stdout  # the diagnostics ran, on level 0's family
     line = next(line for line in done.stderr.splitlines() if line.startswith("BUILT"))
-    assert line == "BUILT [((17, 17), 1), ((33, 33), 1)]"  # before the Run: six times on 33^2, three on 17^2
+    # 33^2 from the options once; 17^2 for the coarse level (the quadratic probe takes it too) and once inside the
+    # coarse correction (its coarse space reads the family's held nodes there); the self-check's 9^2 once.
+    # Before the Run: six times on 33^2 from the options, three on 17^2.
+    assert line == "BUILT [((9, 9), 1), ((17, 17), 2), ((33, 33), 1)]"

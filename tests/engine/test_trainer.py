@@ -10,6 +10,7 @@ from deepfusion.configuration.schema import TrainConfig
 from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.training.context import TrainingContext
 from deepfusion.training.recorder import TrainingDiverged
+from deepfusion.configuration.run import Run
 from deepfusion.training.trainer import learning_rate, train
 from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
@@ -21,7 +22,7 @@ def _run(tmp_path, boundary, lr=5e-3, epochs=12, stencil="sobel", viscosity=0.01
     model = UNet(problem.in_channels, 1, (8, 16))
     cfg = TrainConfig(lr=lr, batch_size=4, epochs=epochs, log_every=3)
     params = np.linspace(3, 6, 8)
-    result = train(model, problem, params, cfg, TrainingContext(SerialCommunicator(), run_dir=tmp_path, log=lambda s: None))
+    result = train(Run.of(problem, params, cfg), model, TrainingContext(SerialCommunicator(), run_dir=tmp_path, log=lambda s: None))
     return result, [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 

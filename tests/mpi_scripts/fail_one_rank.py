@@ -7,6 +7,7 @@ import torch
 from deepfusion.configuration.schema import TrainConfig
 from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.training.context import TrainingContext
+from deepfusion.configuration.run import Run
 from deepfusion.training.trainer import train
 from diffnet.generators.networks import UNet
 from diffnet.problems.burgers import BurgersProblem
@@ -26,7 +27,7 @@ def main(comm):
     object.__setattr__(problem, "rank", comm.rank)
     model = UNet(problem.in_channels, 1, (4, 8))
     cfg = TrainConfig(batch_size=4, epochs=100, log_every=1000)
-    train(model, problem, np.linspace(3, 6, 8), cfg, TrainingContext(comm))
+    train(Run.of(problem, np.linspace(3, 6, 8), cfg), model, TrainingContext(comm))
 
 
 if __name__ == "__main__":

@@ -218,7 +218,7 @@ def test_training_reports_the_corrections_share_and_evaluates_its_fields(correct
     with h5py.File(run_dir / "test_prediction.h5") as f:
         held, params = f["u"][()], f["a"][()]
     surrogate = Surrogate.load(run_dir)
-    family = surrogate.problem
+    family = surrogate.family
     plain = predict(surrogate._model, family, params)  # the network's own field, uncorrected
     expected = coarse_correction(family, torch.as_tensor(plain), torch.as_tensor(params), 5).numpy()
     np.testing.assert_allclose(held, expected, rtol=0, atol=1e-6 * np.abs(expected).max())

@@ -235,7 +235,7 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
             surrogate(q=[2.5])
         # The default check beneath the family's own: every entry finite (and > 0 for a positive k).
         with pytest.raises(ValueError, match=r"^instance 0: k = nan; every entry must be finite and > 0$"):
-            Surrogate.load(run_dir).problem.check_instances(np.array([np.nan]))
+            Surrogate.load(run_dir).family.check_instances(np.array([np.nan]))
     finally:
         sys.path.remove(str(tmp_path))
 
@@ -304,11 +304,10 @@ def test_a_capability_member_of_the_wrong_kind_is_one_line_naming_it(tmp_path, m
         sys.modules.pop(module, None)
     from deepfusion.configuration.schema import ConfigError
     from deepfusion.configuration.config import load_config
-    from deepfusion.configuration.registry import family_class
+    from deepfusion.configuration.run import Run
 
-    family_class.cache_clear()
     with pytest.raises(ConfigError) as exc:
-        load_config(tmp_path / "screened.toml", ['problem.family="broken:Broken"'])
+        Run.from_config(load_config(tmp_path / "screened.toml", ['problem.family="broken:Broken"']))
     assert str(exc.value) == f"problem.family: {message}"
 
 

@@ -147,7 +147,7 @@ def test_uq_over_moving_shapes_averages_each_node_over_the_shapes_that_hold_it(t
 
     surrogate = Surrogate.load(torsion_run)
     u = np.concatenate([surrogate.fields(params[i : i + 5]) for i in range(0, 23, 5)])
-    inside = surrogate.problem.domain(params) <= 0
+    inside = surrogate.family.domain(params) <= 0
     # Some nodes are inside some shapes only: the plain mean would mix in the zeros written outside.
     partly = (fraction > 0) & (fraction < 1)
     assert partly.sum() > 10

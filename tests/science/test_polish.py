@@ -83,7 +83,7 @@ def test_one_polish_step_reduces_the_error_on_every_instance(name):
     extra = ["burgers.residual=conservative"] if name == "burgers" else []
     problem = Run.from_config(load_config(None, [f"problem.family={name}", f"problem.resolution={grid}",
                                                  "data.sampling=random", "data.n_train=1", "train.batch_size=1",
-                                                 *extra])).problem
+                                                 *extra])).family
     rng = np.random.default_rng(1)
     params = problem.sample(6, "random", 3)
     exact, start, measured = network_like(problem, params, rng)
