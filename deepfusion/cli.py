@@ -79,19 +79,25 @@ def _run_reader(sub, name: str, **kwargs):
     return p
 
 
+def _add_instances(p: argparse.ArgumentParser) -> None:
+    """The instances of a command, under the family's own names (:func:`deepfusion.configuration.inputs.command_line_instances`)."""
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="instances under the family's own names: its parameter's (a number for a scalar one, "
+                        "repeatable: --param c=3.5; a .npy of rows for a vector one: --param a=rows.npy), its entries' "
+                        "(a number each, repeatable: --param hole_x=0.5 --param hole_y=0.5 --param hole_r=0.1 "
+                        "--param nu=0.3), or its field input's (--param nu=fields.npy)")
+    p.add_argument("--c", type=float, action="append", help="Burgers' c, where the family's parameter is named c "
+                                                           "(--param c=VALUE; repeatable)")
+    p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), where the family's field input "
+                                           "is named nu (--param nu=FILE.npy)")
+    p.add_argument("--coeffs", type=Path, help=argparse.SUPPRESS)  # retired: refused with the family's own names
+
+
 def _add_infer(sub) -> None:
     p = _run_reader(sub, "infer", help="solve new instances with a trained run, into an HDF5 field file",
                     description="Solve new instances with a trained run: one forward pass per chunk of instances.")
     p.add_argument("--out", type=Path, required=True, help="HDF5 field file to write (.h5; an .xdmf is written beside)")
-    p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
-                                                           "(repeatable)")
-    p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="instances under the family's own names: its parameter's (a number for a scalar one, "
-                        "repeatable: --param k=2.5; a .npy of rows for a vector one: --param a=rows.npy) or its "
-                        "field input's (--param nu=fields.npy)")
-    p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
-                                           "family takes them")
+    _add_instances(p)
     p.add_argument("--polish", type=int, default=0, metavar="K",
                    help="then K iterations of the family's polish step from the network's output (multigrid "
                         "V-cycles for the Q1 families, Newton sweeps of the conservative Burgers scheme); default 0 = "
@@ -167,15 +173,7 @@ def _add_reference(sub) -> None:
                                    "HDF5 field file (+ XDMF). The family's keys are set with --set, as in a config.")
     p.add_argument("family", help="a registered family (e.g. burgers, poisson, reaction_diffusion, or an installed "
                                   "one) or package.module:Class")
-    p.add_argument("--c", type=float, action="append", help="a scalar instance parameter, e.g. Burgers' c "
-                                                           "(repeatable)")
-    p.add_argument("--coeffs", type=Path, help=".npy of instance rows (S, ...), e.g. KL coefficients (S, m)")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="instances under the family's own names: its parameter's (a number for a scalar one, "
-                        "repeatable: --param k=2.5; a .npy of rows for a vector one: --param a=rows.npy) or its "
-                        "field input's (--param nu=fields.npy)")
-    p.add_argument("--nu", type=Path, help=".npy of nodal input fields (S, N_y, N_x), e.g. diffusivities, where the "
-                                           "family takes them")
+    _add_instances(p)
     p.add_argument("--resolution", type=int, nargs="+", default=[64], metavar="N",
                    help="nodes per axis: N, or one count per axis (default 64)")
     p.add_argument("--set", action="append", default=[], metavar="FAMILY.KEY=VALUE",

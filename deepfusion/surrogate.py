@@ -15,12 +15,12 @@ __all__ = ["Surrogate"]
 class Surrogate:
     """A trained generator and its family: ``surrogate(c=[...])`` returns the fields.
 
-    Use :meth:`load`. Calling it with the family's instances returns float64 fields of
-    shape (S, *resolution) on the run's grid: ``c`` (S,) for a scalar parameter (Burgers'
-    c; fields over (t, x)), ``coeffs`` (S, *shape) rows for a vector one (KL coefficients)
-    or ``nu`` (S, *resolution) nodal fields where the family takes them (the diffusivity
-    families; fields over (y, x)); or under the family's own names (``surrogate(k=[2.5])`` for
-    a parameter named ``k``, ``surrogate(a=rows)``); see :func:`deepfusion.configuration.inputs.instance_parameters`. Bad input raises
+    Use :meth:`load`. Calling it with the family's instances, under the family's own names, returns float64
+    fields of shape (S, *resolution) on the run's grid: its parameter's values (``surrogate(c=[3.5, 4.0])``
+    for Burgers' c, fields over (t, x); ``surrogate(a=rows)`` for the KL coefficients, (S, m)), every entry
+    of a vector parameter by its name (``surrogate(hole_x=..., hole_y=..., hole_r=[0.1, 0.15], nu=0.3)``),
+    or nodal fields where the family takes them (``surrogate(nu=fields)``, the diffusivity families; fields over
+    (y, x)); see :func:`deepfusion.configuration.inputs.by_name`. Bad input raises
     :class:`~deepfusion.configuration.inputs.InputError` (a ``ValueError``) with the CLI's message;
     parameters outside the training range warn with
     :class:`~deepfusion.configuration.inputs.ParameterRangeWarning`.
@@ -105,7 +105,7 @@ class Surrogate:
     def parameter_name(self) -> str:
         """The keyword the family's instances go by, its parameter's own name (:class:`~diffnet.protocol.family.ParameterSpec`):
         ``"c"`` for Burgers, ``"a"`` for the KL families' coefficient rows, ``"hole"`` for a plugin's; ``surrogate(**{name:
-        rows})`` solves them (``c=`` and ``coeffs=`` are accepted too, and ``nu=`` where the family takes fields)."""
+        rows})`` and ``surrogate(rows)`` solve them (and ``nu=`` where the family takes fields)."""
         return self.family.parameters.name
 
     @property
@@ -115,27 +115,29 @@ class Surrogate:
         spec = self.family.parameters
         return spec.bounds() if spec.per_entry else (spec.low, spec.high)
 
-    def instances(self, c=None, coeffs=None, nu=None, **named) -> np.ndarray:
-        """The checked instance array the fields are computed from, given as ``c``, ``coeffs`` or ``nu``, or under
-        the family's own names (:attr:`parameter_name`, e.g. ``hole=rows``; its field input's, e.g. ``nu=``); see the
-        class docstring. Instances outside the family's physical limits raise :class:`InputError`."""
+    def instances(self, values=None, /, **named) -> np.ndarray:
+        """The checked instance array the fields are computed from: ``values`` of the family's parameter
+        (:attr:`parameter_name`), or the instances under the family's own names (its parameter's, e.g. ``c=[3.5]`` or
+        ``a=rows``; every entry's, e.g. ``hole_x=[...], hole_r=[...]``; its field input's, e.g. ``nu=fields``;
+        :func:`~deepfusion.configuration.inputs.by_name`). Instances outside the family's physical limits raise
+        :class:`InputError`."""
+        if values is not None:
+            if self.parameter_name in named:
+                raise InputError(f"{self.parameter_name}: the instances are given twice (also positionally)")
+            named = {self.parameter_name: values, **named}
         keywords, names = by_name(self.family, named)
-        generic = {"c": c, "coeffs": coeffs, "nu": nu}
-        for key, value in keywords.items():
-            if generic[key] is not None:
-                raise InputError(f"{names[key]}: the instances are given twice (as {names[key]} and as {key})")
-            generic[key] = value
-        return instance_parameters(self.family, **generic, names=names)
+        return instance_parameters(self.family, **keywords, names=names)
 
-    def __call__(self, c=None, *, coeffs=None, nu=None, polish: int = 0, outputs=None, **named):
-        """Fields of the instances given as ``c``, ``coeffs`` or ``nu``, or under the family's own names
-        (its parameter's, e.g. ``k=[2.5, 7.0]`` or ``a=rows``; its field input's, e.g. ``nu=``).
+    def __call__(self, values=None, /, *, polish: int = 0, outputs=None, **named):
+        """Fields of the instances: ``values`` of the family's parameter, or under the family's own names (its
+        parameter's, e.g. ``c=[3.5, 4.0]`` or ``a=rows``; every entry's, e.g. ``hole_x=[0.5], hole_y=[0.5],
+        hole_r=[0.1, 0.15], nu=[0.3]``; its field input's, e.g. ``nu=fields``).
 
         With ``outputs`` (names of :attr:`outputs`: ``"u"``, the family's derived fields such as ``"stress"`` or
         ``"von_mises"``, its quantities such as ``"K_t"``) a dict of those, computed from the same fields."""
-        params = self.instances(c, coeffs=coeffs, nu=nu, **named)
-        u = self.fields(params, polish=polish)
-        return u if outputs is None else self.outputs_of(params, u, outputs)
+        instances = self.instances(values, **named)
+        u = self.fields(instances, polish=polish)
+        return u if outputs is None else self.outputs_of(instances, u, outputs)
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -151,8 +153,8 @@ class Surrogate:
             self._outputs = ("u", *derived_fields(self.family, centre, u), *quantities(self.family, centre, u))
         return self._outputs
 
-    def outputs_of(self, params: np.ndarray, fields: np.ndarray, names) -> dict[str, np.ndarray]:
-        """The named outputs (:attr:`outputs`) of checked instances ``params`` and their ``fields``."""
+    def outputs_of(self, instances: np.ndarray, fields: np.ndarray, names) -> dict[str, np.ndarray]:
+        """The named outputs (:attr:`outputs`) of checked instances ``instances`` and their ``fields``."""
         from deepfusion.analysis.derived import derived_fields, quantities
 
         names = [names] if isinstance(names, str) else list(names)
@@ -162,10 +164,10 @@ class Surrogate:
                              f"outputs ({', '.join(self.outputs)})")
         everything = {"u": fields}
         if any(n in self.outputs[1:] for n in names):
-            everything |= derived_fields(self.family, params, fields) | quantities(self.family, params, fields)
+            everything |= derived_fields(self.family, instances, fields) | quantities(self.family, instances, fields)
         return {n: everything[n] for n in names}
 
-    def fields(self, params: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
+    def fields(self, instances: np.ndarray, polish: int = 0, tiling=None) -> np.ndarray:
         """Fields of already checked instances (:meth:`instances`), ``chunk`` at a time.
 
         With a ``tiling`` (a domain split: :class:`deepfusion.parallel.halo.MPITiling`, collective over its
@@ -183,11 +185,11 @@ class Surrogate:
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
-        u = predict(self._model, self._generator, params, self.chunk, tiling=tiling)
+        u = predict(self._model, self._generator, instances, self.chunk, tiling=tiling)
         if polish:
             require(self.family, "polish", "polish")
             try:
-                u = on_domain(self.family, params, self.family.polish(params, u, int(polish)))
+                u = on_domain(self.family, instances, self.family.polish(instances, u, int(polish)))
             except ValueError as e:
                 raise InputError(str(e)) from None
         return u

@@ -29,7 +29,7 @@ def command(args: argparse.Namespace, comm) -> int:
     with warnings.catch_warnings(record=True) as caught:  # each warning becomes one line on stderr
         warnings.simplefilter("always")
         surrogate = Surrogate.load(run_dir, checkpoint=args.checkpoint)
-        instances = command_line_instances(surrogate.family, args.c, args.coeffs, args.nu, args.param, (2, 3, 4))
+        instances = command_line_instances(surrogate.family, args, (2, 3, 4))
     for w in caught:
         warn(str(w.message))
     tiling = _tiling(args.domain, surrogate.family.resolution, comm)

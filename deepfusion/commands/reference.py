@@ -44,8 +44,7 @@ def command(args: argparse.Namespace, comm) -> int:
     require(family, "reference", "reference")
     with warnings.catch_warnings():  # a classical solve has no training range
         warnings.simplefilter("ignore", ParameterRangeWarning)
-        instances = command_line_instances(family, args.c, args.coeffs, args.nu, args.param,
-                                        (len(resolution), len(resolution) + 1))
+        instances = command_line_instances(family, args, (len(resolution), len(resolution) + 1))
     solve, name = (family.truth, family.truth_name()) if args.truth else (family.reference, family.reference_name())
     domain = domain_of(family, instances)
     t0 = time.perf_counter()

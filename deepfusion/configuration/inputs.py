@@ -3,9 +3,10 @@ commands and the Python API; every failure is an :class:`InputError` with a one-
 
 from __future__ import annotations
 
+import argparse
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -56,96 +57,148 @@ def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def by_name(family, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Instances given under the family's own names (its parameter's, e.g. ``k=`` or ``a=``, and its
-    field input's, e.g. ``nu=``) as the ``c``/``coeffs``/``nu`` keywords of :func:`instance_parameters`,
-    and the names the messages should use for them."""
+def _takes(spec) -> str:
+    """How a family takes its instances, for messages: ``a (rows), nu (fields)`` or by entry."""
+    ways = [spec.name if spec.shape == () else f"{spec.name} (rows of {', '.join(map(str, spec.shape))})"]
+    ways += [f"its entries by name ({', '.join(spec.names)})"] if spec.names else []
+    ways += [f"{spec.field} (nodal fields)"] if spec.field else []
+    return " or ".join(ways)
+
+
+# The generic keywords of earlier versions, refused with the family's own names (CHANGELOG.md).
+_RETIRED = ("coeffs",)
+
+
+def by_name(family, given: dict[str, object]) -> tuple[dict[str, object], dict[str, str]]:
+    """Instances given under the family's own names as the ``scalars``/``rows``/``fields`` keywords of
+    :func:`instance_parameters`, and the names the messages should use for them.
+
+    The names (:class:`~diffnet.protocol.family.ParameterSpec`): the parameter's (``c=[3.5, 4.0]`` for a scalar one,
+    ``a=rows`` for a vector one), its entries' (``hole_x=[...], hole_y=[...], hole_r=[...], nu=[...]``: every entry,
+    each a number or one per instance, a number standing for every instance) and the field input's (``nu=fields``).
+    """
     spec = family.parameters
-    keywords, names = {}, {}
+    keywords, names, entries = {}, {}, {}
     for name, value in given.items():
+        if name in spec.names and name != spec.field:
+            entries[name] = value
+            continue
         if name == spec.name:
-            key = "c" if spec.shape == () else "coeffs"
+            key = "scalars" if spec.shape == () else "rows"
         elif spec.field and name == spec.field:
-            key = "nu"
+            key = "fields"
         else:
-            takes = spec.name + (f" or {spec.field}" if spec.field else "")
-            raise InputError(f"{name}: this run's family ({family.name}) takes its instances as {takes}")
+            retired = f" (the generic {name!r} of earlier versions is retired)" if name in _RETIRED else ""
+            raise InputError(f"{name}: this run's family ({family.name}) takes its instances as {_takes(spec)}{retired}")
         keywords[key], names[key] = value, name
+    if entries:
+        if "rows" in keywords:
+            raise InputError(f"{next(iter(entries))}: the instances are given twice (also as {names['rows']})")
+        keywords["rows"], names["rows"] = _rows(spec, entries), ", ".join(entries)
     return keywords, names
 
 
-def command_line_instances(family, c: list[float] | None, coeffs: Path | None, nu: Path | None, param: list[str],
-                           nu_ndim: tuple[int, ...]) -> np.ndarray:
-    """The checked instances of a command line (``infer``, ``reference``): ``--c`` numbers, ``--coeffs`` and
-    ``--nu`` .npy paths, and ``--param NAME=VALUE`` under the family's own names (numbers for a scalar
-    parameter, repeatable; a .npy path for a vector one or a field input). A file names its own errors;
-    a flag not given is named as the flag that would give it."""
-    names = {"c": "--c", "coeffs": str(coeffs or "--coeffs FILE.npy"), "nu": str(nu or "--nu FILE.npy")}
-    given = {"c": c, "coeffs": None if coeffs is None else load_array(coeffs, "coefficients", (1, 2, 3, 4)),
-             "nu": None if nu is None else load_array(nu, "fields", nu_ndim)}
+def _rows(spec, entries: dict[str, object]) -> np.ndarray:
+    """Instance rows of a vector parameter from its entries by name: each a number or one number per instance."""
+    missing = [name for name in spec.names if name not in entries]
+    if missing:
+        raise InputError(f"{', '.join(missing)}: give every entry of {spec.name} by name ({', '.join(spec.names)}); "
+                         f"missing {', '.join(missing)}")
+    columns = {name: np.atleast_1d(_numeric(name, entries[name], (0, 1))) for name in spec.names}
+    counts = {len(v) for v in columns.values()} - {1}
+    if len(counts) > 1:
+        listed = ", ".join(f"{name} {len(v)}" for name, v in columns.items())
+        raise InputError(f"{spec.name}: its entries give different numbers of instances ({listed}); give each one "
+                         "number per instance, or one for all")
+    count = counts.pop() if counts else 1
+    return np.stack([np.broadcast_to(columns[name], (count,)) for name in spec.names], axis=1).reshape(count, *spec.shape)
+
+
+def command_line_instances(family, args: argparse.Namespace, nu_ndim: tuple[int, ...]) -> np.ndarray:
+    """The checked instances of a command line (``infer``, ``reference``, whose parsers :mod:`deepfusion.cli` gives
+    the flags): ``--param NAME=VALUE`` under the family's own names (a number for a scalar parameter or an entry,
+    repeatable, one instance each; a .npy path for a vector parameter's rows or a field input), and the shorthand
+    flags ``--c`` and ``--nu``, each the family's own name or refused. A file names its own errors."""
+    flags = {name: getattr(args, name) for name in ("c", "nu", *_RETIRED) if getattr(args, name, None) is not None}
+    param = list(args.param or [])
+    spec = family.parameters
+    numbers = ({spec.name} if spec.shape == () else set()) | {n for n in spec.names if n != spec.field}
     scalars: dict[str, list[float]] = {}
     files: dict[str, Path] = {}
-    spec = family.parameters
+    labels: dict[str, str] = {}
+    for flag, value in flags.items():
+        if flag in _RETIRED:
+            raise InputError(f"--{flag}: retired; give the instances under the {family.name} family's own names, "
+                             f"--param NAME=VALUE: {_takes(spec)}")
+        if flag not in numbers | {spec.name, spec.field}:
+            raise InputError(f"--{flag}: not a name of this run's family ({family.name}), which takes its instances "
+                             f"as {_takes(spec)} (--param NAME=VALUE)")
+        if flag in numbers:
+            scalars[flag], labels[flag] = list(value), f"--{flag}"
+        else:
+            files[flag], labels[flag] = Path(value), str(value)
     for item in param:
         name, sep, value = item.partition("=")
         if not (sep and name and value):
             raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        if spec.shape == () and name == spec.name:
+        if name in numbers:
             try:
                 scalars.setdefault(name, []).append(float(value))
             except ValueError:
                 raise InputError(f"--param {name}: expected a number, got {value!r}") from None
+            labels[name] = f"--param {name}"
         elif name in files:
             raise InputError(f"--param {name}: given twice")
         else:
-            files[name] = Path(value)
+            files[name], labels[name] = Path(value), str(value)
+    for name, path in files.items():
+        if name in (spec.name, spec.field):
+            files[name] = load_array(path, "fields" if name == spec.field else "instance rows",
+                                     nu_ndim if name == spec.field else (1, 2, 3, 4))
     keywords, named = by_name(family, {**scalars, **files})
-    for key, value in keywords.items():
-        label = f"--param {named[key]}" if key == "c" else str(value)
-        if given[key] is not None:
-            raise InputError(f"{label}: the instances are given twice (also as --{key})")
-        names[key] = label
-        given[key] = value if key == "c" else \
-            load_array(value, "coefficients" if key == "coeffs" else "fields", (1, 2, 3, 4) if key == "coeffs" else nu_ndim)
-    return instance_parameters(family, **given, names=names)
+    names = {key: labels.get(named[key], named[key]) for key in keywords}
+    if len(keywords) > 1 or not keywords:
+        raise InputError(f"this run's family ({family.name}) takes its instances as {_takes(spec)}, one way at a "
+                         f"time (--param NAME=VALUE)")
+    return instance_parameters(family, **keywords, names=names)
 
 
-def instance_parameters(family, c=None, coeffs=None, nu=None, names: dict[str, str] | None = None) -> np.ndarray:
+def instance_parameters(family, scalars=None, rows=None, fields=None, names: dict[str, str] | None = None) -> np.ndarray:
     """The instances to solve as one array, checked against the family's :class:`~diffnet.protocol.family.ParameterSpec`.
 
-    A family with a scalar parameter takes ``c`` (S,); one with a vector parameter takes
-    ``coeffs`` (S, *shape) rows; one that declares a field input (``spec.field``, e.g.
-    the diffusivity) also takes ``nu`` (S, *resolution) positive nodal fields instead. One
+    A family with a scalar parameter takes ``scalars`` (S,); one with a vector parameter takes
+    ``rows`` (S, *shape); one that declares a field input (``spec.field``, e.g.
+    the diffusivity) also takes ``fields`` (S, *resolution) positive nodal fields instead. One
     row or one field may drop the leading axis. An instance the family finds invalid
     (:meth:`~diffnet.protocol.family.Family.check_instances`) raises :class:`InputError` naming its index;
-    values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps ``c``/``coeffs``/``nu`` to what the
-    caller calls them in messages (the CLI: ``--c``, a file).
+    values outside the training range raise a :class:`ParameterRangeWarning`. ``names`` maps ``scalars``/``rows``/``fields`` to what
+    the caller calls them in messages (the family's own names, the CLI's ``--param c``, a file; :func:`by_name`).
     """
-    names = {"c": "c", "coeffs": "coeffs", "nu": "nu"} | (names or {})
+    names = {"scalars": "scalars", "rows": "rows", "fields": "fields"} | (names or {})
     spec = family.parameters
-    given = [k for k, v in (("c", c), ("coeffs", coeffs), ("nu", nu)) if v is not None]
-    takes = ["c"] if spec.shape == () else ["coeffs"]
-    takes += ["nu"] if spec.field else []
-    what = {"c": f"{names['c']} ({spec.description or spec.name})",
-            "coeffs": f"{names['coeffs']} (rows of {spec.description or spec.name})",
-            "nu": f"{names['nu']} (nodal {spec.field} fields)"}
+    given = [k for k, v in (("scalars", scalars), ("rows", rows), ("fields", fields)) if v is not None]
+    takes = ["scalars"] if spec.shape == () else ["rows"]
+    takes += ["fields"] if spec.field else []
+    what = {"scalars": f"{names['scalars']} ({spec.description or spec.name})",
+            "rows": f"{names['rows']} (rows of {spec.description or spec.name})",
+            "fields": f"{names['fields']} (nodal {spec.field} fields)"}
     wrong = [k for k in given if k not in takes]
     if wrong or len(given) != 1:
         head = f"{names[wrong[0]]}: " if wrong else ""
         raise InputError(f"{head}this run's family ({family.name}) takes exactly one of " +
                          " or ".join(what[k] for k in takes))
-    if nu is not None:
-        field = _numeric(names["nu"], nu, (len(family.resolution), len(family.resolution) + 1))
+    if fields is not None:
+        field = _numeric(names["fields"], fields, (len(family.resolution), len(family.resolution) + 1))
         field = field if field.ndim == len(family.resolution) + 1 else field[None]
         if field.shape[1:] != tuple(family.resolution):
-            raise InputError(f"{names['nu']}: fields must be {tuple(family.resolution)} (the run's resolution), "
+            raise InputError(f"{names['fields']}: fields must be {tuple(family.resolution)} (the run's resolution), "
                              f"got {field.shape[1:]}")
         if not (field > 0).all():
-            raise InputError(f"{names['nu']}: {spec.field} must be > 0 everywhere (min {field.min():g})")
+            raise InputError(f"{names['fields']}: {spec.field} must be > 0 everywhere (min {field.min():g})")
         return field
     key = given[0]
     rank = len(spec.shape)
-    arr = _numeric(names[key], c if key == "c" else coeffs, (rank, rank + 1))
+    arr = _numeric(names[key], scalars if key == "scalars" else rows, (rank, rank + 1))
     arr = arr if arr.ndim == rank + 1 else arr[None]
     if arr.shape[1:] != tuple(spec.shape):
         raise InputError(f"{names[key]}: each instance must have shape {tuple(spec.shape)} "

@@ -61,7 +61,7 @@ CASES = [
     (["train", POISSON, "--set", "burgers.residual=scharr"], "burgers: the table of another family"),
     (["train", BURGERS, "--set", "problem.viscosity=0.1"], "problem.viscosity: a key of the burgers family; set it in "
                                                          "its table [burgers]"),
-    (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--set", "burgers.viscosity=0", "--out", "x.h5"],
+    (["reference", "poisson", "--param", "a={in}/a5.npy", "--set", "burgers.viscosity=0", "--out", "x.h5"],
      "burgers: the table of another family"),
     (["reference", "heat", "--c", "1", "--out", "x.h5"], "problem.family: unknown family 'heat' (known: "),
     # command-line arguments
@@ -69,10 +69,14 @@ CASES = [
     (["train", BURGERS, "--out", "fresh", "--resume"], "--resume: no checkpoint"),
     (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: instance 0: c = -3; every entry must be finite and > 0"),
     (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
-    (["reference", "poisson", "--coeffs", "{in}/a5.npy", "--out", "x.txt"], "--out"),
+    (["reference", "poisson", "--param", "a={in}/a5.npy", "--out", "x.txt"], "--out"),
     (["infer", "no_such_run", "--c", "3", "--out", "x.h5"], "not a run directory"),
-    (["infer", "{burgers}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "a5.npy: this run's family (burgers) takes exactly one of --c"),
-    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "--c: this run's family (poisson) takes exactly one of --coeffs FILE.npy (rows of"),
+    (["infer", "{burgers}", "--param", "a={in}/a5.npy", "--out", "x.h5"], "a: this run's family (burgers) takes its instances as c"),
+    (["infer", "{poisson}", "--c", "3", "--out", "x.h5"], "--c: not a name of this run's family (poisson), which takes its "
+                                                        "instances as a (rows of 6) or nu (nodal fields)"),
+    (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "--coeffs: retired; give the instances under the "
+                                                                       "poisson family's own names, --param NAME=VALUE"),
+    (["infer", "{poisson}", "--param", "a={in}/a5.npy", "--nu", "{in}/nu8.npy", "--out", "x.h5"], "one way at a time"),
     (["compare", "{poisson}", "--out", "r.txt"], "the report is JSON"),
     (["compare", "{poisson}", "--out", "r.json", "--samples", "0"], "--samples: must be in 1..1000"),
     (["compare", "{poisson}", "--out", "r.json", "--threads", "1", "0"], "--threads: must be in 1..4096, got 0"),
@@ -81,14 +85,14 @@ CASES = [
     (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "this run holds out 1 instance"),
     (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
     # instance files
-    (["infer", "{poisson}", "--coeffs", "{in}/a5.npy", "--out", "x.h5"], "each instance must have shape (6,)"),
-    (["infer", "{poisson}", "--coeffs", "{in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),
-    (["infer", "{poisson}", "--coeffs", "{in}/obj.npy", "--out", "x.h5"], "must be a numeric array"),
-    (["infer", "{poisson}", "--coeffs", "{in}/text.npy", "--out", "x.h5"], "not a .npy file"),
+    (["infer", "{poisson}", "--param", "a={in}/a5.npy", "--out", "x.h5"], "each instance must have shape (6,)"),
+    (["infer", "{poisson}", "--param", "a={in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),
+    (["infer", "{poisson}", "--param", "a={in}/obj.npy", "--out", "x.h5"], "must be a numeric array"),
+    (["infer", "{poisson}", "--param", "a={in}/text.npy", "--out", "x.h5"], "not a .npy file"),
     (["infer", "{poisson}", "--nu", "{in}/nuneg.npy", "--out", "x.h5"], "nu must be > 0 everywhere"),
     (["infer", "{poisson}", "--nu", "{in}/nu8.npy", "--out", "x.h5"], "the run's resolution"),
     (["infer", "{poisson}", "--nu", "{in}/nu4d.npy", "--out", "x.h5"], "array of 2 or 3 dimensions"),
-    (["reference", "poisson", "--coeffs", "{in}/missing.npy", "--out", "x.h5"], "cannot read coefficients"),
+    (["reference", "poisson", "--param", "a={in}/missing.npy", "--out", "x.h5"], "cannot read instance rows"),
     # checkpoints from elsewhere, damaged or crafted
     (["infer", "{burgers}", "--checkpoint", "{poisson_ckpt}", "--c", "4", "--out", "x.h5"], "does not belong to this run"),
     (["infer", "{burgers}", "--checkpoint", "{in}/extra.h5", "--c", "4", "--out", "x.h5"], "unexpected object /payload"),

@@ -60,7 +60,7 @@ def test_infer_from_coefficients_and_from_fields_agree(poisson_run, tmp_path):
     with h5py.File(run_dir / "test_prediction.h5") as f:
         a, expected = f["a"][()], f["u"][()]
     np.save(tmp_path / "a.npy", a[:2])
-    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "fa.h5"))
+    proc = run_cli("infer", str(run_dir), "--param", "a=" + str(tmp_path / "a.npy"), "--out", str(tmp_path / "fa.h5"))
     assert proc.returncode == 0, proc.stderr
     problem = Run.from_config(load_config(run_dir / "config.toml")).family
     np.save(tmp_path / "nu.npy", problem.diffusivity_numpy(a[:2]))
@@ -80,7 +80,7 @@ def test_reference_poisson_equals_a_direct_solve(tmp_path):
     a = np.random.default_rng(3).uniform(-3, 3, size=(2, 4))
     np.save(tmp_path / "a.npy", a)
     out = tmp_path / "fem.h5"
-    proc = run_cli("reference", "poisson", "--coeffs", str(tmp_path / "a.npy"), "--resolution", "33",
+    proc = run_cli("reference", "poisson", "--param", "a=" + str(tmp_path / "a.npy"), "--resolution", "33",
                    "--set", "poisson.kl_terms=4", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
@@ -103,7 +103,8 @@ def test_reference_truth_writes_the_evaluations_independent_reference(tmp_path, 
     np.save(tmp_path / "p.npy", rows)
     out = tmp_path / "truth.h5"
     extra = ["--set", "poisson.kl_terms=4"] if family == "poisson" else []
-    proc = run_cli("reference", family, "--coeffs", str(tmp_path / "p.npy"), "--resolution", str(resolution),
+    name = {"poisson": "a", "torsion": "shape"}[family]  # the family's own parameter name
+    proc = run_cli("reference", family, "--param", f"{name}=" + str(tmp_path / "p.npy"), "--resolution", str(resolution),
                    *extra, "--truth", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     problem = Run.from_config(load_config(None, [f"problem.family={family}",

@@ -57,7 +57,7 @@ def test_infer_and_the_python_api_refuse_it_and_only_warn_inside_the_physics(ela
     np.save(tmp_path / "one.npy", np.array([[0.0, 0.0, 0.0, 0.0, 1.0]]))
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_cli("infer", str(elastic_run), "--coeffs", str(tmp_path / "one.npy"), "--out", str(out / "x.h5"))
+    proc = run_cli("infer", str(elastic_run), "--param", "a=" + str(tmp_path / "one.npy"), "--out", str(out / "x.h5"))
     _refused(proc, "a[4] (nu) = 1; the physics needs -1 < nu < 0.5", out)
     proc = run_cli("infer", str(elastic_run), "--param", f"a={tmp_path / 'one.npy'}", "--out", str(out / "x.h5"))
     _refused(proc, "a[4] (nu) = 1; the physics needs -1 < nu < 0.5", out)
@@ -84,7 +84,7 @@ def test_a_problem_without_a_load_is_refused_at_configuration_and_on_reference(t
     np.save(tmp_path / "a.npy", np.array([[0.0, 0.0, 0.0, 0.0, 0.3]]))
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_cli("reference", "elasticity", "--coeffs", str(tmp_path / "a.npy"), "--out", str(out / "x.h5"), *held)
+    proc = run_cli("reference", "elasticity", "--param", "a=" + str(tmp_path / "a.npy"), "--out", str(out / "x.h5"), *held)
     _refused(proc, "elasticity.x1: no load", out)
     # A plugin's: the generic check (the zero field is stationary for the loss) names no key of its own.
     config = tmp_path / "plugin.toml"

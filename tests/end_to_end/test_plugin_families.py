@@ -115,7 +115,7 @@ def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # inf
     with h5py.File(out) as f:
         assert f["u"].shape == (2, 17, 17) and list(f["v"][()]) == [0.7, 1.2] and list(f["t"][()])[-1] == 0.25
     np.save(tmp_path / "a.npy", np.array([[0.5, -0.5]]))
-    proc = run_cli("infer", str(runs["cubic_reaction"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "8",
+    proc = run_cli("infer", str(runs["cubic_reaction"]), "--param", "a=" + str(tmp_path / "a.npy"), "--polish", "8",
                    "--out", str(out), path=[site])
     assert proc.returncode == 0 and "+ 8 polish iterations" in proc.stdout, proc.stderr
     with h5py.File(out) as f:
@@ -129,7 +129,7 @@ def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # inf
         exact = CubicReaction((17, 17)).reference(np.array([[0.5, -0.5]]))
         surrogate = Surrogate.load(runs["cubic_reaction"])  # the Python API on a plugin's run
         assert surrogate.parameter_name == "a" and surrogate.parameter_range == (-1.0, 1.0)
-        np.testing.assert_allclose(surrogate(coeffs=[0.5, -0.5], polish=8), exact, rtol=0, atol=1e-8 * np.abs(exact).max())
+        np.testing.assert_allclose(surrogate(a=[0.5, -0.5], polish=8), exact, rtol=0, atol=1e-8 * np.abs(exact).max())
     finally:
         sys.path.remove(str(site))
     assert np.abs(polished - exact).max() < 1e-8 * np.abs(exact).max()  # Newton steps from the network's field

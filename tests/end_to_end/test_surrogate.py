@@ -51,17 +51,17 @@ def test_chunks_and_threads_give_the_same_fields(runs):
     tiny = Surrogate.load(runs["poisson"], threads=1, memory_mb=1e-3)
     whole = Surrogate.load(runs["poisson"], threads=2)  # last: the process keeps this machine's default
     assert tiny.chunk == 1 and whole.chunk >= 7
-    u = whole(coeffs=coeffs)
+    u = whole(a=coeffs)
     assert u.shape == (7, 16, 16) and u.dtype == np.float64
     # Other batch sizes and thread counts change only float32 rounding inside the network (conftest).
     atol = float32_atol(runs["poisson"], np.abs(u).max())
-    np.testing.assert_allclose(tiny(coeffs=coeffs), u, rtol=0, atol=atol)
+    np.testing.assert_allclose(tiny(a=coeffs), u, rtol=0, atol=atol)
     # One row, and fields of nu instead of KL rows, are accepted too.
-    np.testing.assert_allclose(whole(coeffs=coeffs[0]), u[:1], rtol=0, atol=atol)
+    np.testing.assert_allclose(whole(a=coeffs[0]), u[:1], rtol=0, atol=atol)
     nu = np.exp(rng.normal(size=(2, 16, 16)))
     assert whole(nu=nu).shape == (2, 16, 16)
     # Under the family's own name (the field files' dataset): a = the KL rows.
-    assert np.array_equal(whole(a=coeffs), whole(coeffs=coeffs))
+    assert np.array_equal(whole(a=coeffs), whole(coeffs))  # the parameter by its name, or positionally
 
 
 @pytest.mark.parametrize("run, kwargs, fragment", [
@@ -112,7 +112,7 @@ def test_outside_the_training_range_warns(runs):
         warnings.simplefilter("error")  # inside the range: no warning at all
         s(c=[3.0, 6.0])
     with pytest.warns(ParameterRangeWarning, match="outside the training range"):
-        Surrogate.load(runs["poisson"])(coeffs=np.full((1, 6), 3.5))
+        Surrogate.load(runs["poisson"])(a=np.full((1, 6), 3.5))
 
 
 def test_infer_warns_outside_the_range_on_one_line(runs, tmp_path):
@@ -128,21 +128,21 @@ def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
     s = Surrogate.load(runs["poisson"])
     coeffs = np.random.default_rng(4).uniform(-3, 3, size=(2, 6))
     fem = s.family.reference(coeffs, method="direct")
-    distance = [np.abs(s(coeffs=coeffs, polish=k) - fem).max() for k in (0, 1, 3)]
+    distance = [np.abs(s(a=coeffs, polish=k) - fem).max() for k in (0, 1, 3)]
     assert distance[1] < 0.5 * distance[0] and distance[2] < 0.5 * distance[1]
     np.save(tmp_path / "a.npy", coeffs)
-    proc = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "1",
+    proc = run_cli("infer", str(runs["poisson"]), "--param", "a=" + str(tmp_path / "a.npy"), "--polish", "1",
                    "--out", str(tmp_path / "u.h5"))
     assert proc.returncode == 0, proc.stderr
     assert "+ 1 polish iteration" in proc.stdout
     with h5py.File(tmp_path / "u.h5") as f:
         assert f.attrs["polish"] == 1
-        np.testing.assert_array_equal(f["u"][()], s(coeffs=coeffs, polish=1))
+        np.testing.assert_array_equal(f["u"][()], s(a=coeffs, polish=1))
     with pytest.raises(InputError, match="polish: must be an integer"):
-        s(coeffs=coeffs, polish=-1)
+        s(a=coeffs, polish=-1)
     # The tiny Burgers run trained the central (Sobel) residual: no scheme to polish with.
     with pytest.raises(InputError, match=r"the burgers family \(as configured\) does not declare the 'polish' capability"):
         Surrogate.load(runs["burgers"])(c=[4.0], polish=1)
-    bad = run_cli("infer", str(runs["poisson"]), "--coeffs", str(tmp_path / "a.npy"), "--polish", "-2",
+    bad = run_cli("infer", str(runs["poisson"]), "--param", "a=" + str(tmp_path / "a.npy"), "--polish", "-2",
                   "--out", str(tmp_path / "v.h5"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["deepfusion: error: --polish: must be in 0..1000, got -2"]

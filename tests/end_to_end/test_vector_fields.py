@@ -102,10 +102,10 @@ def test_infer_and_reference_write_each_field(vector_run, tmp_path):
     run_dir, _ = vector_run
     a = np.array([[0.5, -0.5, 1.0, 0.0, 0.3]])
     np.save(tmp_path / "a.npy", a)
-    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
+    proc = run_cli("infer", str(run_dir), "--param", "a=" + str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
     assert proc.returncode == 0, proc.stderr
     proc = run_cli("reference", "elasticity", "--set", "elasticity.plane=strain", "--resolution", "17",
-                   "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "ref.h5"))
+                   "--param", "a=" + str(tmp_path / "a.npy"), "--out", str(tmp_path / "ref.h5"))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(tmp_path / "u.h5") as f, h5py.File(tmp_path / "ref.h5") as g:
         assert f["u_x"].shape == g["u_y"].shape == (1, 17, 17) and g.attrs["unknowns"] == "u_x,u_y"

@@ -143,11 +143,11 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
         (resumed[name] / "checkpoints" / "step-00000008.h5").unlink()
     second, infer_split, groups = run_cli_jobs(
         4, train(runs["2x2"], "[2,2]"),
-        ["infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(split), "--domain", "2,2"],
+        ["infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(split), "--domain", "2,2"],
         train(resumed["groups"], "[2]"), timeout=200)
     same, refused = run_cli_jobs(
         2, train(resumed["same"], "[1,2]"),
-        ["infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3"], timeout=150)
+        ["infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3"], timeout=150)
     for proc in (first, second):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "each sample split" in proc.stdout
@@ -157,7 +157,7 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
     with h5py.File(unsplit / "test_prediction.h5") as f, h5py.File(runs["2x2"] / "test_prediction.h5") as g:
         np.testing.assert_allclose(g["u"][()], f["u"][()], rtol=0, atol=1e-10)
     # infer --domain: new instances split over 4 ranks, one file equal to the unsplit one.
-    assert run_cli("infer", str(unsplit), "--coeffs", str(coeffs), "--out", str(whole)).returncode == 0
+    assert run_cli("infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(whole)).returncode == 0
     assert infer_split.returncode == 0 and infer_split.stdout.count("wrote") == 1, infer_split.stdout + infer_split.stderr
     with h5py.File(whole) as f, h5py.File(split) as g:
         np.testing.assert_allclose(g["u"][()], f["u"][()], rtol=0, atol=1e-10)

@@ -234,7 +234,7 @@ def test_infer_uq_compare_and_polish_run_the_corrected_generator(corrected_run, 
     with h5py.File(run_dir / "test_prediction.h5") as f:
         held, params = f["u"][()], f["a"][()]
     np.save(tmp_path / "a.npy", params)
-    proc = run_cli("infer", str(run_dir), "--coeffs", str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
+    proc = run_cli("infer", str(run_dir), "--param", "a=" + str(tmp_path / "a.npy"), "--out", str(tmp_path / "u.h5"))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(tmp_path / "u.h5") as f:
         np.testing.assert_allclose(f["u"][()], held, rtol=0, atol=float32_atol(run_dir, np.abs(held).max()))
@@ -259,7 +259,7 @@ def test_a_surrogate_forgets_its_kept_coarse_spaces_as_the_user_guide_times_it(c
     with h5py.File(run_dir / "test_prediction.h5") as f:
         a = f["a"][()][:3]
     poisson = Surrogate.load(run_dir)
-    kept = poisson(coeffs=a)
+    kept = poisson(a=a)
     assert len(coarse._SPACES) >= len(a)
     guide = (ROOT / "docs" / "user-guide.md").read_text()
     snippet = guide[guide.index("poisson.clear_caches()"):].split("```")[0]

@@ -480,7 +480,7 @@ def test_the_docs_cut_domain_family_trains_infers_compares_and_runs_uq_as_writte
     # the notch in no instance, the hole's neighbourhood in some, the rest in all
     assert fraction.min() == 0 and ((fraction > 0) & (fraction < 1)).any() and fraction.max() == 1
     # The truth as the evaluation has it, from the command line.
-    proc = run_cli("reference", "heat_lplate:HeatLPlate", "--coeffs", str(tmp_path / "holes.npy"), "--resolution", "17",
+    proc = run_cli("reference", "heat_lplate:HeatLPlate", "--param", "hole=" + str(tmp_path / "holes.npy"), "--resolution", "17",
                    "--truth", "--out", str(tmp_path / "truth.h5"), path=[tmp_path])
     assert proc.returncode == 0 and "the independent reference: body-fitted" in proc.stdout, proc.stderr
 

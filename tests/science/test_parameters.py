@@ -60,16 +60,16 @@ def test_one_shared_range_samples_as_before():
 
 def test_the_range_warning_names_the_entry_and_its_own_range():
     family = _TwoEntries()
-    with pytest.warns(ParameterRangeWarning, match=r"coeffs: 1.8 \(a\[0\] \(p1\)\) is outside its training range "
+    with pytest.warns(ParameterRangeWarning, match=r"rows: 1.8 \(a\[0\] \(p1\)\) is outside its training range "
                                                    r"\[-1, 1\]; the field is an extrapolation"):
-        instance_parameters(family, coeffs=[[1.8, 1.0]])  # inside the union [-1, 2], outside p1's range
+        instance_parameters(family, rows=[[1.8, 1.0]])  # inside the union [-1, 2], outside p1's range
     with pytest.warns(ParameterRangeWarning, match=r"-0.5 \(a\[1\] \(p2\)\) is outside its training range \[0, 2\]"):
-        instance_parameters(family, coeffs=[0.5, -0.5])
+        instance_parameters(family, rows=[0.5, -0.5])
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert instance_parameters(family, coeffs=[[0.5, 1.5]]).tolist() == [[0.5, 1.5]]
+        assert instance_parameters(family, rows=[[0.5, 1.5]]).tolist() == [[0.5, 1.5]]
 
 
 def test_the_families_tutorials_two_entry_spec_is_this_one():
@@ -107,7 +107,7 @@ def test_the_physics_limits_are_declared_once_and_refuse_an_instance_outside_the
             family.check_instances(np.array([[0.0, 0.3], [0.0, nu]]))
     family.check_instances(np.array([[5.0, 0.45]]))  # outside the training range, inside the physics: an instance
     with pytest.warns(ParameterRangeWarning, match="extrapolation"):
-        instance_parameters(family, coeffs=[[0.0, 0.45]])
+        instance_parameters(family, rows=[[0.0, 0.45]])
     assert ParameterSpec("c", (), 1.0, 5.0, positive=True).physical() == (0.0, np.inf)
 
 

@@ -220,7 +220,7 @@ def test_3d_run_evaluates_writes_volumes_and_infers(run3d, tmp_path):
     assert 'TopologyType="3DRectMesh" Dimensions="9 9 9"' in xdmf and 'GeometryType="VXVYVZ"' in xdmf
     np.save(tmp_path / "a.npy", np.zeros((1, 6)))
     out = tmp_path / "u.h5"
-    proc = run_cli("infer", str(run), "--coeffs", str(tmp_path / "a.npy"), "--polish", "30", "--out", str(out))
+    proc = run_cli("infer", str(run), "--param", "a=" + str(tmp_path / "a.npy"), "--polish", "30", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         polished = f["u"][0]
