@@ -34,12 +34,13 @@ from typing import Any
 import torch
 
 from diffnet.backend.constants import constant
+from diffnet.grid.level import Level
 from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix
 from diffnet.multigrid.hessian import block_hessian
 from diffnet.multigrid.stencil import (apply_blocks, as_blocks, as_fields, components, dense_operator, neighbour_offsets,
                                       on_free_nodes)
 
-__all__ = ["VCycle", "SHIFTS", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "shifted_cholesky",
+__all__ = ["VCycle", "Jacobi", "SHIFTS", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "shifted_cholesky",
            "along_axes"]
 
 _OMEGA = 2.0 / 3.0
@@ -119,13 +120,12 @@ def along_axes(x: torch.Tensor, mats: list[torch.Tensor], transpose: bool) -> to
     return x
 
 
-@dataclass
-class _Level:
-    stencil: torch.Tensor  # (S, C, C, 3^d, *grid)
-    free: torch.Tensor  # (S, C, *grid) bool
+@dataclass(frozen=True)
+class Jacobi:
+    """What the damped-Jacobi smoother keeps for one level (:attr:`diffnet.grid.level.Level.smoother`)."""
+
     diagonal: torch.Tensor  # (S, C, *grid)
-    down: list[torch.Tensor] | None = None  # per axis, interpolation from the next coarser grid
-    omega: float | torch.Tensor = _OMEGA  # the Jacobi damping, or one per instance (S, 1, ..., 1)
+    omega: float | torch.Tensor = _OMEGA  # the damping, or one per instance (S, 1, ..., 1)
 
 
 def _damping(stencil: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
@@ -145,7 +145,7 @@ class VCycle:
     (S, *grid), or (S, C, *grid) for C unknowns, that is zero on the fixed nodes.
     """
 
-    levels: list[_Level]
+    levels: list[Level]  # finest first: stencil (S, C, C, 3^d, *grid), fixed (S, C, *grid), dense P per axis
     coarse_factor: torch.Tensor  # (S, n, n) Cholesky factor of the coarsest operator
     sweeps: int = 2
     cycles: int = 1
@@ -172,8 +172,8 @@ class VCycle:
             # A family's own Hessian is symmetric as written; a probed one only to rounding.
             stencil = on_free_nodes(hessian, free, symmetrise=getattr(level_family, "hessian", None) is None)
             diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
-            levels.append(_Level(stencil, free, diagonal, transfers[k] if k < len(transfers) else None,
-                                 _damping(stencil, diagonal) if vector else _OMEGA))
+            levels.append(Level(stencil, free.logical_not(), transfers[k] if k < len(transfers) else None,
+                                smoother=Jacobi(diagonal, _damping(stencil, diagonal) if vector else _OMEGA)))
         dense = dense_operator(levels[-1].stencil)
         # Shifted where indefinite: a nonlinear loss's Hessian at a network's early field may be (B only preconditions).
         return cls(levels, cholesky(dense, "the V-cycle's coarsest operator", shift=True), sweeps, cycles, vector)
@@ -189,14 +189,15 @@ class VCycle:
 
     def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
         fine = self.levels[k]
-        return along_axes(coarse * self.levels[k + 1].free, fine.down, False) * fine.free
+        return along_axes(coarse * self.levels[k + 1].free, fine.interpolation, False) * fine.free
 
     def _restrict(self, k: int, fine: torch.Tensor) -> torch.Tensor:
-        return along_axes(fine * self.levels[k].free, self.levels[k].down, True) * self.levels[k + 1].free
+        return along_axes(fine * self.levels[k].free, self.levels[k].interpolation, True) * self.levels[k + 1].free
 
-    def _smooth(self, level: _Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def _smooth(self, level: Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        jacobi = level.smoother
         for _ in range(self.sweeps):
-            x = x + level.omega * (b - apply_blocks(level.stencil, x)) / level.diagonal
+            x = x + jacobi.omega * (b - apply_blocks(level.stencil, x)) / jacobi.diagonal
         return x
 
     def _cycle(self, k: int, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from diffnet.solvers import matrix_stencil as ms
+from diffnet.grid.level import Level
 from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix, interpolation_weights
 from diffnet.solvers.matrix_stencil import grid3, stencil3, stencil_native
 from diffnet.solvers.q1 import coarse_q1_stencil
@@ -68,7 +69,7 @@ def _axes(fine: tuple[int, ...], coarse: tuple[int, ...]) -> tuple[tuple[np.ndar
     return tuple([interpolation_weights(1, 1)] * (3 - len(fine)) + pairs)
 
 
-def _q1_coarsening(level: "_Level", fixed_coarse: np.ndarray) -> bool:
+def _q1_coarsening(level: Level, fixed_coarse: np.ndarray) -> bool:
     """Whether the coarse operator below ``level`` may be formed element by element from the Q1
     data: nested grids, and every fixed fine node interpolating only from fixed coarse nodes
     (then P's rows at fixed fine nodes lie in the columns cut anyway; true for boundary lines and planes)."""
@@ -76,59 +77,61 @@ def _q1_coarsening(level: "_Level", fixed_coarse: np.ndarray) -> bool:
     if any(f != 2 * c - 1 for f, c in zip(fine, fixed_coarse.shape) if f > 1):
         return False
     reach = np.zeros(fine)
-    ms.interpolate((~fixed_coarse).astype(np.float64), *level.flat_axes, np.zeros(fine, dtype=bool), reach)
+    ms.interpolate((~fixed_coarse).astype(np.float64), *_flat(level), np.zeros(fine, dtype=bool), reach)
     return not reach[level.fixed].any()
 
 
 @dataclass
-class _Level:
-    """One grid of the hierarchy in the 3-D layout (a 2-D grid as one layer, :mod:`~diffnet.solvers.matrix_stencil`):
-    its operator, its Dirichlet nodes and data, and the prolongation from the next coarser grid
-    (per axis z, y, x: left neighbour and weight)."""
+class _Work:
+    """What the numpy cycle keeps for one level (:attr:`diffnet.grid.level.Level.smoother`): the compiled passes of its
+    dimension and work arrays allocated once (a fresh 8 MB array per cycle and level cost its page faults again
+    every cycle at 1025^2)."""
 
-    S: np.ndarray  # (N_z, N_y, N_x, k_z, k, k) stencil; fixed rows are identity rows
-    fixed: np.ndarray  # (N_z, N_y, N_x) bool
-    values: np.ndarray  # (N_z, N_y, N_x) Dirichlet data on the fixed nodes, zero elsewhere
-    axes: tuple | None = None  # ((left, weight) per axis) from the next coarser level
-    inactive: np.ndarray | None = None  # nodes outside a domain cut out of the grid (fixed at 0), if any
-
-    def __post_init__(self) -> None:
-        # Work arrays of the V-cycle, allocated once: a fresh 8 MB array per cycle and level
-        # cost its page faults again every cycle at 1025^2.
-        self.residual = np.empty(self.fixed.shape)
-        self.rhs = np.empty(self.fixed.shape)  # a coarse level's right-hand side within a cycle
-        self.correction = np.empty(self.fixed.shape)
-        self.passes = ms.kernels(2 if self.S.shape[3] == 1 else 3)  # a 2-D grid's stencil is one coupling deep in z
-
-    @property
-    def flat_axes(self) -> tuple[np.ndarray, ...]:
-        """The prolongation's arrays as the kernels take them: lz, wz, ly, wy, lx, wx."""
-        return tuple(a for pair in self.axes for a in pair)
-
-    def up(self, coarse: np.ndarray, out: np.ndarray) -> None:
-        """out += P coarse on this level's free nodes."""
-        ms.interpolate(coarse, *self.flat_axes, self.fixed, out)
-
-    def down(self, fine: np.ndarray, coarse: "_Level", out: np.ndarray | None = None) -> np.ndarray:
-        """Pᵀ fine from this level's free nodes, zero on the coarse level's fixed nodes."""
-        out = np.empty(coarse.fixed.shape) if out is None else out
-        ms.restrict(fine, *self.flat_axes, self.fixed, coarse.fixed, out)
-        return out
+    passes: object
+    residual: np.ndarray
+    rhs: np.ndarray  # a coarse level's right-hand side within a cycle
+    correction: np.ndarray
 
 
-def _level(system: StencilSystem) -> _Level:
+def _make_level(S: np.ndarray, fixed: np.ndarray, values: np.ndarray, inactive: np.ndarray | None = None) -> Level:
+    """A level of the 3-D layout (a 2-D grid as one layer, :mod:`~diffnet.solvers.matrix_stencil`): its stencil
+    (N_z, N_y, N_x, k_z, k, k), fixed rows identity rows, its Dirichlet nodes and data, with its work arrays; the
+    interpolation from the next coarser grid (per axis z, y, x: left neighbour and weight) is set by the builder."""
+    work = _Work(ms.kernels(2 if S.shape[3] == 1 else 3),  # a 2-D grid's stencil is one coupling deep in z
+                 np.empty(fixed.shape), np.empty(fixed.shape), np.empty(fixed.shape))
+    return Level(S, fixed, values=values, inactive=inactive, smoother=work)
+
+
+def _flat(level: Level) -> tuple[np.ndarray, ...]:
+    """The interpolation's arrays as the kernels take them: lz, wz, ly, wy, lx, wx."""
+    return tuple(a for pair in level.interpolation for a in pair)
+
+
+def _up(level: Level, coarse: np.ndarray, out: np.ndarray) -> None:
+    """out += P coarse on the level's free nodes."""
+    ms.interpolate(coarse, *_flat(level), level.fixed, out)
+
+
+def _down(level: Level, fine: np.ndarray, coarse: Level, out: np.ndarray | None = None) -> np.ndarray:
+    """Pᵀ fine from the level's free nodes, zero on the coarse level's fixed nodes."""
+    out = np.empty(coarse.fixed.shape) if out is None else out
+    ms.restrict(fine, *_flat(level), level.fixed, coarse.fixed, out)
+    return out
+
+
+def _level(system: StencilSystem) -> Level:
     """A system's operator and Dirichlet data as a level (views in the 3-D layout)."""
     shape = system.shape
     inactive = None if system.inactive is None else grid3(system.inactive.reshape(shape))
-    return _Level(stencil3(system.stencil), grid3(system.fixed.reshape(shape)), grid3(system.values.reshape(shape)),
-                  inactive=inactive)
+    return _make_level(stencil3(system.stencil), grid3(system.fixed.reshape(shape)), grid3(system.values.reshape(shape)),
+                       inactive)
 
 
-def _factorise(level: _Level, dims: int):
+def _factorise(level: Level, dims: int):
     """SuperLU of a level's operator (the coarsest)."""
     from scipy.sparse.linalg import splu
 
-    return splu(ms.to_csr(stencil_native(level.S, dims)).tocsc())
+    return splu(ms.to_csr(stencil_native(level.stencil, dims)).tocsc())
 
 
 @dataclass
@@ -139,7 +142,7 @@ class GMGSolver:
     ----------
     system : StencilSystem
         The finest system; its Dirichlet rows are identity rows decoupled from the rest.
-    levels : list
+    levels : list of diffnet.grid.level.Level
         Finest first: stencils A_{l+1} = P_lᵀ A_l P_l (Galerkin), multilinear P_l without rows
         at fixed fine nodes or columns at fixed coarse ones; each level keeps identity rows
         at its own fixed nodes (the fine ones nearest to them), holding its own Dirichlet data.
@@ -163,7 +166,7 @@ class GMGSolver:
         levels = [level]
         grids = grid_hierarchy(system.shape, coarsest)
         for fine, coarse in zip(grids, grids[1:]):
-            level.axes = _axes(fine, coarse)
+            level.interpolation = _axes(fine, coarse)
             # A coarse node is fixed when the fine node nearest to it is: boundary nodes
             # coincide on every grid; interior coarse nodes fall on or between interior ones.
             coarse3 = (1,) * (3 - dims) + tuple(coarse)
@@ -177,18 +180,18 @@ class GMGSolver:
                 # contracted by 0.74 instead of 0.2 on the torsion family's Nitsche system at 64^2).
                 reach = np.empty(coarse3)
                 none = np.zeros(level.fixed.shape, dtype=bool)
-                ms.restrict((~level.inactive).astype(np.float64), *level.flat_axes, none, np.zeros(coarse3, bool), reach)
+                ms.restrict((~level.inactive).astype(np.float64), *_flat(level), none, np.zeros(coarse3, bool), reach)
                 inactive = reach <= 0
                 fixed = np.ascontiguousarray((fixed & ~level.inactive[nearest]) | inactive)
             if len(levels) == 1 and system.q1 is not None and _q1_coarsening(level, fixed):
                 S = stencil3(coarse_q1_stencil(*system.q1, fixed.reshape(coarse)))
             else:
-                width = max(ms.coarse_width(level.S.shape[3 + axis] // 2, *level.axes[axis])
+                width = max(ms.coarse_width(level.stencil.shape[3 + axis] // 2, *level.interpolation[axis])
                             for axis in range(3 - dims, 3))
-                S = level.passes.galerkin(level.S, level.fixed, fixed, *level.flat_axes, width)
+                S = level.smoother.passes.galerkin(level.stencil, level.fixed, fixed, *_flat(level), width)
             # Values are zero off the fixed nodes on every level, so reading them at the
             # nearest fine nodes keeps them zero off the coarse fixed nodes.
-            level = _Level(S, fixed, np.where(fixed, level.values[nearest], 0.0), inactive=inactive)
+            level = _make_level(S, fixed, np.where(fixed, level.values[nearest], 0.0), inactive)
             levels.append(level)
         return cls(system, levels, _factorise(levels[-1], dims))
 
@@ -198,18 +201,18 @@ class GMGSolver:
         first (each its own assembly, not a Galerkin product), multilinear transfers between them."""
         levels = [_level(s) for s in systems]
         for level, fine, coarse in zip(levels, systems, systems[1:]):
-            level.axes = _axes(fine.shape, coarse.shape)
+            level.interpolation = _axes(fine.shape, coarse.shape)
         return cls(systems[0], levels, _factorise(levels[-1], len(systems[0].shape)), smoother=smoother)
 
-    def _smooth(self, level: "_Level", x: np.ndarray, b: np.ndarray, forward: bool) -> None:
+    def _smooth(self, level: Level, x: np.ndarray, b: np.ndarray, forward: bool) -> None:
         if self.smoother == "gauss-seidel":
-            level.passes.gauss_seidel(level.S, x, b, forward)
+            level.smoother.passes.gauss_seidel(level.stencil, x, b, forward)
             return
-        kz, ky, kx = level.S.shape[3:]
-        diagonal = level.S[:, :, :, kz // 2, ky // 2, kx // 2]
+        kz, ky, kx = level.stencil.shape[3:]
+        diagonal = level.stencil[:, :, :, kz // 2, ky // 2, kx // 2]
         for _ in range(self.sweeps):
-            level.passes.residual(level.S, x, b, level.residual)
-            x += self.omega * level.residual / diagonal
+            level.smoother.passes.residual(level.stencil, x, b, level.smoother.residual)
+            x += self.omega * level.smoother.residual / diagonal
 
     def precondition(self, r: np.ndarray, cycles: int = 1) -> np.ndarray:
         """B r: ``cycles`` V-cycles on A x = r from x = 0 (r of the grid's shape, zero on the fixed nodes)."""
@@ -229,15 +232,15 @@ class GMGSolver:
         Gauss-Seidel (a symmetric cycle, so a valid CG preconditioner, at half the cost of symmetric sweeps)."""
         level, coarse = self.levels[k], self.levels[k + 1]
         self._smooth(level, x, b, True)
-        level.passes.residual(level.S, x, b, level.residual)
-        rc = level.down(level.residual, coarse, coarse.rhs)
+        level.smoother.passes.residual(level.stencil, x, b, level.smoother.residual)
+        rc = _down(level, level.smoother.residual, coarse, coarse.smoother.rhs)
         if k + 2 == len(self.levels):
             e = self._coarse_solve(rc)
         else:
-            e = coarse.correction
+            e = coarse.smoother.correction
             e[:] = 0.0
             self._vcycle(k + 1, e, rc)
-        level.up(e, x)
+        _up(level, e, x)
         self._smooth(level, x, b, False)
 
     def _cycles(self, k: int, x: np.ndarray, b: np.ndarray, cycles: int) -> np.ndarray:
@@ -273,16 +276,16 @@ class GMGSolver:
         for level, coarse in zip(levels, levels[1:]):
             # The level's problem with the coarse Dirichlet data lifted onto it (and its own on its fixed nodes).
             lift = level.values.copy()
-            level.up(coarse.values, lift)
+            _up(level, coarse.values, lift)
             r = np.empty_like(lift)
-            level.passes.residual(level.S, lift, rhs[-1], r)
-            b = level.down(r, coarse)
+            level.smoother.passes.residual(level.stencil, lift, rhs[-1], r)
+            b = _down(level, r, coarse)
             b[coarse.fixed] = coarse.values[coarse.fixed]
             rhs.append(b)
         x = self._coarse_solve(rhs[-1])
         for k in range(len(levels) - 2, -1, -1):
             start = levels[k].values.copy()
-            levels[k].up(x, start)
+            _up(levels[k], x, start)
             x = self._cycles(k, start.copy(), rhs[k], cycles)
         done = cycles
         estimate = np.linalg.norm(x - start) / 3.0 if len(levels) > 1 else 0.0
@@ -326,7 +329,7 @@ class GMGSolver:
 
         def matvec(v: np.ndarray) -> np.ndarray:
             out = np.empty(shape)
-            self.levels[0].passes.residual(self.levels[0].S, v.reshape(shape), zero, out)
+            self.levels[0].smoother.passes.residual(self.levels[0].stencil, v.reshape(shape), zero, out)
             return -out.ravel()
 
         def precondition(r: np.ndarray) -> np.ndarray:

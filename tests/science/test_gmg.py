@@ -168,12 +168,12 @@ def test_vcycle_equals_pyamgs_on_the_same_levels(shape):
     levels = []
     for fine, coarse, fg, cg in zip(solver.levels, solver.levels[1:], grids, grids[1:]):
         level = MultilevelSolver.Level()
-        level.A = ms.to_csr(ms.stencil_native(fine.S, dims))
+        level.A = ms.to_csr(ms.stencil_native(fine.stencil, dims))
         level.P = _masked_prolongation(fg, cg, fine.fixed, coarse.fixed)
         level.R = level.P.T.tocsr()
         levels.append(level)
     last = MultilevelSolver.Level()
-    last.A = ms.to_csr(ms.stencil_native(solver.levels[-1].S, dims))
+    last.A = ms.to_csr(ms.stencil_native(solver.levels[-1].stencil, dims))
     ml = MultilevelSolver(levels + [last], coarse_solver="splu")
     change_smoothers(ml, ("gauss_seidel", {"sweep": "forward"}), ("gauss_seidel", {"sweep": "backward"}))
     start = np.random.default_rng(len(shape)).random(shape)
@@ -187,7 +187,8 @@ def test_vcycle_equals_pyamgs_on_the_same_levels(shape):
 def test_element_wise_coarse_operator_equals_the_stencil_product(family):
     """The first coarse operator formed element by element from nu (nested grids, Dirichlet nodes on
     boundary lines or planes) is the stencil Galerkin product; elsewhere the hierarchy falls back to the product."""
-    from diffnet.solvers.gmg import _Level, _nearest, _q1_coarsening
+    from diffnet.grid.level import Level
+    from diffnet.solvers.gmg import _flat, _nearest, _q1_coarsening
     from diffnet.solvers.q1 import coarse_q1_stencil
 
     n = 33 if family != "poisson3d" else 17
@@ -198,14 +199,14 @@ def test_element_wise_coarse_operator_equals_the_stencil_product(family):
     solver = GMGSolver.build(system)
     fine, coarse = solver.levels[0], solver.levels[1]
     assert _q1_coarsening(fine, coarse.fixed)
-    product = ms.stencil_native(fine.passes.galerkin(fine.S, fine.fixed, coarse.fixed, *fine.flat_axes, 1), dims)
+    product = ms.stencil_native(fine.smoother.passes.galerkin(fine.stencil, fine.fixed, coarse.fixed, *_flat(fine), 1), dims)
     element_wise = coarse_q1_stencil(*system.q1, coarse.fixed.reshape(product.shape[:dims]))
     assert np.abs(element_wise - product).max() <= 1e-12 * np.abs(product).max()
-    assert np.array_equal(ms.stencil_native(coarse.S, dims), element_wise)  # what build used
+    assert np.array_equal(ms.stencil_native(coarse.stencil, dims), element_wise)  # what build used
     # Not nested, or a Dirichlet node inside a coarse cell: the stencil product.
     half = tuple(f if f == 1 else (f - 1) // 2 for f in fine.fixed.shape)
-    assert not _q1_coarsening(_Level(fine.S, fine.fixed, fine.values, fine.axes), np.zeros(half, bool))
+    assert not _q1_coarsening(Level(fine.stencil, fine.fixed, fine.interpolation, fine.values), np.zeros(half, bool))
     odd = fine.fixed.copy()
     odd[(0,) * (3 - dims) + (5,) * dims] = True
     near = [_nearest(f, (f + 1) // 2 if f > 1 else 1) for f in fine.fixed.shape]
-    assert not _q1_coarsening(_Level(fine.S, odd, fine.values, fine.axes), np.ascontiguousarray(odd[np.ix_(*near)]))
+    assert not _q1_coarsening(Level(fine.stencil, odd, fine.interpolation, fine.values), np.ascontiguousarray(odd[np.ix_(*near)]))
