@@ -49,7 +49,7 @@ def main() -> None:
     from deepfusion.configuration.run import Run
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
     from deepfusion.training.rundir import run_config, trained_model
-    from deepfusion.training.schedule import build_schedule
+    from deepfusion.configuration.schedule import build_schedule
     from diffnet.generators.galerkin import GalerkinLoss
 
     cfg = run_config(args.run_dir)

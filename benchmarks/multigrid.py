@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from deepfusion.configuration.config import load_config
-    from deepfusion.training.schedule import build_schedule
+    from deepfusion.configuration.schedule import build_schedule
 
     base = load_config(args.config, args.set)
     result = {"benchmark": "multigrid", "config": str(args.config), "ranks": args.ranks, "factor": args.factor,

@@ -177,7 +177,7 @@ def hybrid_candidates(adam: tuple[str, list[str], int], lbfgs_batch: int, n: int
 def checkpoint_every(problem: str, overrides: list[str]) -> int:
     """Steps between checkpoints that give a run's curve about ``CHECKPOINTS`` points."""
     from deepfusion.configuration.config import load_config
-    from deepfusion.training.schedule import build_schedule, total_steps
+    from deepfusion.configuration.schedule import build_schedule, total_steps
 
     cfg = load_config(CONFIGS[problem], overrides)
     return max(1, total_steps(cfg.train, build_schedule(cfg)) // CHECKPOINTS)

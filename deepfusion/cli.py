@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -207,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     use_huge_pages()
     comm = world()
-    with abort_on_error(comm), _moved_paths_warned(comm):
+    with abort_on_error(comm):
         try:
             args = make_parser().parse_args(argv)
             everyone = args.command == "train" or (args.command == "infer" and args.domain.strip())
@@ -218,23 +216,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             if comm.rank == 0:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-
-
-@contextlib.contextmanager
-def _moved_paths_warned(comm):
-    """While a command runs, a plugin's import of an old diffnet module path is told once, as one line on rank 0
-    (Python hides DeprecationWarnings outside ``__main__``, and the old paths are a plugin's, not ours)."""
-    from diffnet._moved import MovedPathWarning
-
-    with warnings.catch_warnings():
-        shown = warnings.showwarning
-        warnings.filterwarnings("once", category=MovedPathWarning)
-
-        def show(message, category, filename, lineno, file=None, line=None):
-            if not issubclass(category, MovedPathWarning):
-                return shown(message, category, filename, lineno, file, line)
-            if comm.rank == 0:
-                print(f"deepfusion: warning: {filename}:{lineno}: {message}", file=sys.stderr, flush=True)
-
-        warnings.showwarning = show
-        yield

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 
-from diffnet import _moved
 
 _EXPORTS = {
     "CAPABILITIES": "diffnet.protocol.family",
@@ -68,11 +67,6 @@ _EXPORTS = {
 }
 
 __all__ = list(_EXPORTS)
-
-
-# The module paths before the subpackages (diffnet.family, diffnet.energy, ...) still import, with a
-# DeprecationWarning: diffnet/_moved.py. A finder at the end of sys.meta_path, asked only for those names.
-_moved.install()
 
 
 def __getattr__(name: str):

@@ -40,7 +40,7 @@ def _domain(args: argparse.Namespace, cfg) -> tuple[int, ...] | None:
     """The domain split ``--memory-per-node`` asks for (None: the config's own, or none needed)."""
     from deepfusion.configuration.memory import training_bytes_per_sample
     from deepfusion.jobs import JobError, size_domain
-    from deepfusion.training.schedule import build_schedule
+    from deepfusion.configuration.schedule import build_schedule
 
     if args.memory_per_node is None:
         return None

@@ -102,7 +102,7 @@ def command(args: argparse.Namespace, comm) -> int:
     from deepfusion.configuration.split import split_of
     from deepfusion.parallel.halo import DomainSplit, data_group
     from deepfusion.parallel.partition import local_batch_size
-    from deepfusion.training.schedule import total_steps
+    from deepfusion.configuration.schedule import total_steps
     from deepfusion.training.context import TrainingContext
     from deepfusion.training.recorder import TrainingDiverged
     from deepfusion.training.trainer import train

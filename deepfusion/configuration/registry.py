@@ -60,7 +60,10 @@ def _load(target: str, what: str) -> type:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except ImportError as e:
-        raise FamilyError(f"{what}: cannot import {module!r} ({e})") from None
+        from diffnet.protocol.moved import moved_text
+
+        moved = moved_text(e.name or "")  # a plugin written against diffnet's module paths of before
+        raise FamilyError(f"{what}: cannot import {module!r} ({e})" + (f"; {moved}" if moved else "")) from None
     except AttributeError:
         raise FamilyError(f"{what}: {module!r} has no {attr!r}") from None
     if not (isinstance(obj, type) and issubclass(obj, Family)):

@@ -25,7 +25,7 @@ from diffnet.backend.clock import PartClock
 if TYPE_CHECKING:
     import torch
 
-    from deepfusion.training.schedule import Stage
+    from deepfusion.configuration.schedule import Stage
     from diffnet.protocol.family import Family
 
 __all__ = ["Run", "Schedule", "Target", "HELDOUT_STREAM"]
@@ -179,9 +179,9 @@ class Run:
 
     @cached_property
     def stages(self) -> list[Stage]:
-        """The training's stages (:func:`deepfusion.training.schedule.build_schedule`): one per visit of a level, then
+        """The training's stages (:func:`deepfusion.configuration.schedule.build_schedule`): one per visit of a level, then
         the second stage's."""
-        from deepfusion.training.schedule import build_schedule
+        from deepfusion.configuration.schedule import build_schedule
 
         return build_schedule(self.cfg)
 
@@ -207,7 +207,7 @@ class Schedule:
     ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's loss of the level's prolonged
     output, :class:`~diffnet.generators.galerkin.GalerkinLoss`). A level's generator is the deepened stack's level
     (``multigrid.transfer = "deepen"``) or the one network carried over. The second stage
-    (:attr:`~deepfusion.training.schedule.Stage.second`) trains the second network on the first's corrected fields
+    (:attr:`~deepfusion.configuration.schedule.Stage.second`) trains the second network on the first's corrected fields
     (:meth:`diffnet.generators.two_stage.TwoStage.pair`).
     """
 

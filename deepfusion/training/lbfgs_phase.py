@@ -16,7 +16,7 @@ from deepfusion.files.checkpoint import Checkpoint
 from deepfusion.parallel.gradsync import check_parameters
 from deepfusion.training.context import TrainingContext
 from deepfusion.training.lbfgs import GlobalObjective, MultiBatchLBFGS, multibatch_indices
-from deepfusion.training.schedule import adam_steps as first_order_steps
+from deepfusion.configuration.schedule import adam_steps as first_order_steps
 from deepfusion.training.stepper import loss_sum
 
 __all__ = ["build_lbfgs", "lbfgs_phase"]

@@ -13,7 +13,7 @@ import torch
 
 from deepfusion.files.checkpoint import prune_checkpoints, save_checkpoint
 from deepfusion.parallel.partition import local_batch_size
-from deepfusion.training.schedule import Stage
+from deepfusion.configuration.schedule import Stage
 
 __all__ = ["Recorder", "TrainingDiverged", "format_eta", "stages_eta"]
 

@@ -14,7 +14,7 @@ from deepfusion.configuration.schema import Config, ConfigError, TrainConfig
 from deepfusion.configuration.config import config_from_dict, family_table, load_config
 from deepfusion.configuration.schema import has_lbfgs
 from deepfusion.configuration.inputs import InputError
-from deepfusion.training.schedule import adam_steps, build_schedule, stage_at, total_steps
+from deepfusion.configuration.schedule import adam_steps, build_schedule, stage_at, total_steps
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
            "extension", "initial_weights", "trained_seconds", "truncate_metrics", "trained_model"]

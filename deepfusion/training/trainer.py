@@ -21,7 +21,7 @@ from deepfusion.parallel.partition import local_batch_size, local_indices, steps
 from deepfusion.training.context import TrainingContext
 from deepfusion.training.lbfgs_phase import lbfgs_phase
 from deepfusion.training.recorder import Recorder, format_eta, stages_eta
-from deepfusion.training.schedule import Stage, adam_steps, stage_at, total_steps
+from deepfusion.configuration.schedule import Stage, adam_steps, stage_at, total_steps
 from deepfusion.training.stepper import make_local_step
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, TINY, run_cli
 from deepfusion.configuration.config import load_config
 from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
-from deepfusion.training.schedule import build_schedule
+from deepfusion.configuration.schedule import build_schedule
 from deepfusion.training.trainer import learning_rate
 from test_multigrid import POISSON, SCHEDULE
 

@@ -5,7 +5,7 @@ import pytest
 from helpers import ROOT
 from deepfusion.configuration.schema import ConfigError
 from deepfusion.configuration.config import load_config
-from deepfusion.training.schedule import build_schedule, cycle_visits, stage_at
+from deepfusion.configuration.schedule import build_schedule, cycle_visits, stage_at
 
 
 @pytest.mark.parametrize("cycle, n, visits", [

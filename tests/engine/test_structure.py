@@ -153,7 +153,7 @@ def _parameter_counts(package: str) -> dict[str, int]:
 def test_no_engine_function_takes_more_than_eight_parameters():
     counts = _parameter_counts("deepfusion")
     assert counts["deepfusion.training.trainer.train:" + next(k.split(":")[1] for k in counts
-                                                     if k.startswith("deepfusion.training.trainer.train:"))] == 8
+                                                     if k.startswith("deepfusion.training.trainer.train:"))] == 5  # run, model, ctx; resume, clock
     assert {k: n for k, n in counts.items() if n > MAX_PARAMETERS} == {}
 
 
@@ -201,38 +201,25 @@ def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
     assert {name: found for name, found in beyond.items() if found} == {}
 
 
-def test_the_module_paths_of_before_the_subpackages_still_import_with_a_deprecation():
-    # A plugin written against the flat diffnet of before (docs/families.md until 2026-11) still imports; the
-    # old path hands on the new module's objects (the same ones) and warns once.
-    import warnings
-
-    from diffnet._moved import MOVED
-
+def test_importing_diffnet_installs_nothing_and_names_its_public_surface():
+    # No import hook (the old module paths' finder is retired: diffnet.protocol.moved names the moves in a message).
     script = (
-        "import importlib, warnings, sys\n"
+        "import sys, warnings\n"
         "warnings.simplefilter('error')\n"
+        "hooks = list(sys.meta_path)\n"
         "import diffnet\n"
-        "warnings.simplefilter('always')\n"
-        f"moved = {MOVED!r}\n"
-        "for old, new in moved.items():\n"
-        "    with warnings.catch_warnings(record=True) as caught:\n"
-        "        module = importlib.import_module(old)\n"
-        "    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old\n"
-        "    for name in importlib.import_module(new).__all__:\n"
-        "        assert getattr(module, name) is getattr(importlib.import_module(new), name), (old, name)\n"
-        "from diffnet.energy import gauss_basis, dirichlet_energy\n"
-        "from diffnet.elasticity import lame\n"
-        "from diffnet.vcycle import probe_stencil\n"
-        "from diffnet.grid.element import gauss_basis as g\n"
-        "assert gauss_basis is g\n"
+        "assert sys.meta_path == hooks, sys.meta_path\n"
         "missing = [n for n in diffnet.__all__ if getattr(diffnet, n, None) is None]\n"
         "assert not missing and len(diffnet.__all__) >= 29, missing  # the documented top-level names\n"
+        "try:\n"
+        "    import diffnet.family\n"
+        "except ModuleNotFoundError as e:\n"
+        "    assert e.name == 'diffnet.family'\n"
+        "else:\n"
+        "    raise AssertionError('diffnet.family imported')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        import diffnet  # noqa: F401  (importing the package itself warns of nothing)
 
 
 def test_every_public_name_has_one_import_path():
