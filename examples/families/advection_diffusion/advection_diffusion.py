@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from diffnet import Family, ParameterSpec, interval, option, positive
 
-__all__ = ["AdvectionDiffusionOptions", "AdvectionDiffusion", "exact", "scheme_matrix"]
+__all__ = ["AdvectionDiffusion", "exact", "scheme_matrix"]
 
 
 def exact(v: float, t: np.ndarray, x: np.ndarray, eps: float, x0: float, s0: float) -> np.ndarray:

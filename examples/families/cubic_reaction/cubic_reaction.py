@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from diffnet import (Family, ParameterSpec, at_gauss_points, dirichlet_energy, dirichlet_stencil, gauss_basis,
                      gauss_point_stencils, integer_in, interval, option, positive)
 
-__all__ = ["CubicReactionOptions", "CubicReaction", "NewtonSolver"]
+__all__ = ["CubicReaction", "NewtonSolver"]
 
 # Element nodes as (dy, dx) offsets from the lower-left node: gauss_basis's column order.
 _NODES = ((0, 0), (0, 1), (1, 0), (1, 1))
