@@ -9,7 +9,6 @@ import math
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
@@ -29,7 +28,7 @@ _SECTIONS: dict[str, type] = {k: v for k, v in typing.get_type_hints(Config).ite
 _COMMON = tuple(f.name for f in dataclasses.fields(ProblemConfig))
 
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
+def _coerce(key: str, value: object, hint: object) -> object:
     """Check ``value`` against the annotation ``hint``; ints are accepted for floats."""
     origin = typing.get_origin(hint)
     if origin is tuple:
@@ -58,12 +57,12 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     raise TypeError(f"unsupported config type {hint}")  # a programming error, not user input
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _build_section(section: str, values: dict[str, Any], cls: type | None = None) -> Any:
+def _build_section(section: str, values: dict[str, object], cls: type | None = None) -> object:
     cls = cls or _SECTIONS[section]
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
@@ -146,7 +145,7 @@ def _multigrid_checks(cfg: Config) -> None:
             raise ConfigError(f"multigrid.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {b})")
 
 
-def _family(data: dict[str, Any]) -> type:
+def _family(data: dict[str, object]) -> type:
     from deepfusion.configuration.registry import FamilyError, family_class
 
     spec = data.get("problem", {}).get("family", DEFAULT_FAMILY)
@@ -162,7 +161,7 @@ def _family(data: dict[str, Any]) -> type:
     return family
 
 
-def _sort_problem_keys(data: dict[str, Any], family: type, saved: bool) -> None:
+def _sort_problem_keys(data: dict[str, object], family: type, saved: bool) -> None:
     """Keys of the family found in ``[problem]`` move to the family's table when the file is of the
     flat layout before families had tables (``problem.name``); in a file of that layout stored by
     a run (``saved``) the other families' keys, which it listed too, are dropped. Any key left in
@@ -186,7 +185,7 @@ def _sort_problem_keys(data: dict[str, Any], family: type, saved: bool) -> None:
                               f"{family.name} family ({', '.join(sorted(own))})")
 
 
-def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
+def config_from_dict(data: dict[str, object], *, saved: bool = False) -> Config:
     """Validate a nested ``{section: {key: value}}`` mapping and build a :class:`Config`.
 
     ``[problem]`` names the family; its keys are in the table of the family's name. A file
@@ -223,7 +222,7 @@ def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
     return cfg
 
 
-def parse_override(text: str) -> tuple[str, str, Any]:
+def parse_override(text: str) -> tuple[str, str, object]:
     """Parse ``section.key=value``; the value is a TOML literal, or else a bare string."""
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected section.key=value")
@@ -241,7 +240,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 def load_config(path: str | Path | None, overrides: list[str] = (), *, saved: bool = False) -> Config:
     """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides
     (``saved``: a run's own resolved config, see :func:`config_from_dict`)."""
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     if path is not None:
         path = Path(path)
         try:
@@ -283,7 +282,7 @@ def family_table(cfg: Config) -> str:
     return family_class(cfg.problem.family).name
 
 
-def toml_value(value: Any) -> str:
+def toml_value(value: object) -> str:
     """One value in TOML syntax."""
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
 from diffnet.protocol.options import all_positive as _positive_all
@@ -279,7 +279,7 @@ class Config:
     """The whole run configuration; every key has a default."""
 
     problem: ProblemConfig = field(default_factory=ProblemConfig)
-    family_keys: Any = None  # the family's own keys, the table [<family name>] (its Options; None: its defaults)
+    family_keys: object = None  # the family's own keys, the table [<family name>] (its Options; None: its defaults)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -293,6 +293,6 @@ class Config:
 
             object.__setattr__(self, "family_keys", family_class(self.problem.family).Options())
 
-    def replace(self, **sections: Any) -> "Config":
+    def replace(self, **sections: object) -> "Config":
         """A copy with whole sections replaced."""
         return dataclasses.replace(self, **sections)

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import h5py
 import numpy as np
@@ -42,13 +42,13 @@ class Checkpoint:
 
     model: dict[str, np.ndarray]
     optimizer_state: dict[int, dict[str, np.ndarray]]
-    optimizer_groups: list[dict[str, Any]]
+    optimizer_groups: list[dict[str, object]]
     epoch: int
     step: int
     config: str
     ranks: int
     torch_rng: np.ndarray
-    attrs: dict[str, Any]
+    attrs: dict[str, object]
 
     def restore(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Load the stored tensors into ``model`` (and ``optimizer``), checking every shape."""
@@ -78,7 +78,7 @@ class Checkpoint:
 # or plain numbers; each is stored as one dataset whose ``kind`` attribute says which.
 
 
-def _write_value(group: h5py.Group, key: str, value: Any) -> None:
+def _write_value(group: h5py.Group, key: str, value: object) -> None:
     import torch
 
     if value is None:
@@ -94,7 +94,7 @@ def _write_value(group: h5py.Group, key: str, value: Any) -> None:
     d.attrs["kind"] = kind
 
 
-def _read_value(d: h5py.Dataset) -> Any:
+def _read_value(d: h5py.Dataset) -> object:
     kind = d.attrs.get("kind", "tensor")
     data = d[()]
     if kind == "none":
@@ -108,7 +108,7 @@ def _read_value(d: h5py.Dataset) -> Any:
     return data
 
 
-def _to_torch(value: Any) -> Any:
+def _to_torch(value: object) -> object:
     import torch
 
     if isinstance(value, np.ndarray):
@@ -156,7 +156,7 @@ def save_checkpoint(
     step: int,
     config: str,
     ranks: int,
-    attrs: dict[str, Any] | None = None,
+    attrs: dict[str, object] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: a temporary file beside it, fsync, then rename.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import h5py
 import numpy as np
@@ -46,7 +46,7 @@ def write_fields(
     u: np.ndarray,
     coords: dict[str, np.ndarray],
     instances: dict[str, np.ndarray],
-    attrs: dict[str, Any],
+    attrs: dict[str, object],
     domain: np.ndarray | None = None,
     layout: Layout | None = None,
     derived: Mapping[str, np.ndarray] | None = None,
@@ -145,7 +145,7 @@ def write_fields(
 
 
 def _write_atomic(path: Path, datasets: dict[str, np.ndarray], names: list[str], shape: tuple[int, ...],
-                  attrs: dict[str, Any], xdmf_text: str) -> None:
+                  attrs: dict[str, object], xdmf_text: str) -> None:
     """The HDF5 file (datasets, the axes and resolution attributes, ``attrs``) and its XDMF, each written
     to a temporary and renamed into place, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ Precision="{dtype.itemsize}" Format="HDF">{h5name}:/{name}</DataItem>
 
 
 def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: dict[str, np.ndarray],
-                     instances: dict[str, np.ndarray], attrs: dict[str, Any]) -> Path:
+                     instances: dict[str, np.ndarray], attrs: dict[str, object]) -> Path:
     """Write statistics fields (``mean``, ``std``, ...) on one grid, with the instance parameters they
     summarise, and an XDMF that shows each field as an attribute of that grid. Written like
     :func:`write_fields`."""
@@ -276,7 +276,7 @@ def write_statistics(path: str | Path, fields: dict[str, np.ndarray], coords: di
     return path
 
 
-def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
+def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, object]:
     """Read a field file written by :func:`write_fields`, checking its layout first.
 
     Shapes are checked before any data is read, so a crafted file that claims a huge
@@ -300,7 +300,7 @@ def read_fields(path: str | Path, max_elements: int = 2**31) -> dict[str, Any]:
             if du.size * len(unknowns) > max_elements:
                 raise FieldFileError(f"{path}: {len(unknowns)} fields of {du.shape} exceed the size limit")
             u = du[()] if len(unknowns) == 1 else np.stack([f[k][()] for k in unknowns], axis=1)
-            out: dict[str, Any] = {"u": u, "attrs": {k: f.attrs[k] for k in f.attrs}, **by_unknown(u, unknowns)}
+            out: dict[str, object] = {"u": u, "attrs": {k: f.attrs[k] for k in f.attrs}, **by_unknown(u, unknowns)}
             for a, n in zip(axes, du.shape[1:]):
                 if f[a].shape != (n,):
                     raise FieldFileError(f"{path}: coordinate {a} has shape {f[a].shape}, expected ({n},)")

@@ -11,7 +11,7 @@ import sys
 import termios
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -24,7 +24,7 @@ __all__ = ["SerialCommunicator", "MPICommunicator", "launched_under_mpi", "world
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
-def _as_array(buf: Any) -> Any:
+def _as_array(buf: object) -> object:
     """A numpy view of a contiguous CPU tensor or array (no copy); a CUDA tensor as it is.
 
     mpi4py hands a CUDA tensor's device pointer (``__cuda_array_interface__``) to the MPI
@@ -52,11 +52,11 @@ class SerialCommunicator:
     local_size = 1
     thread_multiple = False
 
-    def allreduce_(self, buf: Any) -> Any:
+    def allreduce_(self, buf: object) -> object:
         """Sum ``buf`` (numpy array or CPU tensor) across ranks in place and return it."""
         return buf
 
-    def iallreduce_(self, buf: Any) -> None:
+    def iallreduce_(self, buf: object) -> None:
         """Start a non-blocking in-place sum; returns a request (None: nothing to wait for)."""
         return None
 
@@ -66,11 +66,11 @@ class SerialCommunicator:
     def testall(self, requests: list) -> None:
         """Let outstanding requests progress without blocking."""
 
-    def bcast_(self, buf: Any, root: int = 0) -> Any:
+    def bcast_(self, buf: object, root: int = 0) -> object:
         """Broadcast a buffer from ``root`` in place."""
         return buf
 
-    def allgather(self, obj: Any) -> list:
+    def allgather(self, obj: object) -> list:
         """Every rank's small object, in rank order."""
         return [obj]
 
@@ -147,12 +147,12 @@ class MPICommunicator:
         finally:
             dog.disarm()
 
-    def allreduce_(self, buf: Any) -> Any:
+    def allreduce_(self, buf: object) -> object:
         with self._guard("an Allreduce"):
             self.comm.Allreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
         return buf
 
-    def iallreduce_(self, buf: Any):
+    def iallreduce_(self, buf: object):
         return self.comm.Iallreduce(self._MPI.IN_PLACE, _as_array(buf), op=self._MPI.SUM)
 
     def waitall(self, requests: list) -> None:
@@ -164,12 +164,12 @@ class MPICommunicator:
         if requests:
             self._MPI.Request.Testall(requests)
 
-    def bcast_(self, buf: Any, root: int = 0) -> Any:
+    def bcast_(self, buf: object, root: int = 0) -> object:
         with self._guard("a Bcast"):
             self.comm.Bcast(_as_array(buf), root=root)
         return buf
 
-    def allgather(self, obj: Any) -> list:
+    def allgather(self, obj: object) -> list:
         with self._guard("an Allgather"):
             return self.comm.allgather(obj)
 

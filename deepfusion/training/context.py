@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from deepfusion.configuration.schema import ParallelConfig
 from deepfusion.parallel.halo import DomainSplit, data_group
@@ -44,7 +44,7 @@ class TrainingContext:
         The run's metrics and checkpoints: set by :func:`deepfusion.training.trainer.train` for its phases.
     """
 
-    comm: Any
+    comm: object
     seed: int = 0
     threads: int = 1
     parallel: ParallelConfig = field(default_factory=ParallelConfig)

@@ -17,7 +17,7 @@ any further communication.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -243,9 +243,9 @@ class MultiBatchLBFGS:
         self.n_iter += 1
         return {"loss": loss, "step_length": t, "grad_norm": float(g.norm()), "pairs": len(self.s_hist)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """State in the shape of ``torch.optim.Optimizer.state_dict`` (one state entry)."""
-        state: dict[str, Any] = {
+        state: dict[str, object] = {
             "s_hist": list(self.s_hist),
             "y_hist": list(self.y_hist),
             "prev_overlap_grad": self.prev_overlap_grad,
@@ -256,7 +256,7 @@ class MultiBatchLBFGS:
         group = {"history": self.history, "lr": self.lr, "overlap": self.overlap, "params": [0]}
         return {"state": {0: state}, "param_groups": [group]}
 
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
+    def load_state_dict(self, sd: dict[str, object]) -> None:
         state = sd["state"].get(0, {})
         self.s_hist = list(state.get("s_hist", []))
         self.y_hist = list(state.get("y_hist", []))

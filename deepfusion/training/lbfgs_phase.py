@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from typing import Any
+
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ class _PhaseState:
     def __init__(self, opt, objective: GlobalObjective, diagnostics: dict[str, int]):
         self.opt, self.objective, self.diagnostics = opt, objective, diagnostics
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         sd = self.opt.state_dict()
         entry = {**sd["state"].get(0, {}), "master": self.objective.flat(),
                  "line_search_failures": self.diagnostics["line_search_failures"],

@@ -7,7 +7,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -39,13 +39,13 @@ class Recorder:
         self.leader = leader
         self.log = log
         self.total = total
-        self.history: list[dict[str, Any]] = []
+        self.history: list[dict[str, object]] = []
         self.checkpoint: Path | None = None
         self.saved_step: int | None = None
         self.metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if leader and run_dir else None
         self.start = time.perf_counter()
 
-    def record(self, record: dict[str, Any], line: str) -> None:
+    def record(self, record: dict[str, object], line: str) -> None:
         record["elapsed_s"] = time.perf_counter() - self.start
         self.history.append(record)
         if self.metrics is not None:

@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ class TrainResult:
     samples_per_s: float
     final_loss: float
     checkpoint: Path | None
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, object]] = field(default_factory=list)
     stopped: bool = False  # ended early by a stop request (SIGTERM/SIGINT), with a checkpoint
 
 

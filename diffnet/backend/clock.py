@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
 __all__ = ["PartClock", "total", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
            "LINE_SEARCH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
@@ -49,7 +49,7 @@ class PartClock:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     @contextlib.contextmanager
-    def part(self, name: str, device: Any = None) -> Iterator[None]:
+    def part(self, name: str, device: object = None) -> Iterator[None]:
         """Time the block as the part ``name`` (a CUDA ``device``, a torch.device or its name, is synchronised at
         both ends). Imports nothing heavy: the configuration holds a clock before torch is loaded."""
         cuda = device is not None and str(device).startswith("cuda")

@@ -4,11 +4,14 @@ functional of its prolonged output, E_h(P u_H), instead of a rediscretised coars
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from diffnet.generators.multilevel import prolong
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["GalerkinLoss"]
 
@@ -31,8 +34,8 @@ class GalerkinLoss:
         objects with ``inputs``, ``field``, ``loss_terms`` and ``resolution``).
     """
 
-    coarse: Any
-    fine: Any
+    coarse: Family
+    fine: Family
 
     @property
     def name(self) -> str:
@@ -53,7 +56,7 @@ class GalerkinLoss:
         """Only the fine family's ``domain`` carries over: the level's fields are the fine grid's."""
         return capability == "domain" and self.fine.has("domain")
 
-    def domain(self, params: Any) -> Any:
+    def domain(self, params: torch.Tensor) -> torch.Tensor:
         return self.fine.domain(params)
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ then ``problem.field(raw, p)`` works for training and inference alike.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from diffnet.backend.clock import NETWORK, VCYCLE, PartClock
 from diffnet.backend.layout import channels_last
 from diffnet.multigrid.preconditioned import correction
 from diffnet.multigrid.stencil import components
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["TwoStage", "SecondStage", "Correction"]
 
@@ -77,10 +80,10 @@ class TwoStage(nn.Module):
         self.second = second
         self.cycles = cycles
 
-    def forward(self, *args: Any) -> torch.Tensor:
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
         raise TypeError("a TwoStage generator runs as model, problem = two_stage.pair(family)")
 
-    def pair(self, family: Any, loss: Any = None, clock: PartClock | None = None) -> tuple[Correction, "SecondStage"]:
+    def pair(self, family: Family, loss: Family | None = None, clock: PartClock | None = None) -> tuple[Correction, "SecondStage"]:
         """The second network and its problem on ``family`` (trained on ``loss``, default the family's own; ``clock``
         gathers the seconds of the first network and the V-cycle in its inputs)."""
         clock = clock if clock is not None else PartClock()
@@ -101,13 +104,13 @@ class SecondStage:
     Every other member is the family's.
     """
 
-    family: Any
+    family: Family
     first: nn.Module
-    loss: Any = None
+    loss: Family | None = None
     cycles: int = 1
     clock: PartClock = field(default_factory=PartClock, compare=False)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name in ("family", "first", "loss", "cycles", "clock"):
             raise AttributeError(name)
         return getattr(self.family, name)
@@ -146,6 +149,6 @@ class SecondStage:
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         return (self.loss or self.family).loss_terms(u, params)
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("a second stage does not run under a domain split (parallel.domain): "
                                   "its V-cycle needs each sample whole")

@@ -39,15 +39,18 @@ import itertools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SOLVES, PartClock
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
 from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, free_couplings
-from diffnet.multigrid.factor import factor_bytes, factorise_stencil, solve_factors
+from diffnet.multigrid.factor import BandedFactor, factor_bytes, factorise_stencil, solve_factors
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["CACHE_BYTES", "CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
 
@@ -89,12 +92,12 @@ class CoarseSpace:
     free: torch.Tensor  # (S, C, *grid) bool (C = 1 for one unknown)
     coarse_free: torch.Tensor  # (S, C, *coarse) bool
     hessian: torch.Tensor  # (S, C, C, 3^d, *grid): A at every node (the backward pass's transpose)
-    factors: list[Any]  # per instance, A_c's Cholesky factor (:class:`~diffnet.multigrid.factor.BandedFactor`, or dense)
+    factors: list[BandedFactor | torch.Tensor]  # per instance, A_c's Cholesky factor (:class:`~diffnet.multigrid.factor.BandedFactor`, or dense)
     vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
     load: torch.Tensor | None = None  # (S, C, *grid): b of E(u) = 1/2 uᵀ A u - bᵀ u + const, so that ∇E(u) = A u - b
 
     @classmethod
-    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+    def build(cls, family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
               clock: PartClock | None = None, quadratic: bool = False) -> "CoarseSpace":
         """The coarse space of ``family`` at the float64 field ``u`` (S, [C,] *grid) with ``nodes`` coarse nodes a side
         (``clock``: the seconds of its parts).
@@ -125,7 +128,7 @@ class CoarseSpace:
                    vector, stack("load"))
 
     @classmethod
-    def _kept(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+    def _kept(cls, family: Family, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
               coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
         """The instances' kept coarse spaces (:data:`CACHE_BYTES`), those not met before built and kept."""
         keys = [(family, coarse, u.dtype, row.tobytes())
@@ -145,7 +148,7 @@ class CoarseSpace:
         return parts
 
     @classmethod
-    def _build_new(cls, family: Any, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+    def _build_new(cls, family: Family, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
                    coarse: tuple[int, ...], vector: bool, clock: PartClock, shift: bool = False) -> list["_Instance"]:
         """The coarse spaces of instances not met before, one per instance (``shift``: an indefinite A_c shifted until
         it is positive definite, :func:`~diffnet.multigrid.factor.factorise_stencil`)."""
@@ -251,7 +254,7 @@ class _Instance:
     free: torch.Tensor
     coarse_free: torch.Tensor
     hessian: torch.Tensor
-    factor: Any
+    factor: BandedFactor | torch.Tensor
     load: torch.Tensor
 
     @property
@@ -302,7 +305,7 @@ class Correct(torch.autograd.Function):
         return back.to(grad.dtype), None, None, None
 
 
-def coarse_correction(family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
                       clock: PartClock | None = None, quadratic: bool = False) -> torch.Tensor:
     """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
     u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.

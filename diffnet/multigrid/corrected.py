@@ -6,7 +6,7 @@ coarse space, by one kept solve for a quadratic energy (:mod:`.coarse`) or by da
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,6 +14,9 @@ from diffnet.backend.clock import PartClock
 from diffnet.multigrid.coarse import coarse_correction, coarse_grid, forget_coarse_spaces
 from diffnet.multigrid.hessian import fixed_nodes
 from diffnet.multigrid.minimiser import coarse_minimiser
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["PULL", "CoarseCorrected"]
 
@@ -33,13 +36,13 @@ class CoarseCorrected:
     ``clock`` gathers the seconds of the correction's parts (forward and backward) and the Newton iterations.
     """
 
-    problem: Any
-    family: Any
+    problem: Family
+    family: Family
     nodes: int
     clock: PartClock = field(default_factory=PartClock, compare=False)
     quadratic: bool = True
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name in ("problem", "family", "nodes", "clock", "quadratic"):
             raise AttributeError(name)
         return getattr(self.problem, name)
@@ -89,6 +92,6 @@ class CoarseCorrected:
         return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
                                self.nodes, self.clock, self.quadratic)
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "
                                   "its coarse solve needs each sample whole")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ def _layout(coarse: tuple[int, ...], components: int, reach: int) -> _Layout:
 
 
 def factorise_stencil(values: torch.Tensor, keep: torch.Tensor, coarse: tuple[int, ...], what: str,
-                      shift: bool = False) -> list[Any]:
+                      shift: bool = False) -> list[BandedFactor | torch.Tensor]:
     """Per instance of the coarse block stencils ``values`` (S, C, C, n, w^d) on the grid ``coarse`` (w = 5, or 3 where
     the grids nest), the Cholesky factor of the operator on the unknowns ``keep`` (S, C n) holds (the others:
     identity rows): a :class:`BandedFactor` on the CPU where the band is narrow, else a dense lower factor (N, N)
@@ -143,7 +143,7 @@ def _banded(couplings: np.ndarray, identity: np.ndarray, layout: _Layout, what: 
     return factors
 
 
-def solve_factors(factors: list[Any], rhs: torch.Tensor) -> torch.Tensor:
+def solve_factors(factors: list[BandedFactor | torch.Tensor], rhs: torch.Tensor) -> torch.Tensor:
     """x = A⁻¹ b per instance, for right-hand sides ``rhs`` (S, N, 1) and the instances' factors."""
     if all(isinstance(f, torch.Tensor) for f in factors):
         return cholesky_solve(rhs, torch.stack(factors))
@@ -154,7 +154,7 @@ def solve_factors(factors: list[Any], rhs: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(out, dtype=rhs.dtype, device=rhs.device)[:, :, None]
 
 
-def factor_bytes(factor: Any) -> int:
+def factor_bytes(factor: BandedFactor | torch.Tensor) -> int:
     """The bytes a factor holds."""
     if isinstance(factor, BandedFactor):
         return factor.band.nbytes + factor.order.nbytes

@@ -14,18 +14,21 @@ the protocol imports nothing above it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from diffnet.multigrid.stencil import as_blocks, as_fields, components, neighbour_offsets, shifted
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["hessian_of", "block_hessian", "probe_stencil", "fixed_nodes", "loss_gradient"]
 
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
 
 
-def hessian_of(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def hessian_of(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """The Hessian of the family's summed loss terms in the field at u: the family's ``hessian(u, params)``
     where it writes one (a known quadratic form, at a tenth of the cost), else :func:`probe_stencil`.
     (S, 3^d, *grid) for fields (S, *grid); (S, C, C, 3^d, *grid) for C unknowns."""
@@ -33,7 +36,7 @@ def hessian_of(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tens
     return own(u, params) if own is not None else probe_stencil(family, u, params)
 
 
-def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def fixed_nodes(family: Family, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(S, *grid) bool ((S, C, *grid) for C unknowns): the nodes the family's field does not take from the network's output.
 
     Found by comparing two fields, unless the problem says itself (a ``fixed_nodes(params, dtype)``
@@ -46,7 +49,7 @@ def fixed_nodes(family: Any, params: torch.Tensor, dtype: torch.dtype) -> torch.
     return family.field(raw + 1.0, params) == family.field(raw, params)
 
 
-def loss_gradient(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def loss_gradient(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """g = dL/du of the family's summed loss terms at the field u (no graph kept)."""
     v = u.detach().requires_grad_(True)
     total = sum(t.sum() for t in family.loss_terms(v, params).values())
@@ -63,7 +66,7 @@ def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
     return colour
 
 
-def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def probe_stencil(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """The Hessian of the family's summed loss at the field u (S, *grid) as a stencil (S, 3^d, *grid),
     read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype);
     for C unknowns, fields (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) from C 3^d products
@@ -96,7 +99,7 @@ def probe_stencil(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.T
     return stencil if vector else stencil[:, 0, 0]
 
 
-def block_hessian(family: Any, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def block_hessian(family: Family, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The family's Hessian at u, at every node, and its free nodes, in the block layout: (S, C, C, 3^d, *grid)
     and (S, C, *grid) bool (C = 1 for a scalar family: the same values). The V-cycle and the coarse
     correction build their operators from it (:func:`on_free_nodes`)."""

@@ -27,7 +27,7 @@ plugin to 563x its floor (docs/results.md): a minimiser it is not, and its gradi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +36,9 @@ from diffnet.multigrid.coarse import CoarseSpace, Correct, coarse_grid
 from diffnet.multigrid.factor import solve_factors
 from diffnet.multigrid.stencil import as_fields, components
 from diffnet.multigrid.vcycle import dense_interpolation
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["CoarseNewtonError", "MAX_ITERATIONS", "TOLERANCE", "coarse_minimiser", "minimise_on_coarse_space"]
 
@@ -53,13 +56,13 @@ class CoarseNewtonError(RuntimeError):
     """The coarse minimiser was not found for some instances (one line: which, after how many iterations)."""
 
 
-def _energy(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def _energy(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """The family's summed loss terms per sample (S,)."""
     with torch.no_grad():
         return sum(family.loss_terms(u, params).values())
 
 
-def _admissible(family: Any, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def _admissible(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """(S,) bool: the family's ``admissible(u, params)`` (a solid: det F > 0 everywhere), or every field."""
     own = getattr(family, "admissible", None)
     if own is None:
@@ -72,7 +75,7 @@ def _max_norm(x: torch.Tensor) -> torch.Tensor:
     return x.abs().flatten(1).amax(dim=1)
 
 
-def _line_search(family: Any, w: torch.Tensor, params: torch.Tensor, step: torch.Tensor, e0: torch.Tensor,
+def _line_search(family: Family, w: torch.Tensor, params: torch.Tensor, step: torch.Tensor, e0: torch.Tensor,
                  slope: torch.Tensor, small: torch.Tensor, admissible: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per instance, the largest of 1, 1/2, ... with sufficient decrease of E along ``step`` whose field the family
@@ -100,7 +103,7 @@ def _line_search(family: Any, w: torch.Tensor, params: torch.Tensor, step: torch
     return chosen, torch.where(kept > 0, e_kept, e_plain), chosen > 0
 
 
-def minimise_on_coarse_space(family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
                              clock: PartClock | None = None) -> tuple[torch.Tensor, CoarseSpace, torch.Tensor]:
     """The minimiser of ``family``'s loss over u + range(P) for float64 fields ``u`` (S, [C,] *grid).
 
@@ -133,7 +136,7 @@ def minimise_on_coarse_space(family: Any, u: torch.Tensor, params: torch.Tensor,
         raise CoarseNewtonError(f"the coarse correction on {where}: the loss is not finite at the network's field "
                                 f"for instance(s) {bad}")
     w = u.clone()
-    parts: list[Any] = [None] * s
+    parts: list[torch.Tensor | None] = [None] * s
     iterations = torch.zeros(s, dtype=torch.long)
     last = torch.zeros(s, dtype=torch.float64)
     active = list(range(s))
@@ -187,7 +190,7 @@ def minimise_on_coarse_space(family: Any, u: torch.Tensor, params: torch.Tensor,
     return w, CoarseSpace.of(transfers, parts, vector), iterations
 
 
-def coarse_minimiser(family: Any, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
                      clock: PartClock | None = None) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid) corrected to the minimiser of ``family``'s loss over u + range(P); differentiable
     in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64."""

@@ -24,12 +24,15 @@ rounding of one stencil sum.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from diffnet.multigrid.hessian import loss_gradient
 from diffnet.multigrid.vcycle import VCycle
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
 
@@ -40,7 +43,7 @@ def _float64(params: torch.Tensor) -> torch.Tensor:
     return params.double() if params.is_floating_point() else params
 
 
-def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
+def correction(family: Family, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
     """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them.
 
     A family with an ``assembled_correction(u, params, cycles)`` gives B g itself (its assembled system's
@@ -52,7 +55,7 @@ def correction(family: Any, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -
     return precondition, precondition(loss_gradient(family, u64, p64) * precondition.free)
 
 
-def error_estimate(family: Any, u: torch.Tensor, params: torch.Tensor, cycles: int = 1) -> torch.Tensor:
+def error_estimate(family: Family, u: torch.Tensor, params: torch.Tensor, cycles: int = 1) -> torch.Tensor:
     """|B g| / |u - B g| per sample (S,), in float64: the estimated relative error of fields u (S, *grid)
     against the grid's own solution of the family's loss."""
     u64 = u.detach().double()
@@ -77,7 +80,7 @@ class PreconditionedLoss:
         ``target`` or ``loss`` (see the module docstring).
     """
 
-    family: Any
+    family: Family
     cycles: int = 1
     form: str = "target"
 
@@ -85,7 +88,7 @@ class PreconditionedLoss:
         if self.form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         # Everything but the loss is the family's (name, in_channels, resolution, inputs, field, ...).
         if name in ("family", "cycles", "form"):
             raise AttributeError(name)
@@ -106,6 +109,6 @@ class PreconditionedLoss:
             value = 0.5 * d.square().sum(dims) + ((u.double() - u64) * push).sum(dims)
         return {"preconditioned": value / scale}
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("train.loss = 'preconditioned' does not run under a domain split "
                                   "(parallel.domain): its V-cycle needs each sample whole")

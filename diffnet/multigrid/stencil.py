@@ -12,12 +12,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from diffnet.backend.constants import constant
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
            "free_couplings", "on_free_nodes", "coupling_index", "dense_operator"]
@@ -27,7 +30,7 @@ def neighbour_offsets(dims: int) -> list[tuple[int, ...]]:
     return list(itertools.product((-1, 0, 1), repeat=dims))
 
 
-def components(family: Any) -> int:
+def components(family: Family) -> int:
     """C, the family's number of unknown fields: a field is (S, *grid) for C = 1, (S, C, *grid) otherwise."""
     return len(getattr(family, "unknowns", ("u",)))
 

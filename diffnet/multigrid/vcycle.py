@@ -29,7 +29,7 @@ Hessian in the field, one per instance, applied to the whole batch at once (CPU 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -39,6 +39,9 @@ from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix
 from diffnet.multigrid.hessian import block_hessian
 from diffnet.multigrid.stencil import (apply_blocks, as_blocks, as_fields, components, dense_operator, neighbour_offsets,
                                       on_free_nodes)
+
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
 
 __all__ = ["VCycle", "Jacobi", "SHIFTS", "coarse_grids", "dense_interpolation", "cholesky", "cholesky_solve", "shifted_cholesky",
            "along_axes"]
@@ -94,7 +97,7 @@ def shifted_cholesky(dense: torch.Tensor, what: str) -> list[torch.Tensor]:
     """The Cholesky factors of symmetric matrices (S, n, n), each one's diagonal raised by the first of the shares
     :data:`SHIFTS` of itself that makes it positive definite (none where it is)."""
     diagonal = dense.diagonal(dim1=1, dim2=2).clone()
-    factors: list[Any] = [None] * len(dense)
+    factors: list[torch.Tensor | None] = [None] * len(dense)
     for share in SHIFTS:
         todo = [k for k, f in enumerate(factors) if f is None]
         if not todo:
@@ -152,7 +155,7 @@ class VCycle:
     vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
 
     @classmethod
-    def build(cls, family: Any, u: torch.Tensor, params: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
+    def build(cls, family: Family, u: torch.Tensor, params: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
         """The hierarchy of ``family`` (on ``u``'s grid) linearised at the field ``u`` (S, [C,] *grid), float64 advised."""
         if sweeps < 1 or cycles < 1:
             raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")

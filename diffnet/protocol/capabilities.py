@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -62,11 +62,11 @@ class Classical(Protocol):
     def classical_configurations(self) -> Mapping[str, Sequence[int]]:
         """Method -> its grids (ints, e.g. nodes per side), coarse to fine: the sweep."""
 
-    def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], Any]:
+    def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], object]:
         """A solve of one instance (a row of shape ``shape``) by ``method`` on ``grid``; what it returns
         (its own grid's field) goes to ``classical_to_grid``. Timed per call."""
 
-    def classical_to_grid(self, method: str, native: Any, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: object, params: np.ndarray) -> np.ndarray:
         """The solver's output for the instance ``params`` (one row) on the network's nodes, (*grid)."""
 
 
@@ -102,7 +102,7 @@ class Precondition(Protocol):
         unknowns, at u (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) (optional: without it the engine
         reads it off the loss by C 3^d probes)."""
 
-    def at_resolution(self, resolution: tuple[int, ...]) -> Any:
+    def at_resolution(self, resolution: tuple[int, ...]) -> object:
         """The same family on another grid (the V-cycle's coarse levels)."""
 
 
@@ -162,7 +162,7 @@ def describe(capability: str) -> str:
     return text.rstrip(".")
 
 
-def _members(protocol: type) -> tuple[dict[str, inspect.Signature], dict[str, Any]]:
+def _members(protocol: type) -> tuple[dict[str, inspect.Signature], dict[str, object]]:
     """The protocol's methods (name -> signature without self) and attributes (name -> annotation text)."""
     methods = {}
     for name, value in vars(protocol).items():
@@ -186,7 +186,7 @@ def _takes(function: Callable, signature: inspect.Signature) -> bool:
     return True
 
 
-def _classical_values(family: Any) -> str:
+def _classical_values(family: object) -> str:
     """What is wrong with the values of the classical members ('' when nothing)."""
     methods = family.classical_methods
     if not (isinstance(methods, Mapping) and methods and all(isinstance(k, str) and isinstance(v, str)
@@ -208,7 +208,7 @@ def _classical_values(family: Any) -> str:
     return ""
 
 
-def check_capabilities(family: Any) -> None:
+def check_capabilities(family: object) -> None:
     """Raise ``TypeError`` (one line) unless ``family`` provides every member of every capability it
     declares, each of the declared kind (a method taking the protocol's arguments, an attribute of
     its type), and its classical members hold values of their types."""

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -242,7 +242,7 @@ class _DeclaredKeys:
     made with :func:`~diffnet.protocol.options.option` (:func:`~diffnet.protocol.options.options_class`); a family
     that assigns its own ``Options`` class (the layout before 2026-11) keeps it."""
 
-    def __get__(self, instance: Any, owner: type) -> type:
+    def __get__(self, instance: object, owner: type) -> type:
         return options_class(owner)
 
 
@@ -293,7 +293,7 @@ class Family:
 
     # -- construction from the configuration -------------------------------------------
     @classmethod
-    def from_options(cls, options: Any, resolution: tuple[int, ...]) -> "Family":
+    def from_options(cls, options: object, resolution: tuple[int, ...]) -> "Family":
         """The family on ``resolution`` with the keys of its table: each key goes to the field that declares it
         (:func:`~diffnet.protocol.options.option`, ``key=`` where the names differ); a family that declares its
         own ``Options`` class gets them under the same names."""
@@ -302,7 +302,7 @@ class Family:
                                                     for f in dataclasses.fields(options)})
 
     @classmethod
-    def check_options(cls, options: Any, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+    def check_options(cls, options: object, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         """Constraints among the family's keys, the data section and the grid (``problem.resolution``):
         raise ``ValueError("key: what is wrong")``. Each key's own check runs before this; a ValueError
         from ``from_options`` or ``inputs`` (on one instance) at configuration time is reported the same
@@ -388,7 +388,7 @@ class Family:
         """Per-sample loss terms, each (S,); the training loss is their sum."""
         raise NotImplementedError
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: Any) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         """The whole grid's per-sample loss terms from one tile ``raw`` (S, 1, *tile) of the network's
         output under a domain split (a :class:`diffnet.generators.tiling.Tiling`); every tile gets the same values.
 

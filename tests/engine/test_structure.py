@@ -184,8 +184,8 @@ DIFFNET_LAYERS = {
     "protocol": set(), "backend": set(), "grid": set(),
     "instances": {"grid"},
     "discretisation": {"backend", "grid", "instances"},
-    "multigrid": {"backend", "grid"},
-    "generators": {"backend", "grid", "multigrid"},
+    "multigrid": {"protocol", "backend", "grid"},
+    "generators": {"protocol", "backend", "grid", "multigrid"},
     "solvers": {"grid", "instances", "discretisation"},
     "problems": {"protocol", "backend", "grid", "instances", "discretisation", "multigrid", "generators", "solvers"},
 }
