@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TEST_FILES = ["tests/engine/test_cuda.py", "tests/science/test_precision.py", "tests/science/test_preconditioned.py", "tests/science/test_coarse.py"]
+TEST_FILES = ["tests/engine/test_cuda.py", "tests/science/test_precision.py", "tests/methods/test_preconditioned.py", "tests/methods/test_coarse.py"]
 # (name, config, batch, overrides): the step as the shipped configs train it, on one level.
 CASES = [
     ("poisson128", "configs/poisson_128.toml", 32, ["multigrid.levels=[]"]),

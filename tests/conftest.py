@@ -63,6 +63,16 @@ _slow: set[str] = set()
 
 def pytest_collection_modifyitems(config, items):
     _slow.update(item.nodeid for item in items if item.get_closest_marker("slow"))
+    # The one marker of the tests that start mpiexec: skipped, with the reason, where there is none (or none that
+    # belongs to mpi4py's MPI).
+    launching = [item for item in items if item.get_closest_marker("needs_mpiexec")]
+    if launching:
+        from deepfusion.parallel.runtime import find_mpiexec, mpiexec_mismatch
+
+        if find_mpiexec() is None:
+            skip = pytest.mark.skip(reason=mpiexec_mismatch() or "no mpiexec (install the mpich extra)")
+            for item in launching:
+                item.add_marker(skip)
 
 
 def pytest_runtest_logreport(report):

@@ -35,7 +35,7 @@ TINY = [
 
 # The plain generator and loss: the Q1 configs ship the coarse correction, the preconditioned loss and a
 # second stage (docs/results.md, issue 53); the tests of the engine's other parts train without them
-# (tests/science/test_coarse.py, test_preconditioned.py and test_stages.py train with them).
+# (tests/methods/test_coarse.py, test_preconditioned.py and test_stages.py train with them).
 PLAIN = [
     "--set", "model.coarse_correction=0",
     "--set", "train.loss=family",

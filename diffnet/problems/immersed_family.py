@@ -308,7 +308,7 @@ class ImmersedFamily(Q1Classical):
         the energy's minimiser there with the inside held. Without it, the V-cycle carries the
         extension's error inside: on torsion and plate shapes at 33², a field 0.4-0.7 % from the
         same-grid solution inside went to 0.4-3 % after one cycle; with it, to 0.02-0.1 %
-        (tests/science/test_immersed_families.py checks every family's first cycle)."""
+        (tests/methods/test_immersed_families.py checks every family's first cycle)."""
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
         params = np.asarray(params, dtype=np.float64)
         outside = self.domain(params) > 0

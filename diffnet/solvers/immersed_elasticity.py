@@ -4,7 +4,7 @@ component), so its system solves by the same smoothed aggregation with the rigid
 
 Whole elements take the 2x2 Gauss element matrix of :func:`~diffnet.solvers.elasticity.element_stiffness` (weighted
 by the discretisation's ``stiffness_weight``: 1 inside, α on cut elements), the cut elements' inside points their own
-rank-one terms: ½ uᵀ K u equals the torch energy of the same field (tests/science/test_elastic_plate.py).
+rank-one terms: ½ uᵀ K u equals the torch energy of the same field (tests/methods/test_elastic_plate.py).
 """
 
 from __future__ import annotations

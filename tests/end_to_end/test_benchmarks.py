@@ -40,11 +40,8 @@ def test_flops_benchmark_times_a_training_step(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_mpiexec
 def test_scaling_benchmark_trains_on_one_two_and_four_ranks(tmp_path):
-    from deepfusion.parallel.runtime import find_mpiexec
-
-    if find_mpiexec() is None:
-        pytest.skip("needs mpiexec (pip install mpich)")
     out = subprocess.run([sys.executable, str(BENCH / "scaling.py"), "--resolutions", "32", "--epochs", "2",
                           "--samples", "8", "--batch", "4", "--reps", "3"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]

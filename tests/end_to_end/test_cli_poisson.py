@@ -154,8 +154,7 @@ def test_bad_elliptic_config_values(tmp_path, override, message):
 MPIEXEC = find_mpiexec()
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(240)
 @pytest.mark.slow
 def test_poisson_same_parameters_on_one_and_two_ranks(tmp_path):

@@ -194,14 +194,13 @@ def test_cluster_table_is_consistent():
             assert node.cores % node.numa == 0, (name, kind)
 
 
-needs_mpi = pytest.mark.skipif(find_mpiexec() is None, reason="needs mpiexec (pip install mpich)")
 
 
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@needs_mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_local_job_runs_a_tiny_training_on_two_ranks(tmp_path):
@@ -231,7 +230,7 @@ def _fake_slurm(bin_dir: Path, log: Path) -> None:
         (bin_dir / name).chmod(stat.S_IRWXU)
 
 
-@needs_mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_slurm_job_checkpoints_on_sigterm_requeues_and_resumes(tmp_path):

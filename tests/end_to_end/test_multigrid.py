@@ -10,7 +10,6 @@ import pytest
 
 from helpers import PLAIN, ROOT, run_cli
 from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
-from deepfusion.parallel.runtime import find_mpiexec
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 # Two levels, 8^2 then 16^2, 4 steps per epoch, checkpoints every 6 steps, all kept.
@@ -88,9 +87,8 @@ def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, 
         assert steps_logged == [r["step"] for r in records]
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.slow
 def test_same_model_through_a_level_change_on_one_and_two_ranks(tmp_path):
     from helpers import run_cli_jobs

@@ -80,7 +80,7 @@ def test_entry_points_register_the_families(site, monkeypatch):
     assert proc.returncode == 2 and "known: advection_diffusion, burgers, cubic_reaction, elastic_plate, elasticity, elasticity3d, hyperelasticity, hyperelasticity3d, plate, poisson" in proc.stderr
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", PLUGINS)
 @pytest.mark.slow
@@ -220,7 +220,7 @@ def test_a_nonlinear_plugin_trains_with_its_coarse_minimiser_and_one_without_a_h
 
 
 def test_one_polish_step_of_the_plugin_reduces_the_error_on_every_instance(site, monkeypatch):
-    # The cubic-reaction plugin's Newton step, as tests/science/test_polish.py checks every built-in family's first step.
+    # The cubic-reaction plugin's Newton step, as tests/methods/test_polish.py checks every built-in family's first step.
     from helpers import network_like
 
     monkeypatch.syspath_prepend(str(site))

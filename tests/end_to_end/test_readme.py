@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, TINY, child_env
-from deepfusion.parallel.runtime import find_mpiexec
 
 README = (ROOT / "README.md").read_text()
 
@@ -30,10 +29,9 @@ def test_readme_is_short_and_its_links_exist():
         assert (ROOT / target).exists(), target
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_quick_start_runs_as_written(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     bindir = Path(sys.executable).parent

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from helpers import ROOT, run_cli, run_cli_jobs
-from deepfusion.parallel.runtime import find_mpiexec
 
 PLUGINS = ROOT / "tests" / "data" / "plugins"
 QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[]", "--set", "model.channels=[4,8]",
@@ -185,9 +184,8 @@ def test_c_unknowns_with_s_equal_c_through_every_command(tmp_path, c):
         assert (reference[k].reshape(-1, *sdf.shape[1:])[:, sdf[k] < 0] != 0).all()
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_one_two_and_three_unknowns_with_a_domain_on_two_ranks(tmp_path):
     # S = C for the inferred rows; the evaluation's 3 held-out instances against C = 1, 2, 3 (S != C but for C = 3:
     # the crash of issue 64's item 1 and its silent corruption).

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from helpers import PLAIN, ROOT, run_cli, run_cli_jobs
-from deepfusion.parallel.runtime import find_mpiexec
 
 CONFIG = str(ROOT / "configs" / "elasticity.toml")
 QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[3,3]",
@@ -81,7 +80,7 @@ def test_the_field_files_hold_one_dataset_per_field_and_a_paraview_vector(vector
     # The XDMF: u_x and u_y as scalars, u as a vector joined from them with a zero z (ParaView's vectors are 3-D).
     grid = ET.parse(path.with_suffix(".xdmf")).getroot().find("Domain/Grid/Grid")
     kinds = {a.get("Name"): a.get("AttributeType") for a in grid.findall("Attribute")}
-    derived = ("strain", "stress", "von_mises")  # the family's derived fields (tests/science/test_elastic_plate.py)
+    derived = ("strain", "stress", "von_mises")  # the family's derived fields (tests/methods/test_elastic_plate.py)
     solution = {k: v for k, v in kinds.items() if not k.startswith(derived)}
     assert solution == {"u_x": "Scalar", "u_y": "Scalar", "u": "Vector"}
     assert kinds["stress"] == "Tensor6" and kinds["stress_xy"] == kinds["von_mises"] == "Scalar"
@@ -178,10 +177,9 @@ def test_the_network_has_one_output_channel_per_unknown_and_a_scalar_family_one(
     assert vector(x).shape == (1, 2, 17, 17) and scalar(torch.zeros(1, 3, 17, 17)).shape == (1, 1, 17, 17)
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.parametrize("setting", ["energy", "vector_hessian"])
 def test_one_and_two_ranks_and_a_domain_split_train_one_vector_model(tmp_path, setting):
     # Data parallel over 2 ranks gives the serial run's model: with the energy, also each sample's grid split over

@@ -12,7 +12,7 @@ import torch
 from helpers import PLAIN, ROOT, TINY, run_cli
 from deepfusion.files.checkpoint import load_checkpoint
 from deepfusion.parallel.comm import SerialCommunicator
-from deepfusion.parallel.runtime import find_mpiexec, mpiexec_mismatch, select_device
+from deepfusion.parallel.runtime import find_mpiexec, select_device
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -139,7 +139,7 @@ def test_mixed_precision_trains(tmp_path, extra):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(find_mpiexec() is None, reason=mpiexec_mismatch() or "no mpiexec")
+@pytest.mark.needs_mpiexec
 def test_gpu_gradients_summed_on_two_ranks():
     # Both ranks share the one GPU here; the staged transport (and CUDA-aware MPI where
     # the library says it is) must give the serial gradient to 1e-12 in float64.
@@ -159,7 +159,7 @@ def test_gpu_gradients_summed_on_two_ranks():
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(find_mpiexec() is None, reason=mpiexec_mismatch() or "no mpiexec")
+@pytest.mark.needs_mpiexec
 def test_a_sample_split_over_two_ranks_on_the_gpu_is_the_whole_grid():
     # A domain split on CUDA tensors: the halos, the tile gather and the domain sums are staged through host
     # memory (no CUDA-aware MPI needed); every float64 case of tiles.py equals the whole grid to 1e-10.

@@ -64,8 +64,7 @@ def test_tiled_loss_on_one_tile_is_the_loss():
     assert torch.allclose(tiled, whole, rtol=1e-14, atol=0)
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n, cases", [(2, 14), pytest.param(4, 29, marks=[pytest.mark.float32, pytest.mark.slow])])
 def test_split_sample_equals_the_whole_grid(n, cases):
@@ -112,9 +111,8 @@ def unsplit(tmp_path_factory):
     return run_dir
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(400)
 def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
     # Three MPI jobs of several commands each (conftest.run_cli_jobs): 2 ranks train [1,2]; then 4 ranks
@@ -172,8 +170,7 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
             _close(_model(runs["1x2"]), _model(resumed[name]), 1e-7)
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(200)
 @pytest.mark.slow
 def test_rank_lost_mid_halo_ends_the_job_with_status_4(tmp_path):
@@ -248,9 +245,8 @@ OOM_RUN = ["--set", "problem.resolution=[1024,1024]", "--set", "multigrid.levels
 OOM_CAP_GIB = 2.9
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
 def test_a_sample_too_big_for_one_rank_trains_when_split(tmp_path):
     import resource

@@ -126,9 +126,8 @@ def test_bad_lbfgs_config(tmp_path):
 MPIEXEC = find_mpiexec()
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
 def test_lbfgs_iterates_do_not_depend_on_p(tmp_path):
     """10 L-BFGS iterations from the same start: P = 2 and 4 match P = 1 to 1e-6 (float64).

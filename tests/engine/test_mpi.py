@@ -21,8 +21,7 @@ CONFIG = str(ROOT / "configs" / "burgers.toml")
 
 MPIEXEC = find_mpiexec()
 pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)"),
+    pytest.mark.needs_mpiexec,
 ]
 
 

@@ -21,7 +21,7 @@ from emunet import Fabric, unavailable  # noqa: E402
 
 CONFIG = str(ROOT / "configs" / "burgers.toml")
 WHY = unavailable() or (None if find_mpiexec() else "no mpiexec (install the mpich extra)")
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(WHY is not None, reason=f"no emulated nodes here: {WHY}")]
+pytestmark = [pytest.mark.needs_mpiexec, pytest.mark.skipif(WHY is not None, reason=f"no emulated nodes here: {WHY}")]
 
 # 20 float64 steps, as tests/engine/test_mpi.py compares ranks counts.
 SHORT = [*TINY, "--set", "data.n_train=16", "--set", "train.batch_size=8", "--set", "train.epochs=10",

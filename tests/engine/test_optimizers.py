@@ -129,8 +129,7 @@ def test_objective_reuses_its_last_evaluation_only_at_the_same_point():
     assert f.evaluations == 3 and len(calls) == 3
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_float64_phase_does_not_depend_on_p(tmp_path):

@@ -244,3 +244,14 @@ def test_every_public_name_has_one_import_path():
         if set(listed) - defined:
             foreign[module] = sorted(set(listed) - defined)
     assert foreign == {}
+
+
+def test_the_test_folders_hold_what_their_conftest_says():
+    # tests/science is diffnet alone (tests/science/conftest.py): no file there imports the engine, runs its command
+    # line or starts mpiexec; those runs of a family or a method are in tests/methods.
+    engine = ("import deepfusion", "from deepfusion", "run_cli", "needs_mpiexec", "mpiexec")
+    found = {path.name: [word for word in engine if word in path.read_text()]
+             for path in sorted((ROOT / "tests" / "science").glob("test_*.py"))}
+    assert {name: words for name, words in found.items() if words} == {}
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and (p / "conftest.py").is_file()}
+    assert folders == {"science", "methods", "engine", "end_to_end"}

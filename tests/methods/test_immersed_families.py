@@ -177,9 +177,8 @@ def test_torsion_compares_with_the_immersed_multigrid_and_the_body_fitted_fem(to
     assert row["classical_method"] in {"fmg1", "fmg", "body-fitted"} and row["classical_error"] <= row["diffnet_error"]
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.slow
 def test_two_ranks_and_a_domain_split_train_the_one_rank_model(torsion_run, tmp_path):
     from deepfusion.files.checkpoint import load_checkpoint

@@ -120,9 +120,8 @@ def _final(run_dir):
     return load_checkpoint(checkpoint_files(run_dir / "checkpoints")[0])
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
 @pytest.mark.timeout(300)
 def test_training_on_one_and_two_ranks_gives_one_model_and_resumes_bitwise(tmp_path):
     # Both forms: P = 1 in this process, P = 2 one MPI job of both (conftest.run_cli_jobs).

@@ -87,7 +87,7 @@ def test_builtin_families_keep_the_protocol(name):
         blocks = (channels, channels) if channels > 1 else ()  # several unknowns: a block stencil
         assert stencil.shape == (4, *blocks, 3**cls.dims, *grid)
         # The probes are central differences: exact for a quadratic loss, O(step^2) for a nonlinear one (whose
-        # Hessian tests/science/test_hyperelasticity.py checks against autograd's exact products).
+        # Hessian tests/methods/test_hyperelasticity.py checks against autograd's exact products).
         tol = 1e-4 if name.startswith("hyperelasticity") else 1e-9
         assert torch.allclose(stencil, probed, rtol=0, atol=tol * probed.abs().max())
 
@@ -342,10 +342,9 @@ def test_the_public_q1_system_minimises_the_public_energy_with_variable_coeffici
     assert float(grad[0][~torch.from_numpy(fixed)].abs().max()) < 1e-9 * scale
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_the_two_entry_family_from_the_docs_trains_infers_and_compares_by_its_names(tmp_path):
     import h5py
     import shlex

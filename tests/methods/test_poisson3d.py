@@ -232,7 +232,7 @@ def test_3d_run_evaluates_writes_volumes_and_infers(run3d, tmp_path):
     assert proc.returncode == 2 and "the poisson3d family is 3-D and needs 3 node counts" in proc.stderr
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_3d_run_on_two_ranks_is_the_one_rank_model_and_resumes_bitwise(run3d, tmp_path):
@@ -240,10 +240,6 @@ def test_3d_run_on_two_ranks_is_the_one_rank_model_and_resumes_bitwise(run3d, tm
 
     from helpers import ROOT, run_cli
     from deepfusion.files.checkpoint import load_checkpoint
-    from deepfusion.parallel.runtime import find_mpiexec
-
-    if find_mpiexec() is None:
-        pytest.skip("no mpiexec")
     run, _ = run3d
     two = tmp_path / "p2"
     proc = run_cli("train", str(ROOT / "configs" / "poisson3d.toml"), "--out", str(two), *TINY_3D, ranks=2, timeout=500)

@@ -78,8 +78,7 @@ def _checkpoint(run_dir, step: int):
     return load_checkpoint(run_dir / "checkpoints" / f"step-{step:08d}.h5")
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_two_stages_train_one_model_on_one_and_two_ranks_with_the_first_frozen_and_resume_bitwise(tmp_path):
@@ -118,8 +117,7 @@ def test_two_stages_train_one_model_on_one_and_two_ranks_with_the_first_frozen_a
     assert np.array_equal(Surrogate.load(runs[1]).fields(coeffs), fields)
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpich extra)")
+@pytest.mark.needs_mpiexec
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_the_user_guides_second_stage_command_runs_as_written(tmp_path):

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
-from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.multigrid.hessian import hessian_of
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction, coarse_grid
 from diffnet.multigrid.corrected import CoarseCorrected
@@ -311,10 +310,9 @@ def test_every_capable_built_in_family_trains_with_it(tmp_path, config, extra):
     assert np.isfinite(json.loads((tmp_path / "r" / "eval.json").read_text())["ratio_to_floor"])
 
 
-@pytest.mark.mpi
+@pytest.mark.needs_mpiexec
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec (install the mpich extra)")
 def test_one_and_two_ranks_train_one_model_and_resume_bitwise(tmp_path):
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
 
