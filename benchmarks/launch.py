@@ -35,7 +35,7 @@ def thread_env(threads: int | None = None, **extra: str) -> dict:
 
 # What every single-rank run imports before its first step: 2-3 s of interpreter, torch (and its
 # compiler stack, which torch.optim pulls in at the first optimizer) and numba/scipy/h5py per run,
-# 45 s of the optimizer benchmark's 20 runs on 2 cores (2026-11-26). A fork server imports them once;
+# 45 s of the optimizer benchmark's 20 runs on 2 cores. A fork server imports them once;
 # each run is then a fresh process forked from it, as clean as a new interpreter (the server runs
 # no computation, so no thread pool or kernel cache is inherited).
 _PRELOAD = ["numpy", "scipy.sparse", "h5py", "numba", "torch", "torch._dynamo", "deepfusion.cli",

@@ -18,7 +18,7 @@ def inference_bytes_per_sample(cfg: Config) -> int:
 
 
 # Bytes a training step keeps per grid node and per channel of the generator's finest width (float32),
-# measured with benchmarks/memory.py and benchmarks/domain_parallel.py (2026-11-24): the U-Net at 512^2
+# measured with benchmarks/memory.py and benchmarks/domain_parallel.py: the U-Net at 512^2
 # [16, 32, 64] 121 B, at 129^3 [8, 16, 32] 105 B, recomputed 60 B; a deepened stack's top block (one
 # block of top_channels beside the coarse levels, which hold 2^-d of the grid) about a third of that.
 _TRAIN_BYTES = {"plain": 128, "checkpointed": 64}

@@ -33,7 +33,7 @@ def apply_threads(threads: int) -> None:
 
     The BLAS pools matter where scipy factorises (the coarse correction's banded Cholesky): left at the core count
     beside a busy torch, OpenBLAS's threads spun against it and a 578-unknown banded factorisation took 8-27 ms
-    instead of 0.3-0.9 ms on one thread (2 cores, 2026-11-27). A pool loaded later reads the environment; one
+    instead of 0.3-0.9 ms on one thread (2 cores, benchmarks/product_cost.py). A pool loaded later reads the environment; one
     already loaded is resized by threadpoolctl."""
     import torch  # here, not at import: the CLI's input checks and `jobs` need no torch
     from threadpoolctl import threadpool_limits

@@ -1,7 +1,8 @@
 """The memory layout the convolutions run fastest in: channels last (NHWC, 3-D NDHWC) for a network's input.
 
 oneDNN's convolutions keep the layout of their input; channels last was 1.2-2.3x faster on CPU here than
-NCHW (2026-11-24; an elasticity U-Net at 64², one thread, batch 8: 4.4 against 10.3 ms per instance, 2026-11-27).
+NCHW (benchmarks/product_cost.py: an elasticity U-Net at 64², one thread, batch 8: 4.4 against 10.3 ms per
+instance).
 Every place that runs a network on an input it built (inference, a second stage's first network) goes through
 :func:`channels_last`; the model itself is left as it is.
 """

@@ -9,7 +9,7 @@ through scipy.linalg.cholesky_banded) costs N b² where a dense one costs N³ / 
 unknowns (b = 73) 20x fewer operations, for a scalar 17² (b = 36) 70x, for 9³ (b = 182) 7x; where the grids
 nest the band is about half as wide (b = 37, 18, 91). The band is filled
 from the stencil directly, through index arrays made once per coarse grid: no dense matrix (an (S, N, N) buffer
-and its 25 C² scatters were the larger part of an elasticity instance's A_c, 2026-11-27). On a GPU, or where the
+and its 25 C² scatters were the larger part of an elasticity instance's A_c, benchmarks/product_cost.py). On a GPU, or where the
 band is not narrower, the factors are torch's dense batched ones (a CUDA graph captures those).
 """
 

@@ -135,7 +135,7 @@ def _damping(stencil: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
     """Jacobi's damping for a block stencil, per instance: omega = min(2/3, 4 / (3 rho)), rho >= rho(D⁻¹A)
     the largest row sum of |D⁻¹A| (Gershgorin). A scalar Q1 operator (an M-matrix: rho <= 2) keeps 2/3; a
     vector Hessian's coupled components reach rho of 3-4, and at 2/3 the 3-D elasticity V-cycle diverged
-    (the error grew 8x per cycle at 17^3; 2026-11-26)."""
+    (the error grew 8x per cycle at 17^3)."""
     rho = (stencil.abs().sum(dim=(2, 3)) / diagonal).flatten(1).amax(dim=1)
     return (4.0 / 3.0 / rho).clamp(max=_OMEGA).reshape(-1, *([1] * (diagonal.ndim - 1)))
 

@@ -66,7 +66,7 @@ _DISCRETISATIONS = _Cache()
 _HESSIANS = _Cache()
 # The assembled multigrid of an instance (the preconditioned loss's B g, the polish): a 128^2 hierarchy is
 # 4 MB, and kept by count (4096 of them) with the caches above it took a rank past 11 GB at 128^2 and
-# was killed (2026-11-26). Bounded by bytes instead, twice the others': a rank's shard of 1024 instances
+# was killed. Bounded by bytes instead, twice the others': a rank's shard of 1024 instances
 # at 128^2 fits, and one built again costs 0.4 s.
 MULTIGRID_BYTES = 2 * CACHE_BYTES
 _MULTIGRIDS = _Cache()
@@ -104,7 +104,7 @@ class ImmersedFamily(Q1Classical):
     polish_step = "V-cycle"
     capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "precondition"})
 
-    # The private hooks a cut-domain family overrode before 2026-11-26, and the public member that replaced each:
+    # The private hooks a cut-domain family overrode under an earlier version, and the public member that replaced each:
     # a family that still defines one is refused at configuration (its hook would be ignored without a word).
     retired = {
         "_nu": "coefficient(params) (one instance's nodal ν)",

@@ -229,8 +229,8 @@ def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: i
 
 def retired_members(family: type) -> list[tuple[str, str, str]]:
     """(class, member, what replaced it) for each member a class of ``family``'s MRO defines that the engine no
-    longer reads: the ``retired`` tables of its bases name them (e.g. a cut-domain family's ``_nu``, read until
-    2026-11-26, now ``coefficient(params)``). Such a member would be ignored without a word."""
+    longer reads: the ``retired`` tables of its bases name them (e.g. a cut-domain family's ``_nu``, read by an
+    earlier version, now ``coefficient(params)``). Such a member would be ignored without a word."""
     table: dict[str, str] = {}
     for klass in family.__mro__:
         table.update({k: v for k, v in vars(klass).get("retired", {}).items() if k not in table})
@@ -240,7 +240,7 @@ def retired_members(family: type) -> list[tuple[str, str, str]]:
 class _DeclaredKeys:
     """``Family.Options``: the frozen dataclass of a family's configuration keys, read off the family's own fields
     made with :func:`~diffnet.protocol.options.option` (:func:`~diffnet.protocol.options.options_class`); a family
-    that assigns its own ``Options`` class (the layout before 2026-11) keeps it."""
+    that assigns its own ``Options`` class (the layout of an earlier version) keeps it."""
 
     def __get__(self, instance: object, owner: type) -> type:
         return options_class(owner)

@@ -15,13 +15,13 @@ source (:func:`_compile`), the dimension a compile-time constant: the loops over
 element's 2^d nodes then have constant bounds and unroll, and in 2-D the z loops vanish, so the
 2-D arithmetic is the one these kernels did when they were 2-D only, in the same order (the
 tests hold the results bitwise) and at the same speed. Read from the arrays' shapes instead, the
-node count cost the element pass 2.2x and the z loop the residual 1.3x at 1025^2 (measured
-2026-11-25). In the sweeps the in-plane 3 x 3 couplings of an interior node have constant
+node count cost the element pass 2.2x and the z loop the residual 1.3x at 1025^2 (one thread,
+the 2-core machine). In the sweeps the in-plane 3 x 3 couplings of an interior node have constant
 loop bounds too: through node-dependent bounds the same sweep ran 3-5x slower at 1025^2.
 
 Why compiled by hand rather than pyamg's cycling on CSR matrices: pyamg's kernels are
 C++, but its levels are built with sparse triple products and each cycle walks Python
-between kernels. Measured 2026-11-24 (one thread, the same FMG to discretisation
+between kernels. Measured (benchmarks/fem_vs_inference.py; one thread, the same FMG to discretisation
 accuracy, results equal to 1e-12): hierarchy + FMG took 2.8-6.3 ms at 33^2-65^2 with
 pyamg and 1.0-3.9 ms here; 0.80-0.88 s at 1025^2 with pyamg and 0.33-0.39 s here, where
 the numpy assembly with its CSR build (0.25 s warm, 1.0 s cold) became 0.08 s. Time
