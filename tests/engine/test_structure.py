@@ -7,6 +7,7 @@ function takes more than eight parameters (training state travels as one Trainin
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,27 +179,61 @@ def test_no_import_cycle_among_the_packages():
     assert cycles(graph) == []
 
 
-# What each of diffnet's subpackages may import (docs/design.md draws it): the protocol, the torch backend
-# and the numpy grid on the ground floor, the built-in families on top.
-DIFFNET_LAYERS = {
-    "protocol": set(), "backend": set(), "grid": set(),
-    "instances": {"grid"},
-    "discretisation": {"backend", "grid", "instances"},
-    "multigrid": {"protocol", "backend", "grid"},
-    "generators": {"protocol", "backend", "grid", "multigrid"},
-    "solvers": {"grid", "instances", "discretisation"},
-    "problems": {"protocol", "backend", "grid", "instances", "discretisation", "multigrid", "generators", "solvers"},
-}
+def _design_table(heading: str) -> dict[str, tuple[set[str], set[str] | None]]:
+    """The table under ``heading`` in docs/design.md: package -> (its modules, the packages it imports or may
+    import; None for "all of the above")."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text[text.index(heading):]
+    section = section[:section.index("\n\n", section.index("|---"))]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not cells[0].startswith("`") or not cells[0].endswith("/`"):
+            continue
+        modules = {m.strip() for m in cells[1].split(",")}
+        last = cells[-1]
+        imports = None if last == "all of the above" else set(re.findall(r"`(\w+)`", last))
+        rows[cells[0].strip("`/")] = (modules, imports)
+    return rows
+
+
+def _modules_of(package: str) -> set[str]:
+    return {p.stem for p in (ROOT / package.replace(".", "/")).glob("*.py") if p.stem != "__init__"}
 
 
 def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
+    # docs/design.md, "diffnet: the science": the modules of each subpackage and the floors it may import.
+    table = _design_table("### diffnet: the science")
     graph = package_graph()
     subpackages = {p.name for p in (ROOT / "diffnet").iterdir() if (p / "__init__.py").exists()}
-    assert subpackages == set(DIFFNET_LAYERS)
+    assert subpackages == set(table)
+    assert {name: _modules_of(f"diffnet.{name}") for name in table} == {name: row[0] for name, row in table.items()}
     beyond = {name: sorted(t.split(".", 1)[1] for t in graph[f"diffnet.{name}"] if t.startswith("diffnet.")
-                           and t.split(".", 1)[1] not in allowed)
-              for name, allowed in DIFFNET_LAYERS.items()}
+                           and allowed is not None and t.split(".", 1)[1] not in allowed)
+              for name, (_, allowed) in table.items()}
     assert {name: found for name, found in beyond.items() if found} == {}
+
+
+def test_the_engine_is_laid_out_as_docs_design_says():
+    # docs/design.md, "deepfusion: the engine": each package's modules, and the engine's packages it imports.
+    table = _design_table("### deepfusion: the engine")
+    graph = package_graph()
+    packages = {p.name for p in (ROOT / "deepfusion").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(table)
+    assert {name: _modules_of(f"deepfusion.{name}") for name in table} == {name: row[0] for name, row in table.items()}
+    actual = {name: {t.split(".")[1] for t in graph[f"deepfusion.{name}"] if t.startswith("deepfusion.")}
+              for name in table}
+    assert actual == {name: row[1] for name, row in table.items()}
+
+
+def test_docs_design_names_every_built_in_family():
+    from deepfusion.configuration.registry import builtin_families
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    line = text[text.index("The built-in families, by the name a config gives"):].split(": ", 1)[1]
+    listed = {name.strip() for name in line[:line.index(".")].replace("\n", " ").split(",")}
+    assert listed == set(builtin_families())
+
 
 
 def test_importing_diffnet_installs_nothing_and_names_its_public_surface():
