@@ -26,11 +26,13 @@ EXIT_DIVERGED = 3
 EXIT_OUT_OF_MEMORY = 5
 
 
-def _load_run_config(args: argparse.Namespace) -> Config:
+def _load_run_config(args: argparse.Namespace) -> tuple[Config, str]:
+    """The config of the command line, and the line naming the family keys it took as defaults ('' if none)."""
     overrides = list(args.set or [])
     if args.out is not None:
         overrides.append(f"output.dir={json.dumps(str(args.out))}")
-    return load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides)
+    return cfg, defaults_notice(args.config, list(args.set or []), cfg)
 
 
 def _rank_report(comm, threads: int) -> str:
@@ -84,7 +86,7 @@ def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank")
 
 def command(args: argparse.Namespace, comm) -> int:
     """Train the config on every rank of ``comm``; rank 0 writes and prints."""
-    cfg = agree(comm, lambda: _load_run_config(args))
+    cfg, notice = agree(comm, lambda: _load_run_config(args))
     from deepfusion.parallel.runtime import apply_threads, resolve_threads
 
     # Threads are fixed before torch does any work.
@@ -149,7 +151,7 @@ def command(args: argparse.Namespace, comm) -> int:
         _batch_warnings(run, stages, groups, key, "rank" if domain is None else "data-parallel group")
     ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, run_dir=run_dir,
                           config_text=to_toml(cfg), log=say)
-    _announce(run, args, ctx, model, stages, (resume_from, ckpt, extended, init_from))
+    _announce(run, ctx, model, stages, (resume_from, ckpt, extended, init_from, args.init_from, args.resume), notice)
     if checked is not None:
         say(checked.line())
     if start_step >= total:
@@ -176,11 +178,11 @@ def command(args: argparse.Namespace, comm) -> int:
                 comm.abort(EXIT_OUT_OF_MEMORY)
             return EXIT_OUT_OF_MEMORY
         if result.stopped:
-            command = ["deepfusion", "train", str(args.config), *(a for s in args.set or [] for a in ("--set", s)),
-                       "--out", str(run_dir), "--resume"]
+            again = ["deepfusion", "train", str(args.config), *(a for s in args.set or [] for a in ("--set", s)),
+                     "--out", str(run_dir), "--resume"]
             say(
                 f"stopped by {stop.signal or 'a signal to another rank'} at step {start_step + result.steps}; "
-                f"checkpoint {result.checkpoint}\nresume with (under the same launcher): {shlex.join(command)}"
+                f"checkpoint {result.checkpoint}\nresume with (under the same launcher): {shlex.join(again)}"
             )
             return 0
         say(
@@ -206,12 +208,13 @@ def command(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _announce(run: Run, args: argparse.Namespace, ctx, model, stages, start: tuple) -> None:
-    """Rank 0's opening lines: the run, its schedule, defaults taken, where it starts from, the ranks.
-    ``start`` is (checkpoint path, checkpoint, a longer schedule's line, --init-from's path)."""
+def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
+    """Rank 0's opening lines: the run, its schedule, defaults taken (``notice``), where it starts from, the ranks.
+    ``start`` is (checkpoint path, checkpoint, a longer schedule's line, the weights' source, and what the command
+    line asked: --init-from's path, --resume)."""
     import torch
 
-    resume_from, ckpt, extended, init_from = start
+    resume_from, ckpt, extended, init_from, asked_init_from, asked_resume = start
     cfg, family, samples = run.cfg, run.family, len(run.training)
     say = ctx.log
     say(
@@ -232,7 +235,6 @@ def _announce(run: Run, args: argparse.Namespace, ctx, model, stages, start: tup
         say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
             + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
                           for s in visits))
-    notice = defaults_notice(args.config, list(args.set or []), cfg)
     if notice:
         say(notice)
     if cfg.model.coarse_correction:
@@ -245,10 +247,10 @@ def _announce(run: Run, args: argparse.Namespace, ctx, model, stages, start: tup
             f"stage's correction B g1 / eps, the first frozen ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})")
     if init_from is not None:
         say(f"initial weights from {init_from} (--init-from)")
-    elif args.init_from is not None:
-        say(f"--init-from {args.init_from} not used: the run directory already holds this run's checkpoints")
+    elif asked_init_from is not None:
+        say(f"--init-from {asked_init_from} not used: the run directory already holds this run's checkpoints")
     if ckpt is not None:
-        how = "--resume" if args.resume else "found in the run directory, resuming automatically"
+        how = "--resume" if asked_resume else "found in the run directory, resuming automatically"
         ranks = "" if ckpt.ranks == ctx.comm.size else (
             f"; written by {ckpt.ranks} ranks, continuing on {ctx.comm.size} (the global batches do not depend on the ranks)"
         )
