@@ -263,16 +263,21 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, saved: bo
 
 
 def defaults_notice(path: str | Path | None, overrides: list[str], cfg: Config) -> str:
-    """A line naming the family keys a config took as defaults because it gave none of them (no table of
-    the family, no flat-layout keys, no ``--set``); '' when it gave any."""
+    """The lines a config's reader is told: that it is of the older flat layout, read as the current one, and the
+    family keys it took as defaults because it gave none of them (no table of the family, no flat-layout keys, no
+    ``--set``); '' when neither."""
     data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path is not None else {}
     table = family_table(cfg)
-    given = set(data.get(table, {})) | {k for k in data.get("problem", {}) if k not in (*_COMMON, "name")}
+    flat = {k for k in data.get("problem", {}) if k not in _COMMON}
+    lines = [f"{path}: the older flat layout ({', '.join(f'problem.{k}' for k in sorted(flat))}), read as "
+             f"problem.family and the table [{table}]; write it so (CHANGELOG.md)"] if flat else []
+    given = set(data.get(table, {})) | (flat - {"name"})
     given |= {key for section, key, _ in map(parse_override, overrides) if section == table}
-    if given or cfg.family_keys is None:
-        return ""
-    values = ", ".join(f"{f.name} = {toml_value(getattr(cfg.family_keys, f.name))}" for f in dataclasses.fields(cfg.family_keys))
-    return f"{table}: the config has no [{table}] table; the family's defaults: {values}"
+    if not given and cfg.family_keys is not None:
+        values = ", ".join(f"{f.name} = {toml_value(getattr(cfg.family_keys, f.name))}"
+                           for f in dataclasses.fields(cfg.family_keys))
+        lines.append(f"{table}: the config has no [{table}] table; the family's defaults: {values}")
+    return "\n".join(lines)
 
 
 def family_table(cfg: Config) -> str:

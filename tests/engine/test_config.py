@@ -208,3 +208,14 @@ def test_sampling_choices_are_the_familys():
         config_from_dict({"problem": {"family": "poisson"}, "data": {"sampling": "halton"}})
     with pytest.raises(ConfigError, match="data.sampling: must not be empty"):
         config_from_dict({"data": {"sampling": " "}})
+
+
+def test_a_config_of_the_flat_layout_is_read_with_a_one_line_notice(tmp_path):
+    from deepfusion.configuration.config import defaults_notice
+
+    old = tmp_path / "old.toml"
+    old.write_text('[problem]\nname = "poisson"\nresolution = [33, 33]\nkl_terms = 4\n')
+    cfg = load_config(old)
+    assert cfg.problem.family == "poisson" and cfg.family_keys.kl_terms == 4
+    assert defaults_notice(old, [], cfg) == (f"{old}: the older flat layout (problem.kl_terms, problem.name), read as "
+                                             "problem.family and the table [poisson]; write it so (CHANGELOG.md)")
