@@ -12,7 +12,6 @@ finer, both by Newton with AMG-CG (:mod:`diffnet.solvers.hyperelasticity`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,14 +89,15 @@ class Hyperelasticity(ElasticBox, Family):
         if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
             raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction; give a side a "
                              "traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
-        problem = _inverted(self.at_check_grid())
-        if problem:
-            raise ValueError(f"{self.name}.load_range: {problem}")
 
-    def at_check_grid(self) -> "Hyperelasticity":
-        """The family on the grid its loads are checked on (:func:`_inverted`)."""
-        grid = (_CHECK_NODES[self.dims],) * self.dims
-        return self if tuple(self.resolution) == grid else dataclasses.replace(self, resolution=grid)
+    @classmethod
+    def check_options(cls, options: object, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
+        """A load the Neo-Hookean energy cannot carry is refused before any run starts: the largest load on the mean
+        body, on the check grid, once per configuration (a family built again on another grid is not re-checked)."""
+        super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
+        failure = _inverted(cls.from_options(options, (_CHECK_NODES[len(resolution)],) * len(resolution)))
+        if failure:
+            raise ValueError(f"load_range: {failure}")
 
     def describe(self) -> str:
         sides = self.sides_text()
@@ -259,7 +259,6 @@ class NewtonSolve:
         return self.family.solve(params, self.tol, self.tol, self.last)
 
 
-@functools.lru_cache(maxsize=32)
 def _inverted(family: Hyperelasticity) -> str | None:
     """Why the largest load inverts the mean body (log mu's KL field 0) on the check grid, or None: a load the
     Neo-Hookean energy cannot carry is refused before any run starts."""

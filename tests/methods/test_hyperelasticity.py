@@ -139,14 +139,14 @@ def test_a_nonlinear_answer_where_the_linear_one_is_wrong():
 
 
 def test_the_coarse_minimiser_of_a_solid_is_the_dense_oracles():
-    from test_coarse_minimiser import _dense_newton
+    from oracles import dense_newton
     from diffnet.multigrid.minimiser import coarse_minimiser
 
     family = Hyperelasticity((9, 9))
     p = torch.as_tensor(family.sample(2, "random", 1))
     u = family.field(0.005 * torch.randn(2, 2, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
     corrected = coarse_minimiser(family, u, p, 5)
-    expected = _dense_newton(family, u, p, 5)
+    expected = dense_newton(family, u, p, 5)
     assert float((corrected - expected).abs().max()) <= 1e-9 * float(expected.abs().max())
     assert bool(family.admissible(corrected, p).all())
 
