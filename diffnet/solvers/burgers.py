@@ -238,28 +238,28 @@ def characteristics_solution(c: float, x: np.ndarray, t: float, iters: int = 60)
 SWEEP_CELLS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
-def godunov_configurations(problem) -> dict[str, list[int]]:
+def godunov_configurations(family) -> dict[str, list[int]]:
     """Godunov cells to sweep, coarse to fine, first and second order; below the reference's cells."""
-    nx = problem.resolution[1]
+    nx = family.resolution[1]
     cells = sorted({m for m in SWEEP_CELLS if m < default_cells(nx)} | {nx - 1})
     return {"godunov1": cells, "godunov2": cells}
 
 
-def godunov_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+def godunov_solver(family, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
     """Godunov's scheme ("godunov1": first order; "godunov2": minmod MUSCL with SSP-RK2) on ``grid`` cells,
     read at the network's time rows."""
     if method not in ("godunov1", "godunov2"):
         raise ValueError(f"unknown method {method!r}; choose from godunov1, godunov2")
-    times = np.linspace(0.0, problem.t_final, problem.resolution[0])
+    times = np.linspace(0.0, family.t_final, family.resolution[0])
 
     def godunov(c: np.ndarray) -> np.ndarray:
-        return solve(float(np.asarray(c).reshape(())), grid, times, problem.viscosity, order=int(method[-1]))[1]
+        return solve(float(np.asarray(c).reshape(())), grid, times, family.viscosity, order=int(method[-1]))[1]
 
     return godunov
 
 
-def godunov_to_grid(problem, native: np.ndarray, c: np.ndarray) -> np.ndarray:
+def godunov_to_grid(family, native: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Godunov cell averages read at the network's nodes as :func:`diffnet.solvers.burgers.solve_on_grid`
     reads its reference: linear between cell centres, u = 0 at x = 0, extrapolated at the outflow,
     and the exact initial condition at t = 0."""
-    return nodal_field(native, problem.resolution[1], float(np.asarray(c).reshape(())))
+    return nodal_field(native, family.resolution[1], float(np.asarray(c).reshape(())))

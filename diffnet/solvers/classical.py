@@ -33,21 +33,21 @@ Q1_METHODS = {
 _NODES = (5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049)
 
 
-def q1_configurations(problem) -> dict[str, list[int]]:
+def q1_configurations(family) -> dict[str, list[int]]:
     """FEM nodes per side to sweep, coarse to fine, for "fmg1" and "fmg".
 
     The grids stop below the independent reference's grid (``problem.truth_refine`` times
     finer): there a classical solve *is* the reference, and its error against it means nothing.
     """
-    n = max(problem.resolution)
-    finest = problem.truth_refine * (n - 1) + 1
+    n = max(family.resolution)
+    finest = family.truth_refine * (n - 1) + 1
     # The network's own grid is a candidate too: there the Q1 solve is the floor itself,
     # while a neighbouring grid pays an interpolation error to reach these nodes.
     grids = sorted({g for g in _NODES if g < finest} | {n})
     return {"fmg1": grids, "fmg": grids}
 
 
-def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
+def q1_solver(family, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
     """A function of one instance's parameters returning its Q1 solution on a grid x grid (x grid) mesh.
 
     Everything a user of that solver pays per instance happens inside the call (the Q1
@@ -56,7 +56,7 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
     """
     if method not in Q1_METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
-    coarse = dataclasses.replace(problem, resolution=(grid,) * len(problem.resolution))
+    coarse = dataclasses.replace(family, resolution=(grid,) * len(family.resolution))
 
     def fem(params: np.ndarray) -> np.ndarray:
         system = coarse.fem_system(params)
@@ -72,11 +72,11 @@ def q1_solver(problem, method: str, grid: int) -> Callable[[np.ndarray], np.ndar
     return fem
 
 
-def q1_to_grid(problem, native: np.ndarray) -> np.ndarray:
+def q1_to_grid(family, native: np.ndarray) -> np.ndarray:
     """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are (bi/tri)linear on their
     elements, so evaluating them at other nodes is the multigrid's own separable interpolation."""
     out = np.asarray(native)
-    for axis, n in enumerate(problem.resolution):
+    for axis, n in enumerate(family.resolution):
         if out.shape[axis] != n:
             moved = np.moveaxis(out, axis, 0)
             carried = interpolation_matrix(moved.shape[0], n) @ moved.reshape(moved.shape[0], -1)
