@@ -134,7 +134,24 @@ class Surrogate:
         hole_r=[0.1, 0.15], nu=[0.3]``; its field input's, e.g. ``nu=fields``).
 
         With ``outputs`` (names of :attr:`outputs`: ``"u"``, the family's derived fields such as ``"stress"`` or
-        ``"von_mises"``, its quantities such as ``"K_t"``) a dict of those, computed from the same fields."""
+        ``"von_mises"``, its quantities such as ``"K_t"``) a dict of those, computed from the same fields.
+
+        Parameters
+        ----------
+        values : array_like, optional
+            The family's parameter (:attr:`parameter_name`): (S,) for a scalar one, (S, *shape) rows for a vector one.
+        polish : int
+            Then this many iterations of the family's polish step (V-cycles, Newton sweeps): a hybrid.
+        outputs : list of str, optional
+            Names of :attr:`outputs` to return, as a dict.
+        **named
+            The instances under the family's own names instead (:meth:`instances`).
+
+        Returns
+        -------
+        numpy.ndarray or dict
+            float64 fields (S, *grid), or (S, C, *grid) for C unknowns; with ``outputs`` a dict by name.
+        """
         instances = self.instances(values, **named)
         u = self.fields(instances, polish=polish)
         return u if outputs is None else self.outputs_of(instances, u, outputs)

@@ -130,6 +130,24 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     :func:`against_floor`); the table prints both and their ratio (:func:`assess` computes,
     :func:`print_assessment` prints). A family without a reference solver gets its held-out loss
     instead (and None is returned).
+
+    Parameters
+    ----------
+    run : Run
+        The run (its family, held-out instances and config).
+    model : torch.nn.Module
+        The trained generator.
+    run_dir : Path
+        The run directory the report, field files and plots go to.
+    train_seconds : float or None
+        The training's wall-clock seconds, where known (for the report and N*).
+    pred : tuple of (numpy.ndarray, float), optional
+        The held-out fields and their seconds, when already predicted.
+
+    Returns
+    -------
+    FloorReport or None
+        The error against the reference and the floor, or None for a family without a reference solver.
     """
     cfg, family, test = run.cfg, run.family, run.heldout  # the run's family, built once (run.Run)
     pname = family.parameters.name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,14 +20,17 @@ from diffnet.backend.layout import channels_last
 from diffnet.generators.two_stage import TwoStage
 from diffnet.grid.nodal import inside_only, node_data
 
+if TYPE_CHECKING:
+    from diffnet.protocol.family import Family
+
 __all__ = ["predict", "domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
            "instance_labels", "check_measurable"]
 
 
 @torch.inference_mode()
-def predict(model: torch.nn.Module, family, instances: np.ndarray, batch: int = 16, tiling=None,
+def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch: int = 16, tiling=None,
             clock: PartClock | None = None) -> np.ndarray:
-    """Fields for each row of ``params`` by one forward pass per batch, as float64 numpy.
+    """Fields for each row of ``instances`` by one forward pass per batch, as float64 numpy.
 
     The input goes in channels-last (NHWC) order, which the convolutions then keep:
     1.2-1.4x faster on CPU here than NCHW, and the model itself is left as it is.
@@ -35,7 +39,28 @@ def predict(model: torch.nn.Module, family, instances: np.ndarray, batch: int = 
     whole fields. A two-stage generator runs as its second stage (:class:`diffnet.generators.two_stage.SecondStage`).
     A family on a domain cut out of the grid (capability ``domain``) gets zero at the nodes outside
     it: its field there only extends the discrete space, and errors are measured inside. ``clock`` gathers the
-    seconds of the network(s) (and, given to the generator's problem too, of its other parts).
+    seconds of the network(s) (and, given to the generator's family too, of its other parts).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The generator.
+    family : Family
+        The family whose ``inputs`` and ``field`` make the fields (the Run's ``generator()``, corrected where so
+        configured).
+    instances : numpy.ndarray
+        One row per instance.
+    batch : int
+        Instances per forward pass.
+    tiling : Tiling, optional
+        A domain split (collective over its ranks).
+    clock : PartClock, optional
+        Gathers the seconds of the parts.
+
+    Returns
+    -------
+    numpy.ndarray
+        (S, *grid), or (S, C, *grid) for C unknowns, float64.
     """
     clock = clock if clock is not None else PartClock()
     if isinstance(model, TwoStage):

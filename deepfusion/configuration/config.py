@@ -238,8 +238,29 @@ def parse_override(text: str) -> tuple[str, str, object]:
 
 
 def load_config(path: str | Path | None, overrides: list[str] = (), *, saved: bool = False) -> Config:
-    """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides
-    (``saved``: a run's own resolved config, see :func:`config_from_dict`)."""
+    """Read a TOML config (or start from defaults when ``path`` is None) and apply overrides.
+
+    The keys are checked here (each key's own check and the checks among keys); the family's own checks, which
+    run its code, run when the :class:`~deepfusion.configuration.run.Run` is built.
+
+    Parameters
+    ----------
+    path : str, Path or None
+        The TOML file.
+    overrides : list of str
+        ``section.key=value`` each, the value a TOML literal (``--set``).
+    saved : bool
+        A run's own resolved config (see :func:`config_from_dict`).
+
+    Returns
+    -------
+    Config
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key and what is wrong.
+    """
     data: dict[str, object] = {}
     if path is not None:
         path = Path(path)

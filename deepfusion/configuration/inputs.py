@@ -76,6 +76,25 @@ def by_name(family, given: dict[str, object]) -> tuple[dict[str, object], dict[s
     The names (:class:`~diffnet.protocol.family.ParameterSpec`): the parameter's (``c=[3.5, 4.0]`` for a scalar one,
     ``a=rows`` for a vector one), its entries' (``hole_x=[...], hole_y=[...], hole_r=[...], nu=[...]``: every entry,
     each a number or one per instance, a number standing for every instance) and the field input's (``nu=fields``).
+
+    Parameters
+    ----------
+    family : Family
+        The run's family (its :class:`~diffnet.protocol.family.ParameterSpec`).
+    given : dict
+        Name -> values, as the user gave them.
+
+    Returns
+    -------
+    keywords : dict
+        ``scalars``, ``rows`` or ``fields`` -> the values, for :func:`instance_parameters`.
+    names : dict
+        The same keys -> what the messages call them.
+
+    Raises
+    ------
+    InputError
+        A name the family does not have, an entry missing, entries of different lengths, a value twice.
     """
     spec = family.parameters
     keywords, names, entries = {}, {}, {}

@@ -62,6 +62,7 @@ class Run:
         family, training = checked_family(cfg)
         return cls(cfg, family, training)
 
+
     @classmethod
     def of(cls, family: Family, training: np.ndarray, train: TrainConfig | None = None) -> "Run":
         """The run of a family object built by hand (a script, a benchmark, a test) and its training instances: one
@@ -229,7 +230,18 @@ class Schedule:
         return self._trained[level]
 
     def target(self, stage: Stage) -> Target:
-        """The generator and the family ``stage`` trains."""
+        """The generator and the family ``stage`` trains.
+
+        Parameters
+        ----------
+        stage : Stage
+            One of :attr:`stages`.
+
+        Returns
+        -------
+        Target
+            The module of the model the stage trains, and the family whose loss it minimises (built once per level).
+        """
         from diffnet.generators.galerkin import GalerkinLoss
         from diffnet.generators.networks import LevelStack
         from diffnet.generators.two_stage import TwoStage

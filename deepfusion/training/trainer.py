@@ -110,6 +110,23 @@ def train(
     ranks that hold one tile each; the batch is split over the groups as it is over ranks
     without one, and the gradient sum over all ranks is the global mean's gradient.
 
+    Parameters
+    ----------
+    run : Run
+        The run: its config (``train``, ``parallel``), training instances and schedule.
+    model : torch.nn.Module
+        The generator (the whole model; each stage trains its part).
+    ctx : TrainingContext
+        The communicator, threads, domain split, run directory, log and stop request.
+    resume : Checkpoint, optional
+        Continue from this checkpoint's step and optimiser state.
+    clock : PartClock, optional
+        Gathers the seconds of the generator's coarse correction.
+
+    Returns
+    -------
+    TrainResult
+
     Raises
     ------
     TrainingDiverged
