@@ -155,11 +155,17 @@ def test_a_tiny_kirsch_run_reports_stress_and_k_t(tmp_path):
     proc = run_cli("infer", str(run), "--param", f"p={rows}", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "K_t: " in proc.stdout
-    with h5py.File(out) as f:
+    # The same hole entry by entry, under the family's own names.
+    named = run_cli("infer", str(run), "--param", "hole_x=0.5", "--param", "hole_y=0.5", "--param", "hole_r=0.1",
+                    "--param", "nu=0.3", "--out", str(tmp_path / "named.h5"))
+    assert named.returncode == 0, named.stderr
+    with h5py.File(out) as f, h5py.File(tmp_path / "named.h5") as g:
         assert f["von_mises"].shape == (1, 33, 33) and f["K_t"].shape == (1,)
+        np.testing.assert_array_equal(f["u"][()], g["u"][()])
     s = Surrogate.load(run)
     got = s(p=[[0.5, 0.5, 0.1, 0.3]], outputs=["u", "stress", "K_t"])
     assert got["u"].shape == (1, 2, 33, 33) and got["stress"].shape == (1, 3, 33, 33) and got["K_t"].shape == (1,)
+    np.testing.assert_array_equal(s(hole_x=0.5, hole_y=0.5, hole_r=[0.1], nu=0.3), got["u"])
     assert "von_mises" in s.outputs
 
     proc = run_cli("uq", str(run), "--samples", "4", "--out", str(tmp_path / "uq.h5"))
