@@ -97,6 +97,8 @@ def by_name(family, given: dict[str, object]) -> tuple[dict[str, object], dict[s
         A name the family does not have, an entry missing, entries of different lengths, a value twice.
     """
     spec = family.parameters
+    if not given:
+        raise InputError(f"this run's family ({family.name}) takes its instances as {_takes(spec)}")
     keywords, names, entries = {}, {}, {}
     for name, value in given.items():
         if name in spec.names and name != spec.field:
@@ -160,6 +162,8 @@ def command_line_instances(family, args: argparse.Namespace, nu_ndim: tuple[int,
         name, sep, value = item.partition("=")
         if not (sep and name and value):
             raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if name in flags:
+            raise InputError(f"--param {name}: the instances are given twice (also as --{name})")
         if name in numbers:
             try:
                 scalars.setdefault(name, []).append(float(value))

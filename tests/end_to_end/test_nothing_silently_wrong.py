@@ -213,12 +213,11 @@ def test_a_domain_of_the_wrong_shape_is_refused_at_configuration_and_one_channel
     assert proc.returncode == 0, proc.stderr  # (S, 1, *grid), as a field of one unknown is written: taken
 
 
-def test_the_old_module_paths_are_warned_of_once_under_the_cli(tmp_path):
-    # A fresh process: the old paths are imported (and warned of) once per process.
-    proc = run_cli("reference", "legacy_screened:ScreenedPoisson", "--c", "3", "--resolution", "9", "--out",
+def test_a_plugin_on_the_old_module_paths_is_one_line_naming_the_move(tmp_path):
+    # A fresh process, as a user runs it: status 2, one line, nothing written.
+    proc = run_cli("reference", "legacy_screened:ScreenedPoisson", "--param", "k=3", "--resolution", "9", "--out",
                    str(tmp_path / "x.h5"), path=[LEGACY], process=True)
-    assert proc.returncode == 0, proc.stderr
-    warned = [line for line in proc.stderr.splitlines() if "is deprecated: import from" in line]
-    assert warned and all(line.startswith("deepfusion: warning: ") and "legacy_screened.py:" in line for line in warned)
-    assert any("diffnet.family is deprecated: import from diffnet.protocol.family" in line for line in warned)
-    assert len(warned) == len(set(warned))
+    assert proc.returncode == 2 and not (tmp_path / "x.h5").exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("deepfusion: error: problem.family 'legacy_screened:ScreenedPoisson': cannot import") and \
+        "diffnet.energy moved to diffnet.discretisation.energy" in line

@@ -68,22 +68,23 @@ def test_chunks_and_threads_give_the_same_fields(runs):
     ("burgers", {"c": [-1.0]}, "c: instance 0: c = -1; every entry must be finite and > 0"),
     ("burgers", {"c": [np.nan]}, "NaN or Inf"),
     ("burgers", {"c": []}, "non-empty"),
-    ("burgers", {"coeffs": np.zeros((1, 6))}, "coeffs: this run's family (burgers) takes exactly one of c (the initial-condition"),
+    ("burgers", {"coeffs": np.zeros((1, 6))}, "coeffs: this run's family (burgers) takes its instances as c (the generic "
+                                              "'coeffs' of earlier versions is retired)"),
     ("burgers", {"c": "four"}, "expected numbers"),
-    ("poisson", {"c": [4.0]}, "c: this run's family (poisson) takes exactly one of coeffs (rows of KL coefficients) or nu"),
-    ("poisson", {}, "this run's family (poisson) takes exactly one of coeffs"),
-    ("poisson", {"coeffs": np.zeros((2, 5))}, "coeffs: each instance must have shape (6,)"),
+    ("poisson", {"c": [4.0]}, "c: this run's family (poisson) takes its instances as a (rows of 6) or nu (nodal fields)"),
+    ("poisson", {}, "this run's family (poisson) takes its instances as a (rows of 6) or nu (nodal fields)"),
+    ("poisson", {"a": np.zeros((2, 5))}, "a: each instance must have shape (6,)"),
     ("poisson", {"nu": np.ones((1, 8, 8))}, "the run's resolution"),
     ("poisson", {"nu": -np.ones((1, 16, 16))}, "nu: nu must be > 0 everywhere"),
-    ("poisson", {"k": [1.0]}, "k: this run's family (poisson) takes its instances as a or nu"),
-    ("poisson", {"a": np.zeros((1, 6)), "coeffs": np.zeros((1, 6))}, "a: the instances are given twice (as a and as coeffs)"),
+    ("poisson", {"k": [1.0]}, "k: this run's family (poisson) takes its instances as a (rows of 6) or nu (nodal fields)"),
+    ("poisson", {"a": np.zeros((1, 6)), "nu": np.ones((1, 16, 16))}, "this run's family (poisson) takes exactly one of a "
+                                                                     "(rows of KL coefficients) or nu (nodal nu fields)"),
     ("burgers", {"c": [4.0, 9.0], "a": [1.0]}, "a: this run's family (burgers) takes its instances as c"),
 ])
 def test_bad_input_raises_input_error(runs, run, kwargs, fragment):
     s = Surrogate.load(runs[run])
-    c = kwargs.pop("c", None)
     with pytest.raises(InputError, match=re.escape(fragment)):
-        s(c, **kwargs)
+        s(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs, fragment", [

@@ -11,6 +11,7 @@ import torch
 from helpers import ROOT, TINY, run_cli
 from deepfusion.configuration.schema import ConfigError
 from deepfusion.configuration.config import load_config
+from deepfusion.configuration.run import Run
 from deepfusion.parallel.comm import SerialCommunicator
 from deepfusion.parallel.reducers import MPIReducer, StagedReducer, make_reducer
 from deepfusion.parallel.runtime import DeviceError, select_device
@@ -65,8 +66,8 @@ def test_cuda_graphs_refuse_a_hessian_that_lives_on_the_host():
     # The cut-cell families give B g from their assembled numpy system: nothing a CUDA graph can capture.
     with pytest.raises(ConfigError, match="the torsion family gives B g from its assembled system .* which a CUDA "
                                           "graph cannot capture"):
-        load_config(ROOT / "configs" / "torsion.toml", ["multigrid.levels=[]", "problem.resolution=[33,33]",
-                                                        "parallel.device='cuda'", "parallel.cuda_graphs=true"])
+        Run.from_config(load_config(ROOT / "configs" / "torsion.toml", [
+            "multigrid.levels=[]", "problem.resolution=[33,33]", "parallel.device='cuda'", "parallel.cuda_graphs=true"]))
 
 
 def test_cuda_graphs_need_adam():

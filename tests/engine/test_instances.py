@@ -55,7 +55,10 @@ def test_entries_by_name_are_checked_in_one_line(given, message):
 
 def test_the_shorthand_flags_are_the_families_own_names(tmp_path):
     burgers, poisson = BurgersProblem((9, 9)), PoissonProblem((9, 9), kl_terms=2)
-    np.testing.assert_array_equal(_command_line(burgers, "c=4", c=[3.0]), [3.0, 4.0])
+    np.testing.assert_array_equal(_command_line(burgers, "c=3", "c=4"), [3.0, 4.0])
+    np.testing.assert_array_equal(_command_line(burgers, c=[3.0, 4.0]), [3.0, 4.0])
+    with pytest.raises(InputError, match=r"^--param c: the instances are given twice \(also as --c\)"):
+        _command_line(burgers, "c=4", c=[3.0])
     with pytest.raises(InputError, match=r"^--c: not a name of this run's family \(poisson\), which takes its "
                                          r"instances as a \(rows of 2\) or nu \(nodal fields\)"):
         _command_line(poisson, c=[3.0])
