@@ -122,7 +122,7 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
         assert [(r["product"], r["threads"]) for r in polished] == [("DiffNet + 1 V-cycle", 1), ("DiffNet + 1 V-cycle", 2)]
         for row in polished:
             assert row["diffnet_error"] < rows[0]["diffnet_error"] and row["floor"] == pytest.approx(rows[0]["floor"])
-            assert row["classical_error"] <= row["diffnet_error"] and row["diffnet_s_single"] > rows[0]["diffnet_s_single"]
+            assert row["classical_error"] <= row["diffnet_error"] and row["diffnet_s_single"] > 0  # no order of times asserted (DEVELOPING.md)
     else:  # the tiny Burgers run trained the Sobel residual: no scheme to polish with, said in one line
         assert polished == [] and 'no "DiffNet + k cycles" rows: the burgers family (as configured) declares no polish step' in proc.stderr
     evaluation = json.loads((run_dir / "eval.json").read_text())

@@ -108,9 +108,10 @@ def test_plugin_trains_on_one_and_two_ranks_to_the_same_model(site, runs, two_ra
 
 
 @pytest.mark.timeout(900)
-def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # infer: a scalar parameter by --c, rows by --coeffs
+def test_plugin_runs_infer_uq_compare_and_polish(site, runs, tmp_path):    # infer: the families' own names, a number or rows
     out = tmp_path / "v.h5"
-    proc = run_cli("infer", str(runs["advection_diffusion"]), "--c", "0.7", "--c", "1.2", "--out", str(out), path=[site])
+    proc = run_cli("infer", str(runs["advection_diffusion"]), "--param", "v=0.7", "--param", "v=1.2", "--out", str(out),
+                   path=[site])
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         assert f["u"].shape == (2, 17, 17) and list(f["v"][()]) == [0.7, 1.2] and list(f["t"][()])[-1] == 0.25

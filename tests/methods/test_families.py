@@ -151,29 +151,26 @@ def test_tutorial_family_trains_infers_and_evaluates(tmp_path):
     assert report["floor_field"] == "the Q1 FEM on this grid" and len(report["k"]) == 3
     assert 0 < report["mean_floor"] < report["mean_rel_l2"] < 1 and report["ratio_to_floor"] > 1
     out = tmp_path / "k.h5"
-    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--c", "7.0", "--out", str(out), path=[tmp_path])
+    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--param", "k=7.0", "--out", str(out), path=[tmp_path])
     assert proc.returncode == 0, proc.stderr
     import h5py
 
     with h5py.File(out) as f:
         assert f["u"].shape == (2, 33, 33) and list(f["k"][()]) == [2.5, 7.0]
         assert f.attrs["problem"] == "screened_poisson" and list(f.attrs["screened_poisson.k_range"]) == [1.0, 10.0]
-        by_flag = f["u"][()]
-    # The same instances under the family's own name: --param k=...
-    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--param", "k=7.0", "--out", str(out), path=[tmp_path])
-    assert proc.returncode == 0, proc.stderr
-    with h5py.File(out) as f:
-        assert np.array_equal(f["u"][()], by_flag)
+    # An unknown name, and --c (Burgers' name, not this family's), are one line naming the family's.
     proc = run_cli("infer", str(run_dir), "--param", "q=2.5", "--out", str(out), path=[tmp_path])
     assert proc.returncode == 2 and proc.stderr.strip() == \
         "deepfusion: error: q: this run's family (screened_poisson) takes its instances as k"
-    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--c", "3", "--out", str(out), path=[tmp_path])
-    assert proc.returncode == 2 and "--param k: the instances are given twice (also as --c)" in proc.stderr
+    proc = run_cli("infer", str(run_dir), "--c", "3", "--out", str(out), path=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == ("deepfusion: error: --c: not a name of this run's family "
+                                                           "(screened_poisson), which takes its instances as k "
+                                                           "(--param NAME=VALUE)")
     # A capability the family does not declare: one line, status 2.
     proc = run_cli("compare", str(run_dir), "--out", str(tmp_path / "c.json"), path=[tmp_path])
     assert proc.returncode == 2 and "does not declare the 'classical' capability" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--polish", "1", "--out", str(out), path=[tmp_path])
+    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--polish", "1", "--out", str(out), path=[tmp_path])
     assert proc.returncode == 2 and "does not declare the 'polish' capability" in proc.stderr
 
 
@@ -214,9 +211,10 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
                    path=[tmp_path])
     assert proc.returncode == 0, proc.stderr
     # Inference, the CLI and the Python API: the index of the first invalid instance, status 2.
-    proc = run_cli("infer", str(run_dir), "--c", "2.5", "--c", "9.5", "--out", str(tmp_path / "k.h5"), path=[tmp_path])
+    proc = run_cli("infer", str(run_dir), "--param", "k=2.5", "--param", "k=9.5", "--out", str(tmp_path / "k.h5"),
+                   path=[tmp_path])
     assert proc.returncode == 2 and proc.stderr.strip() == \
-        "deepfusion: error: --c: instance 1: k = 9.5 is beyond this family's model (k <= 9)"
+        "deepfusion: error: --param k: instance 1: k = 9.5 is beyond this family's model (k <= 9)"
     assert not (tmp_path / "k.h5").exists()
     sys.path.insert(0, str(tmp_path))
     try:
@@ -224,10 +222,10 @@ def test_an_instance_the_family_finds_invalid_is_refused_in_one_line_everywhere(
         from deepfusion.configuration.inputs import InputError
 
         surrogate = Surrogate.load(run_dir)
-        with pytest.raises(InputError, match=r"^c: instance 0: k = 9.5 is beyond"):
-            surrogate(c=[9.5])
-        # Under the family's own name, and the messages use it.
-        assert np.array_equal(surrogate(k=[2.5, 7.0]), surrogate(c=[2.5, 7.0]))
+        with pytest.raises(InputError, match=r"^c: this run's family \(screened_poisson\) takes its instances as k$"):
+            surrogate(c=[9.5])  # Burgers' name, not this family's
+        # Under the family's own name, or positionally, and the messages use the name.
+        assert np.array_equal(surrogate(k=[2.5, 7.0]), surrogate([2.5, 7.0]))
         with pytest.raises(InputError, match=r"^k: instance 0: k = 9.5 is beyond"):
             surrogate(k=[9.5])
         with pytest.raises(InputError, match=r"^q: this run's family \(screened_poisson\) takes its instances as k$"):
