@@ -237,6 +237,7 @@ def test_the_preconditioned_loss_and_a_second_stage_train_on_cut_domains(tmp_pat
     """docs/results.md's settings (train.loss = "preconditioned", a second stage) on a tiny torsion run; the
     'loss' form, which needs the torch V-cycle, is refused in one line."""
     from deepfusion.configuration.config import load_config
+    from deepfusion.configuration.run import Run
     from deepfusion.configuration.schema import ConfigError
 
     proc = run_cli("train", TORSION, "--out", str(tmp_path / "run"), *TINY, "--set", "train.loss=preconditioned",
@@ -246,7 +247,8 @@ def test_the_preconditioned_loss_and_a_second_stage_train_on_cut_domains(tmp_pat
     report = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert np.isfinite(report["mean_rel_l2"]) and report["mean_floor"] > 0
     with pytest.raises(ConfigError, match="precondition_form: the torsion family gives B g from its assembled"):
-        load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned", "train.precondition_form=loss"])
+        Run.from_config(load_config(ROOT / "configs" / "torsion.toml", ["train.loss=preconditioned",
+                                                                        "train.precondition_form=loss"]))
 
 
 def test_each_instances_discretisation_is_built_once_until_the_caches_are_cleared(monkeypatch):
