@@ -62,6 +62,7 @@ _slow: set[str] = set()
 
 
 def pytest_collection_modifyitems(config, items):
+    _slow.update(item.nodeid for item in items if item.get_closest_marker("slow"))
     # The one marker of the tests that start mpiexec: skipped, with the reason, where there is none (or none that
     # belongs to mpi4py's MPI).
     launching = [item for item in items if item.get_closest_marker("needs_mpiexec")]
@@ -75,10 +76,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_logreport(report):
-    # Read off the report, which the xdist workers hand to the controlling process (which collects nothing itself).
     _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
-    if "slow" in report.keywords:
-        _slow.add(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
