@@ -134,8 +134,9 @@ def test_file_errors(tmp_path):
 def test_shipped_configs_load():
     configs = sorted((ROOT / "configs").glob("*.toml"))
     assert len(configs) >= 4
-    for path in configs:
-        load_config(path)  # raises ConfigError on an unknown key or an invalid value
+    for path in configs:  # the keys, then the family on its full grid tried on one instance (ConfigError, one line)
+        run = Run.from_config(load_config(path))
+        assert tuple(run.family.resolution) == tuple(run.cfg.problem.resolution)
     inviscid = load_config(configs[0].parent / "burgers_inviscid.toml")
     assert (inviscid.family_keys.viscosity, inviscid.family_keys.residual, inviscid.family_keys.scheme_order) == (0.0, "conservative", 2)
 
