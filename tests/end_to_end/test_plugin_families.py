@@ -16,7 +16,6 @@ import pytest
 
 from helpers import ROOT, run_cli, run_cli_jobs
 from deepfusion.files.checkpoint import load_checkpoint
-from deepfusion.parallel.runtime import find_mpiexec
 
 PLUGINS = ("advection_diffusion", "cubic_reaction")
 QUICK = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[2,1]",
@@ -54,8 +53,6 @@ def runs(site, tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_ranks(site, tmp_path_factory):
     """Each example family trained on 2 ranks, both in one MPI job (conftest.run_cli_jobs): {name: (proc, dir)}."""
-    if find_mpiexec() is None:
-        pytest.skip("no mpiexec")
     work = tmp_path_factory.mktemp("p2")
     procs = run_cli_jobs(2, *(["train", _config(name), "--out", str(work / name), *QUICK] for name in PLUGINS),
                          path=[site], timeout=500)
