@@ -95,7 +95,6 @@ def _check_coarse_correction(cfg: Config, family: type, configured: Family) -> N
                           f"model.coarse_correction = 0")
 
 
-
 @contextlib.contextmanager
 def _family_errors(family: type):
     """A family's ValueError while it is configured as one line: ``family.key: what is wrong``
@@ -151,7 +150,6 @@ def _first_load(configured: Family, first: np.ndarray) -> None:
     """Refuse a family whose instances have no load: for the middle of the training range and the first training
     instance, the field of a zero network output is zero and the loss is stationary there, so zero is their
     solution, and every error the engine reports, relative to it, would be NaN."""
-    import numpy as np
     import torch
 
     low, high = configured.parameters.bounds()
@@ -208,7 +206,6 @@ def quadratic(configured: Family) -> bool:
     the training range) the same at two different fields. Give it the family on a small grid
     (:attr:`deepfusion.configuration.run.Run.quadratic` takes at most 17 nodes a side: the probe is 32 s at 128^3,
     0.1 s at 17^3)."""
-    import numpy as np
     import torch
 
     from diffnet.multigrid.hessian import hessian_of

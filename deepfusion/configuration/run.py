@@ -221,13 +221,12 @@ class Schedule:
     def stages(self) -> list[Stage]:
         return self.run.stages
 
-    def _on_level(self, level: int) -> Family:
-        if level not in self._trained:
-            cfg = self.run.cfg
-            levels = cfg.multigrid.levels
-            grid = tuple(cfg.problem.resolution) if not levels else (levels[level],) * len(cfg.problem.resolution)
-            self._trained[level] = self.run.trained(self.run.on_grid(grid), self.clock)
-        return self._trained[level]
+    def _on_grid(self, grid: tuple[int, ...]) -> Family:
+        """The family a stage on ``grid`` trains, as :meth:`Run.trained` wraps it (made once per grid)."""
+        grid = tuple(grid)
+        if grid not in self._trained:
+            self._trained[grid] = self.run.trained(self.run.on_grid(grid), self.clock)
+        return self._trained[grid]
 
     def target(self, stage: Stage) -> Target:
         """The generator and the family ``stage`` trains.
@@ -246,11 +245,11 @@ class Schedule:
         from diffnet.generators.networks import LevelStack
         from diffnet.generators.two_stage import TwoStage
 
-        finest = stage.levels - 1
+        finest = tuple(self.run.family.resolution)  # the last level's grid (a configuration check)
         if stage.second:
-            return Target(*self.model.pair(self.run.generator(self.clock), self._on_level(finest), self.clock))
+            return Target(*self.model.pair(self.run.generator(self.clock), self._on_grid(finest), self.clock))
         first = self.model.first if isinstance(self.model, TwoStage) else self.model
-        galerkin = self.run.cfg.multigrid.coarse_loss == "galerkin" and stage.level < finest
-        family = GalerkinLoss(self._on_level(stage.level), self._on_level(finest)) if galerkin else \
-            self._on_level(stage.level)
+        family = self._on_grid(stage.grid)
+        if self.run.cfg.multigrid.coarse_loss == "galerkin" and tuple(stage.grid) != finest:
+            family = GalerkinLoss(family, self._on_grid(finest))
         return Target(first.level(stage.level) if isinstance(first, LevelStack) else first, family)
