@@ -154,6 +154,9 @@ def command_line_instances(family, args: argparse.Namespace, nu_ndim: tuple[int,
         if flag not in numbers | {spec.name, spec.field}:
             raise InputError(f"--{flag}: not a name of this run's family ({family.name}), which takes its instances "
                              f"as {_takes(spec)} (--param NAME=VALUE)")
+        if (flag in numbers) != (flag == "c"):  # --c gives numbers, --nu a file of nodal fields
+            raise InputError(f"--{flag}: this run's family's {flag} is {'a number' if flag in numbers else 'a file'}; "
+                             f"give it as --param {flag}={'VALUE' if flag in numbers else 'FILE.npy'}")
         if flag in numbers:
             scalars[flag], labels[flag] = list(value), f"--{flag}"
         else:

@@ -4,6 +4,7 @@ field input's, on the command line and in the Python API; the generic names of e
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +34,9 @@ def test_a_vector_parameter_by_its_entries_names_is_the_same_rows():
     np.testing.assert_array_equal(_named(plate, p=rows), rows)
     cli = _command_line(plate, "hole_x=0.5", "hole_y=0.5", "hole_r=0.1", "hole_r=0.15", "nu=0.3")
     np.testing.assert_array_equal(cli, rows)
+    # --nu is the shorthand of a field input's file; the plate's nu is a number, told in one line.
+    with pytest.raises(InputError, match=r"^--nu: this run's family's nu is a number; give it as --param nu=VALUE$"):
+        _command_line(plate, "hole_x=0.5", "hole_y=0.5", "hole_r=0.1", nu=Path("0.3"))
 
 
 @pytest.mark.parametrize("given, message", [
