@@ -197,17 +197,21 @@ def _design_table(heading: str) -> dict[str, tuple[set[str], set[str] | None]]:
     return rows
 
 
-def _modules_of(package: str) -> set[str]:
-    return {p.stem for p in (ROOT / package.replace(".", "/")).glob("*.py") if p.stem != "__init__"}
+def _as_designed(top: str, heading: str) -> dict[str, tuple[set[str], set[str] | None]]:
+    """docs/design.md's table under ``heading``, once the packages of ``top`` and their modules are checked to be
+    the table's."""
+    table = _design_table(heading)
+    packages = {p.name for p in (ROOT / top).iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(table)
+    modules = {name: {p.stem for p in (ROOT / top / name).glob("*.py") if p.stem != "__init__"} for name in table}
+    assert modules == {name: row[0] for name, row in table.items()}
+    return table
 
 
 def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
     # docs/design.md, "diffnet: the science": the modules of each subpackage and the floors it may import.
-    table = _design_table("### diffnet: the science")
+    table = _as_designed("diffnet", "### diffnet: the science")
     graph = package_graph()
-    subpackages = {p.name for p in (ROOT / "diffnet").iterdir() if (p / "__init__.py").exists()}
-    assert subpackages == set(table)
-    assert {name: _modules_of(f"diffnet.{name}") for name in table} == {name: row[0] for name, row in table.items()}
     beyond = {name: sorted(t.split(".", 1)[1] for t in graph[f"diffnet.{name}"] if t.startswith("diffnet.")
                            and allowed is not None and t.split(".", 1)[1] not in allowed)
               for name, (_, allowed) in table.items()}
@@ -216,11 +220,8 @@ def test_each_diffnet_subpackage_imports_only_the_floors_below_it():
 
 def test_the_engine_is_laid_out_as_docs_design_says():
     # docs/design.md, "deepfusion: the engine": each package's modules, and the engine's packages it imports.
-    table = _design_table("### deepfusion: the engine")
+    table = _as_designed("deepfusion", "### deepfusion: the engine")
     graph = package_graph()
-    packages = {p.name for p in (ROOT / "deepfusion").iterdir() if (p / "__init__.py").exists()}
-    assert packages == set(table)
-    assert {name: _modules_of(f"deepfusion.{name}") for name in table} == {name: row[0] for name, row in table.items()}
     actual = {name: {t.split(".")[1] for t in graph[f"deepfusion.{name}"] if t.startswith("deepfusion.")}
               for name in table}
     assert actual == {name: row[1] for name, row in table.items()}
