@@ -23,6 +23,7 @@ before the next node's update, so the couplings of a node are contiguous. The ex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class Level:
     inactive: Array | None = None
     smoother: object = None
 
-    @property
+    @cached_property
     def free(self) -> Array:
-        """The nodes the hierarchy solves for (not ``fixed``)."""
+        """The nodes the hierarchy solves for (not ``fixed``), made once: the torch V-cycle masks with it on every
+        transfer of every cycle."""
         return ~self.fixed
