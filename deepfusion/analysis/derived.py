@@ -1,6 +1,7 @@
-"""The outputs an engineer reads besides the solution: a family's derived fields (stresses, strains, fluxes) and
-scalar quantities of interest (a stress concentration factor), of the network's fields, measured as the solution
-is: against the truth's own (the reference's stress, its K_t) beside the floor's (the grid's best field's).
+"""The outputs an engineer reads besides the solution: a family's derived fields (stresses, strains, fluxes),
+scalar quantities of interest (a stress concentration factor) and the error in the energy norm (the norm the
+energy loss minimises, which weighs the field's gradient), of the network's fields, measured as the solution is:
+against the truth's own (the reference's stress, its K_t) beside the floor's (the grid's best field's).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 
 from deepfusion.analysis.inference import relative_l2
 
-__all__ = ["Derived", "derived_fields", "quantities", "truth_quantities", "measure"]
+__all__ = ["Derived", "derived_fields", "quantities", "truth_quantities", "energy_errors", "measure"]
 
 
 def derived_fields(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
@@ -53,17 +54,29 @@ class Derived:
     truth_fields: dict[str, np.ndarray] = field(default_factory=dict)
     errors: dict[str, dict] = field(default_factory=dict)
     quantities: dict[str, dict] = field(default_factory=dict)
+    energy: dict = field(default_factory=dict)  # the relative error in the energy norm (:func:`energy_errors`)
 
     def report(self) -> dict:
         """``eval.json``'s entries (none for a family with neither capability)."""
         return {**({"derived": self.errors} if self.errors else {}),
-                **({"quantities": self.quantities} if self.quantities else {})}
+                **({"quantities": self.quantities} if self.quantities else {}),
+                **({"energy_norm": self.energy} if self.energy else {})}
+
+    def worst(self) -> tuple[str, float] | None:
+        """The derived field (or the energy norm) farthest from its floor and its ratio, or None."""
+        ratios = {name: row["ratio_to_floor"] for name, row in self.errors.items()}
+        if self.energy:
+            ratios["energy norm"] = self.energy["ratio_to_floor"]
+        ratios = {k: v for k, v in ratios.items() if np.isfinite(v)}
+        return max(ratios.items(), key=lambda kv: kv[1]) if ratios else None
 
     def lines(self, width: int) -> list[str]:
-        """The evaluation table's rows: one per derived field (error, floor, ratio), one per quantity."""
+        """The evaluation table's rows: the energy norm, one per derived field (error, floor, ratio), one per
+        quantity."""
+        rows = ([("energy norm", self.energy, "the error's energy norm over the truth's")] if self.energy else []) + \
+            [(name, row, "derived, mean over the instances") for name, row in self.errors.items()]
         out = [f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
-               f"{row['ratio_to_floor']:5.2f}   (derived, mean over the instances)"
-               for name, row in self.errors.items()]
+               f"{row['ratio_to_floor']:5.2f}   ({what})" for name, row, what in rows]
         for name, row in self.quantities.items():
             out.append(f"{name:>{width}}   mean {np.mean(row['values']):.4g} (truth {np.mean(row['truth']):.4g}): "
                        f"error {row['mean_rel_error']:.2%} (max {row['max_rel_error']:.2%}), the floor's "
@@ -71,12 +84,35 @@ class Derived:
         return out
 
 
+def energy_errors(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,
+                  optimum: np.ndarray | None) -> dict:
+    """The relative error of ``pred`` and of the floor's field ``optimum`` against ``truth`` (all at the grid's
+    nodes) in the energy norm of the family's loss at the floor's field, ||e||_H / ||truth||_H
+    (:func:`diffnet.multigrid.hessian.energy_norms`): for a family whose loss is an energy (capability
+    ``precondition``: its Hessian couples neighbouring nodes), else none ({}). A field at its floor in L2 whose
+    gradient is not shows here."""
+    if not family.has("precondition") or optimum is None:
+        return {}
+    import torch
+
+    from diffnet.multigrid.hessian import energy_norms
+
+    t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64))  # noqa: E731
+    mine, floor, size = (v.numpy() for v in energy_norms(family, t(instances), t(optimum), t(pred - truth),
+                                                          t(optimum - truth), t(truth)))
+    error, floor = mine / size, floor / size
+    return {"mean_rel_l2": float(error.mean()), "rel_l2": error.tolist(), "mean_floor": float(floor.mean()),
+            "floor_rel_l2": floor.tolist(), "ratio_to_floor": float(error.mean() / floor.mean()),
+            "norm": "||e||_H / ||truth||_H, H the loss's Hessian at the floor's field"}
+
+
 def measure(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,
             optimum: np.ndarray | None) -> Derived:
     """The derived fields and quantities of ``pred`` against the truth's (``truth``: its fields) and the floor's
-    (``optimum``: the grid's best fields, or None)."""
+    (``optimum``: the grid's best fields, or None), and the error in the energy norm (:func:`energy_errors`)."""
+    energy = energy_errors(family, instances, pred, truth, optimum)
     if not (family.has("derived") or family.has("quantities")):
-        return Derived()
+        return Derived(energy=energy)
     mine, theirs = derived_fields(family, instances, pred), truth_derived(family, instances, truth)
     floor = derived_fields(family, instances, optimum) if optimum is not None else {}
     errors = {}
@@ -100,4 +136,4 @@ def measure(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,
                       "floor": at_floor[name].tolist() if name in at_floor else None,
                       "mean_rel_error": float(off.mean()), "max_rel_error": float(off.max()),
                       "floor_mean_rel_error": float(off_floor.mean()), "floor_max_rel_error": float(off_floor.max())}
-    return Derived(mine, theirs, errors, rows)
+    return Derived(mine, theirs, errors, rows, energy)

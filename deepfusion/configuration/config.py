@@ -98,6 +98,9 @@ def _cross_checks(cfg: Config, family: type) -> None:
                 f"train.lbfgs_overlap: multi-batch L-BFGS needs a batch ({mb}) larger than twice the overlap "
                 f"(got {t.lbfgs_overlap})"
             )
+    if cfg.model.smoothing and not cfg.model.coarse_correction:
+        raise ConfigError(f"model.smoothing: the sweeps use the coarse correction's fine Hessian; set "
+                          f"model.coarse_correction (e.g. 17) or use 0 (got {cfg.model.smoothing})")
     if cfg.train.batch_size > cfg.data.n_train:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"

@@ -152,7 +152,8 @@ class Run:
         from diffnet.multigrid.corrected import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic)
+        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic,
+                               self.cfg.model.smoothing)
 
     def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a

@@ -17,7 +17,7 @@ import time
 from typing import Iterator
 
 __all__ = ["PartClock", "total", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
-           "LINE_SEARCH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
+           "LINE_SEARCH", "SMOOTHING", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
 
 NETWORK = "network"
 HESSIAN = "fine Hessian"
@@ -26,9 +26,10 @@ FACTORISATION = "factorisation"
 SOLVES = "coarse solves"
 GRADIENT = "loss gradient"
 VCYCLE = "V-cycle"
+SMOOTHING = "smoothing"  # the Gauss-Seidel sweeps after the coarse correction (model.smoothing)
 LINE_SEARCH = "line search"  # a nonlinear energy's coarse Newton: the energy at the trial steps
 # The coarse correction's parts (its seconds in a run's banner and reports are their sum).
-CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH)
+CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SMOOTHING)
 # Tallies: a nonlinear energy's coarse Newton iterations, and the instances they minimised (their mean is the ratio).
 NEWTON_STEPS = "coarse Newton iterations"
 MINIMISED = "coarse minimisations"

@@ -36,7 +36,7 @@ from diffnet.discretisation.elasticity import displacement_gradients
 from diffnet.discretisation.energy import at_gauss_points, gauss_point_stencils
 from diffnet.grid.element import gauss_basis
 
-__all__ = ["J_GUARD", "neo_hookean_energy", "neo_hookean_stencil", "smallest_jacobian"]
+__all__ = ["J_GUARD", "neo_hookean_energy", "neo_hookean_stencil", "smallest_jacobian", "cauchy_stress"]
 
 # Where the volumetric energy's guard starts (J = det F): far below any Neo-Hookean solution the families accept.
 J_GUARD = 0.1
@@ -159,3 +159,23 @@ def smallest_jacobian(u: torch.Tensor, spacing: tuple[float, ...]) -> torch.Tens
     element; below :data:`J_GUARD` the energy is the guard's, not the solid's."""
     J, _ = _cofactor(_deformation(u, spacing))
     return J.flatten(1).amin(dim=1)
+
+
+def cauchy_stress(grad: list[list[np.ndarray]], mu: np.ndarray, lam: np.ndarray) -> list[np.ndarray]:
+    """The Cauchy stress σ = (1/J) P Fᵀ = mu/J (F Fᵀ - I) + lambda ln J / J I of the Neo-Hookean energy above, for a
+    displacement gradient ``grad[i][j]`` = du_i/dx_j (numpy arrays of one shape) and moduli of that shape: in 2-D
+    (plane strain, F₃₃ = 1) σ_xx, σ_yy, σ_zz, σ_xy; in 3-D the six of
+    :data:`~diffnet.grid.material.SYMMETRIC`'s order. At F = I + ε it is linear elasticity's to first order."""
+    dims = len(grad)
+    F = [[grad[i][j] + (1.0 if i == j else 0.0) for j in range(dims)] for i in range(dims)]
+    J = F[0][0] * F[1][1] - F[0][1] * F[1][0] if dims == 2 else \
+        sum(F[0][j] * (F[1][(j + 1) % 3] * F[2][(j + 2) % 3] - F[1][(j + 2) % 3] * F[2][(j + 1) % 3]) for j in range(3))
+    volumetric = lam * np.log(np.maximum(J, J_GUARD)) / J
+
+    def b(i: int, j: int) -> np.ndarray:  # (F Fᵀ)_ij
+        return sum(F[i][k] * F[j][k] for k in range(dims))
+
+    normal = lambda i: mu / J * (b(i, i) - 1.0) + volumetric  # noqa: E731
+    if dims == 2:
+        return [normal(0), normal(1), volumetric, mu / J * b(0, 1)]
+    return [normal(0), normal(1), normal(2), mu / J * b(0, 1), mu / J * b(1, 2), mu / J * b(0, 2)]

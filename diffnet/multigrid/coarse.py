@@ -47,6 +47,7 @@ from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SO
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
 from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, free_couplings
 from diffnet.multigrid.factor import BandedFactor, factor_bytes, factorise_stencil, solve_factors
+from diffnet.multigrid.smoother import smooth
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ class Correct(torch.autograd.Function):
 
 
 def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
-                      clock: PartClock | None = None, quadratic: bool = False) -> torch.Tensor:
+                      clock: PartClock | None = None, quadratic: bool = False, smoothing: int = 0) -> torch.Tensor:
     """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
     u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.
 
@@ -324,6 +325,8 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
         Gathers the seconds of the correction's parts (forward and backward).
     quadratic : bool
         The family's energy is quadratic: each instance's coarse space is kept and reused (:meth:`CoarseSpace.build`).
+    smoothing : int
+        Symmetric Gauss-Seidel sweeps with the fine Hessian after the correction (:mod:`.smoother`).
     """
     clock = clock if clock is not None else PartClock()
     # The gradient of the loss needs autograd, also under inference mode: plain float64 copies.
@@ -336,4 +339,5 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
         with clock.part(SOLVES, u.device):
             delta = -space.project(g)
     delta = delta.to(u.dtype)
-    return Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    return smooth(space, corrected, smoothing, clock)

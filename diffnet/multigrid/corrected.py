@@ -32,7 +32,8 @@ class CoarseCorrected:
     ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
     ``family`` the energy whose coarse minimiser is taken: with ``quadratic`` (its loss is) one closed-form solve,
     each instance's coarse space built once and kept; else damped Newton on the coarse space
-    (:func:`diffnet.multigrid.minimiser.coarse_minimiser`). Every member but ``field`` is the problem's.
+    (:func:`diffnet.multigrid.minimiser.coarse_minimiser`); then ``smoothing`` symmetric Gauss-Seidel sweeps with the
+    fine Hessian (:mod:`diffnet.multigrid.smoother`). Every member but ``field`` is the problem's.
     ``clock`` gathers the seconds of the correction's parts (forward and backward) and the Newton iterations.
     """
 
@@ -41,9 +42,10 @@ class CoarseCorrected:
     nodes: int
     clock: PartClock = field(default_factory=PartClock, compare=False)
     quadratic: bool = True
+    smoothing: int = 0
 
     def __getattr__(self, name: str) -> object:
-        if name in ("problem", "family", "nodes", "clock", "quadratic"):
+        if name in ("problem", "family", "nodes", "clock", "quadratic", "smoothing"):
             raise AttributeError(name)
         return getattr(self.problem, name)
 
@@ -52,14 +54,17 @@ class CoarseCorrected:
         return "x".join(map(str, coarse_grid(self.resolution, self.nodes)))
 
     def describe_correction(self) -> str:
-        """One phrase for the run's banner and reports: 'an exact coarse correction on 17x17'."""
-        return f"an exact coarse correction on {self.coarse_text()}"
+        """One phrase for the run's banner and reports: 'an exact coarse correction on 17x17[, then 2 Gauss-Seidel
+        sweeps]'."""
+        sweeps = f", then {self.smoothing} Gauss-Seidel sweep{'s' if self.smoothing != 1 else ''}" if self.smoothing else ""
+        return f"an exact coarse correction on {self.coarse_text()}{sweeps}"
 
     def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         u = self.problem.field(raw, params)
         if self.quadratic:
-            return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True)
-        corrected = coarse_minimiser(self.family, u, params, self.nodes, self.clock)
+            return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True,
+                                     smoothing=self.smoothing)
+        corrected = coarse_minimiser(self.family, u, params, self.nodes, self.clock, self.smoothing)
         if torch.is_grad_enabled() and u.requires_grad:
             corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
         return corrected
@@ -90,7 +95,7 @@ class CoarseCorrected:
 
     def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
         return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
-                               self.nodes, self.clock, self.quadratic)
+                               self.nodes, self.clock, self.quadratic, self.smoothing)
 
     def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from diffnet.multigrid.stencil import as_blocks, as_fields, components, neighbour_offsets, shifted
+from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, neighbour_offsets, shifted
 
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["hessian_of", "block_hessian", "probe_stencil", "fixed_nodes", "loss_gradient"]
+__all__ = ["hessian_of", "block_hessian", "probe_stencil", "fixed_nodes", "loss_gradient", "energy_norms"]
 
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
 
@@ -109,3 +109,22 @@ def block_hessian(family: Family, u: torch.Tensor, params: torch.Tensor) -> tupl
         free, hessian = free[:, None], hessian[:, None, None]
     return hessian, free
 
+
+
+def energy_norms(family: Family, params: torch.Tensor, at: torch.Tensor, *fields: torch.Tensor) -> list[torch.Tensor]:
+    """Each of ``fields`` (S, [C,] *grid) in the energy norm of the family's loss, ||x||_H = sqrt(xᵀ H x) per instance
+    (S,), H the Hessian of the summed loss at the field ``at`` (a quadratic energy's stiffness; a nonlinear one's
+    linearisation there), formed once, in float64. For an energy the norm it minimises: E(v) - E(u_h) = ½||v - u_h||²_H
+    for the grid's minimiser u_h; its error weighs a field's gradient, so high-frequency error that L2 barely sees
+    shows. A family on a cut domain's Hessian holds the inside only."""
+    with torch.inference_mode(False), torch.enable_grad():
+        at = at.detach().clone().double()
+        p = params.detach().clone()
+        p = p.double() if p.is_floating_point() else p
+        hessian = hessian_of(family, at, p).double()
+        out = []
+        for x in fields:
+            x = x.detach().double()
+            quadratic = (x * apply_stencil(hessian, x)).flatten(1).sum(1)
+            out.append(quadratic.clamp_min(0.0).sqrt())
+    return out

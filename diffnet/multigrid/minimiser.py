@@ -34,6 +34,7 @@ import torch
 from diffnet.backend.clock import GRADIENT, LINE_SEARCH, MINIMISED, NEWTON_STEPS, SOLVES, PartClock
 from diffnet.multigrid.coarse import CoarseSpace, Correct, coarse_grid
 from diffnet.multigrid.factor import solve_factors
+from diffnet.multigrid.smoother import smooth
 from diffnet.multigrid.stencil import as_fields, components
 from diffnet.multigrid.vcycle import dense_interpolation
 
@@ -191,9 +192,10 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tens
 
 
 def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
-                     clock: PartClock | None = None) -> torch.Tensor:
+                     clock: PartClock | None = None, smoothing: int = 0) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid) corrected to the minimiser of ``family``'s loss over u + range(P); differentiable
-    in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64."""
+    in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64. ``smoothing``:
+    symmetric Gauss-Seidel sweeps after it with the linearisation at the minimiser (:mod:`.smoother`)."""
     clock = clock if clock is not None else PartClock()
     with torch.inference_mode(False), torch.enable_grad():
         u64 = u.detach().clone().double()
@@ -201,4 +203,5 @@ def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, node
         p64 = p64.double() if p64.is_floating_point() else p64
         w, space, _ = minimise_on_coarse_space(family, u64, p64, nodes, clock)
     delta = (w - u64).to(u.dtype)
-    return Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    return smooth(space, corrected, smoothing, clock)

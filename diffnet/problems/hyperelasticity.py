@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from diffnet.backend.constants import constant
-from diffnet.discretisation.hyperelasticity import neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
-from diffnet.grid.material import POISSON_RATIO
+from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_energy, neo_hookean_stencil,
+                                                   smallest_jacobian)
+from diffnet.grid.material import POISSON_RATIO, von_mises
+from diffnet.grid.recovery import at_gauss, gauss_gradients, to_nodes
 from diffnet.instances.boundary import vector_side_check
 from diffnet.problems.elasticity import ElasticBox
 from diffnet.problems.kl_family import kl_log_field
@@ -75,9 +77,11 @@ class Hyperelasticity(ElasticBox, Family):
     in_channels = 4  # log mu, the load, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived"})
     classical_methods = {"newton-amg": "Newton (line search, load steps) + AMG-CG with the rigid-body modes, to 1e-8",
-                         "newton-amg-4": "the same, to 1e-4"}
+                         "newton-amg-4": "the same, to 1e-4",
+                         "newton-cholesky": "Newton (line search, load steps), each step a sparse Cholesky (CHOLMOD), "
+                                            "to 1e-8"}
     classical_baseline = "newton-amg"
     polish_step = "Newton step (AMG-CG)"
 
@@ -148,6 +152,23 @@ class Hyperelasticity(ElasticBox, Family):
         """(S,) bool: no element inverted (det F > 0 at every Gauss point); the coarse correction's line search keeps it."""
         return smallest_jacobian(u, self.spacing) > 0
 
+    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+        """The Cauchy stress (a symmetric tensor (S, K, *grid): 2-D xx, yy, xy; 3-D xx, yy, zz, xy, yz, xz) and its von
+        Mises stress (S, *grid) of displacements (S, d, *grid), plane strain's σ_zz in the latter: at the Gauss points
+        from F = I + ∇u and mu there (:func:`~diffnet.discretisation.hyperelasticity.cauchy_stress`), recovered to the
+        nodes (:mod:`diffnet.grid.recovery`), as linear elasticity's."""
+        p = np.asarray(params, dtype=np.float64)
+        grad = gauss_gradients(np.asarray(fields, dtype=np.float64), self.spacing)  # (S, d (i), d (j), Q, *cells)
+        mu = at_gauss(self.shear_modulus(torch.as_tensor(p)).numpy(), self.dims)
+        sigma = cauchy_stress([[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)], mu,
+                              2.0 * mu * self.nu / (1.0 - 2.0 * self.nu))
+        if self.dims == 2:
+            sxx, syy, szz, sxy = sigma
+            components, mises = [sxx, syy, sxy], von_mises(sxx, syy, szz, sxy, 0.0 * sxy, 0.0 * sxy)
+        else:
+            components, mises = sigma, von_mises(*sigma)
+        return {"stress": to_nodes(np.stack(components, axis=1), self.dims), "von_mises": to_nodes(mises, self.dims)}
+
     # -- references ---------------------------------------------------------------------
     def body(self, params: np.ndarray) -> NeoHookeanBody:
         """One instance (m + 1,) as the classical solver's body."""
@@ -156,10 +177,11 @@ class Hyperelasticity(ElasticBox, Family):
         return NeoHookeanBody(mu, self.nu, self.boundaries, float(p[-1]))
 
     def solve(self, params: np.ndarray, tol: float = 1e-10, linear_tol: float = 1e-10,
-              stats: NewtonStats | None = None) -> np.ndarray:
-        """One instance's minimiser on this grid (d, *grid) by Newton with AMG-CG; a failure is one line naming it."""
+              stats: NewtonStats | None = None, linear: str = "amg") -> np.ndarray:
+        """One instance's minimiser on this grid (d, *grid) by Newton, each step by ``linear`` ("amg": AMG-CG;
+        "cholesky"); a failure is one line naming it."""
         try:
-            return self.body(params).solve(tol, linear_tol, stats=stats)
+            return self.body(params).solve(tol, linear_tol, stats=stats, linear=linear)
         except NewtonFailure as e:
             values = ", ".join(f"{v:.3g}" for v in np.asarray(params, dtype=np.float64))
             raise ValueError(f"the {self.name} instance ({values}) on {'x'.join(map(str, self.resolution))}: {e}") from None
@@ -209,7 +231,8 @@ class Hyperelasticity(ElasticBox, Family):
         if method not in self.classical_methods:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
-        return NewtonSolve(coarse, 1e-4 if method == "newton-amg-4" else 1e-8)
+        return NewtonSolve(coarse, 1e-4 if method == "newton-amg-4" else 1e-8,
+                           "cholesky" if method == "newton-cholesky" else "amg")
 
     def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
         """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
@@ -240,6 +263,7 @@ class Hyperelasticity3D(Hyperelasticity):
 
     name = "hyperelasticity3d"
     dims = 3
+    classical_methods = {k: v for k, v in Hyperelasticity.classical_methods.items() if k != "newton-cholesky"}  # 3-D fill-in
     in_channels = 5  # log mu, the load, and the three coordinates
     unknowns = ("u_x", "u_y", "u_z")
     vectors = {"u": ("u_x", "u_y", "u_z")}
@@ -252,11 +276,12 @@ class NewtonSolve:
 
     family: Hyperelasticity
     tol: float
+    linear: str = "amg"  # each Newton step's solve: "amg" or "cholesky"
     last: NewtonStats | None = None
 
     def __call__(self, params: np.ndarray) -> np.ndarray:
         self.last = NewtonStats()
-        return self.family.solve(params, self.tol, self.tol, self.last)
+        return self.family.solve(params, self.tol, self.tol, self.last, self.linear)
 
 
 def _inverted(family: Hyperelasticity) -> str | None:

@@ -155,7 +155,8 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
 
     The fixed dofs are eliminated (K_ff u_f = load_f - K_fc g: symmetric positive definite once the
     rigid-body modes are held); ``method`` "amg" is CG preconditioned by pyamg's smoothed aggregation
-    with the rigid-body modes restricted to the free dofs as its near-null space, "direct" a sparse LU.
+    with the rigid-body modes restricted to the free dofs as its near-null space, "direct" a sparse LU,
+    "cholesky" a sparse Cholesky (CHOLMOD, :mod:`diffnet.solvers.cholesky`).
 
     Parameters
     ----------
@@ -169,6 +170,10 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
     u = g.copy()
     if method == "direct":
         u[free] = spla.spsolve(k_ff.tocsc(), rhs)
+    elif method == "cholesky":
+        from diffnet.solvers.cholesky import cholesky_solve
+
+        u[free] = cholesky_solve(k_ff, rhs)
     elif method == "amg":
         t0 = time.perf_counter()
         ml = _hierarchy(k_ff, shape, free)

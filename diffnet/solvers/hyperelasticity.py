@@ -32,6 +32,7 @@ import torch
 
 from diffnet.discretisation.hyperelasticity import J_GUARD, neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
 from diffnet.instances.boundary import BoxBoundary
+from diffnet.solvers.cholesky import cholesky_solve
 from diffnet.solvers.elasticity import from_dofs, rigid_body_modes, to_dofs
 from diffnet.solvers.fem import grid_spacing
 
@@ -126,15 +127,17 @@ class NeoHookeanBody:
 
     # -- Newton, load steps ------------------------------------------------------------------------------------
     def solve(self, tol: float = 1e-10, linear_tol: float = 1e-10, start: np.ndarray | None = None,
-              max_steps: int = 30, stats: NewtonStats | None = None) -> np.ndarray:
+              max_steps: int = 30, stats: NewtonStats | None = None, linear: str = "amg") -> np.ndarray:
         """The displacement (d, *grid) minimising the energy at the full load, from ``start`` (d, *grid) or the held
-        values; ``stats`` gathers the cost. Raises :class:`NewtonFailure` naming what failed."""
+        values; ``stats`` gathers the cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``)
+        or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises :class:`NewtonFailure` naming what
+        failed."""
         stats = stats if stats is not None else NewtonStats()
         x = self.values * self.fixed if start is None else np.where(self.fixed, self.values, to_dofs(start))
         done, step = 0.0, 1.0
         while done < 1.0:
             t = min(1.0, done + step)
-            trial = self._newton(x, t, tol, linear_tol, max_steps, stats)
+            trial = self._newton(x, t, tol, linear_tol, max_steps, stats, linear=linear)
             stats.load_steps += 1
             if trial is not None:
                 x, done = trial, t
@@ -152,7 +155,7 @@ class NeoHookeanBody:
         return from_dofs(x, self.shape)
 
     def _newton(self, x: np.ndarray, t: float, tol: float, linear_tol: float, max_steps: int,
-                stats: NewtonStats, strict: bool = True) -> np.ndarray | None:
+                stats: NewtonStats, strict: bool = True, linear: str = "amg") -> np.ndarray | None:
         """Newton at load fraction t from x (the held dofs at their values scaled by t); None where it fails (without
         ``strict``, the iterate after ``max_steps``: a polish)."""
         import pyamg
@@ -179,9 +182,12 @@ class NeoHookeanBody:
             # here, not printed), or the set-up's spectral estimate fails on it: the step is checked for descent below.
             with warnings.catch_warnings(record=True):
                 try:
-                    ml = pyamg.smoothed_aggregation_solver(k, B=self.modes, symmetry="hermitian")
-                    stats.amg_setup_s += time.perf_counter() - t0
-                    dx[free] = ml.solve(-g[free], tol=linear_tol, accel="cg", maxiter=500, residuals=residuals)
+                    if linear == "cholesky":  # an indefinite tangent fails its residual check: a ValueError
+                        dx[free] = cholesky_solve(k, -g[free])
+                    else:
+                        ml = pyamg.smoothed_aggregation_solver(k, B=self.modes, symmetry="hermitian")
+                        stats.amg_setup_s += time.perf_counter() - t0
+                        dx[free] = ml.solve(-g[free], tol=linear_tol, accel="cg", maxiter=500, residuals=residuals)
                     dx[self.fixed] = 0.0
                 except ValueError:
                     pass

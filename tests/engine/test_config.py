@@ -69,6 +69,9 @@ def test_parse_override_forms():
         ({"problem": "burgers"}, "problem: must be a table"),
         ({"burgers": {"preconditioner": "implicit_diffusion"}}, "burgers.preconditioner: applies to the conservative"),
         ({"burgers": {"preconditioner": "jacobi"}}, "burgers.preconditioner: must be one of"),
+        ({"problem": {"family": "poisson"}, "data": {"sampling": "random"}, "model": {"smoothing": 2}},
+         "model.smoothing: the sweeps use the coarse correction's fine Hessian"),
+        ({"model": {"smoothing": -1}}, "model.smoothing: must be in 0..16"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):

@@ -1,0 +1,123 @@
+"""Smoothing sweeps after the coarse correction: the high-frequency error a coarse space cannot touch, removed.
+
+The exact coarse correction (:mod:`.coarse`) leaves the generator's field with no error a coarse grid holds; what
+is left is high-frequency, and it is small in L2 but not in the field's gradient (elasticity 64²: the displacement
+at 1.03x its floor, the recovered stress at 5.7x). A few Gauss-Seidel sweeps with the fine Hessian the correction
+has already formed remove it at the cost of a stencil product each, the post-smoothing of a two-grid cycle:
+
+    u <- u - B (A u - b),    B the symmetric multicolour block Gauss-Seidel preconditioner on the free nodes,
+
+with A the Hessian at every node and b its load (∇E(u) = A u - b; for a nonlinear energy the linearisation at the
+coarse minimiser). The nodes are coloured by their index's parity along each axis (2^d colours): on a 3^d-point
+stencil two nodes of one colour never couple, so each colour is one batched, exact block update (the C x C block
+of a node's unknowns solved together), and a sweep visits the colours forwards then backwards (a symmetric B).
+Each colour's residual is formed at that colour's nodes only: one sweep costs two stencil products.
+
+**Gradient.** The sweeps are affine in the field, S(u) = M u + c with M = I - B A, so the backward pass is
+Mᵀ g = g - A (B g), and B g is one sweep from zero with g as its load: exact, k sweeps k times. Like the
+correction it is solved in float64 whatever the field's dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import torch
+
+from diffnet.backend.clock import SMOOTHING, PartClock
+from diffnet.multigrid.stencil import apply_blocks, as_blocks, as_fields, neighbour_offsets
+
+if TYPE_CHECKING:
+    from diffnet.multigrid.coarse import CoarseSpace
+
+__all__ = ["smooth", "sweeps", "Smooth"]
+
+
+def _colours(dims: int) -> list[tuple[int, ...]]:
+    """Each colour as its nodes' parity per axis, in the forward order."""
+    return list(itertools.product((0, 1), repeat=dims))
+
+
+def _inverse_diagonal(hessian: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """Each node's C x C diagonal block on its free unknowns, inverted: (S, *grid, C, C). A fixed unknown's row and
+    column are the identity's, and its update is masked away."""
+    dims = free.ndim - 2
+    centre = neighbour_offsets(dims).index((0,) * dims)
+    block = torch.movedim(hessian[:, :, :, centre], (1, 2), (-2, -1))  # (S, *grid, C, C)
+    mask = torch.movedim(free, 1, -1).to(block.dtype)  # (S, *grid, C)
+    both = mask[..., :, None] * mask[..., None, :]
+    eye = torch.eye(block.shape[-1], dtype=block.dtype, device=block.device)
+    return torch.linalg.inv(block * both + eye * (1 - mask)[..., None])
+
+
+def _half_sweep(hessian, inverse, free, load, x, order) -> torch.Tensor:
+    """One Gauss-Seidel pass over the colours in ``order`` for A x = load (block layout), in place on ``x``."""
+    dims = x.ndim - 2
+    grid = x.shape[2:]
+    offsets = neighbour_offsets(dims)
+    for colour in order:
+        at = tuple(slice(p, None, 2) for p in colour)  # this colour's nodes along the grid's axes
+        nodes = (slice(None), slice(None), *at)
+        counts = [len(range(p, n, 2)) for p, n in zip(colour, grid)]
+        padded = torch.nn.functional.pad(x, (1, 1) * dims)
+        residual = load[nodes].clone()
+        for k, offset in enumerate(offsets):
+            view = padded[(slice(None), slice(None),
+                           *(slice(p + o + 1, p + o + 2 * m, 2) for p, o, m in zip(colour, offset, counts)))]
+            residual -= torch.einsum("sab...,sb...->sa...", hessian[(slice(None), slice(None), slice(None), k, *at)],
+                                     view)
+        step = torch.einsum("s...ab,s...b->s...a", inverse[(slice(None), *at)], torch.movedim(residual, 1, -1))
+        x[nodes] += torch.movedim(step, -1, 1) * free[nodes]
+    return x
+
+
+def sweeps(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, x: torch.Tensor, count: int,
+           inverse: torch.Tensor | None = None) -> torch.Tensor:
+    """``count`` symmetric multicolour block Gauss-Seidel sweeps for A x = ``load`` on the free nodes, from ``x``
+    (block layout: A (S, C, C, 3^d, *grid) at every node, free (S, C, *grid) bool, load and x (S, C, *grid));
+    the fixed nodes keep x's values. Returns a new tensor."""
+    inverse = _inverse_diagonal(hessian, free) if inverse is None else inverse
+    colours = _colours(x.ndim - 2)
+    mask = free.to(x.dtype)
+    x = x.clone()
+    for _ in range(count):
+        _half_sweep(hessian, inverse, mask, load, x, colours)
+        _half_sweep(hessian, inverse, mask, load, x, colours[::-1])
+    return x
+
+
+class Smooth(torch.autograd.Function):
+    """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, space: CoarseSpace, count: int, inverse: torch.Tensor,
+                clock: PartClock) -> torch.Tensor:
+        ctx.space, ctx.count, ctx.inverse, ctx.clock = space, count, inverse, clock
+        return smoothed.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        space = ctx.space
+        with ctx.clock.part(SMOOTHING, grad.device):
+            g = as_blocks(grad.double(), space.vector)
+            zero = torch.zeros_like(g)
+            for _ in range(ctx.count):
+                g = g - apply_blocks(space.hessian, sweeps(space.hessian, space.free, g, zero, 1, ctx.inverse))
+        return as_fields(g, space.vector).to(grad.dtype), None, None, None, None, None
+
+
+def smooth(space: CoarseSpace, u: torch.Tensor, count: int, clock: PartClock | None = None) -> torch.Tensor:
+    """The field ``u`` (S, [C,] *grid), corrected on ``space``, after ``count`` symmetric Gauss-Seidel sweeps with the
+    space's fine Hessian and load; differentiable in u (the module docstring's backward pass), in u's dtype."""
+    if count == 0:
+        return u
+    clock = clock if clock is not None else PartClock()
+    with clock.part(SMOOTHING, u.device), torch.inference_mode(False), torch.no_grad():
+        v = as_blocks(u.detach().clone().double(), space.vector)
+        inverse = _inverse_diagonal(space.hessian, space.free)
+        smoothed = as_fields(sweeps(space.hessian, space.free, space.load, v, count, inverse), space.vector)
+    smoothed = smoothed.to(u.dtype)
+    if torch.is_grad_enabled() and u.requires_grad:
+        return Smooth.apply(u, smoothed, space, count, inverse, clock)
+    return smoothed

@@ -1,0 +1,63 @@
+"""The Gauss-Seidel sweeps after the coarse correction (diffnet/multigrid/smoother.py): symmetric multicolour block
+sweeps on the free nodes keep the grid's own solution (their fixed point), lower the energy every sweep, leave the
+fixed nodes alone, and their backward pass is the exact transpose (finite differences), with as many instances as unknowns."""
+
+from __future__ import annotations
+
+import torch
+
+from diffnet.multigrid.coarse import CoarseSpace, coarse_correction
+from diffnet.multigrid.hessian import energy_norms
+from diffnet.multigrid.stencil import as_blocks, as_fields
+from diffnet.multigrid.smoother import sweeps
+from diffnet.problems.elasticity import Elasticity
+from diffnet.problems.poisson import PoissonProblem
+
+
+def _setup(family, s=2, seed=0, noise=1e-2):
+    p = torch.as_tensor(family.sample(s, "random", seed))
+    exact = torch.as_tensor(family.reference(p.numpy()))
+    g = torch.Generator().manual_seed(seed)
+    shape = (s, len(family.unknowns), *family.resolution)
+    lift = family.field(torch.zeros(shape, dtype=torch.float64), p)  # the held values' lift
+    u = family.field((exact - lift).reshape(shape) + noise * torch.randn(shape, dtype=torch.float64, generator=g), p)
+    return p, exact, u
+
+
+def test_sweeps_keep_the_grids_solution_and_lower_the_energy():
+    family = Elasticity(resolution=(17, 17))  # two unknowns and two instances: S = C
+    p, exact, u = _setup(family)
+    space = CoarseSpace.build(family, u, p, 5)
+    x = as_blocks(u, True)
+    energy = lambda v: sum(family.loss_terms(as_fields(v, True), p).values())  # noqa: E731
+    before = energy(x)
+    for _ in range(3):
+        after = energy(x := sweeps(space.hessian, space.free, space.load, x, 1))
+        assert (after < before).all()
+        before = after
+    assert torch.equal(x[~space.free], as_blocks(u, True)[~space.free])  # held nodes untouched
+    kept = sweeps(space.hessian, space.free, space.load, as_blocks(exact, True), 3)
+    assert float((kept - exact).abs().max() / exact.abs().max()) < 1e-12
+
+
+def test_smoothing_backward_is_the_transpose_of_the_forward():
+    family = Elasticity(resolution=(17, 17))
+    p, exact, u = _setup(family)
+    v = u.clone().requires_grad_(True)
+    w = torch.randn_like(u, generator=torch.Generator().manual_seed(5))
+    (coarse_correction(family, v, p, 5, smoothing=2) * w).sum().backward()
+    d = torch.randn_like(u, generator=torch.Generator().manual_seed(6))
+    eps = 1e-6
+    numeric = ((coarse_correction(family, u + eps * d, p, 5, smoothing=2)
+                - coarse_correction(family, u - eps * d, p, 5, smoothing=2)) * w).sum() / (2 * eps)
+    assert abs(float((v.grad * d).sum()) - float(numeric)) < 1e-6 * abs(float(numeric))
+
+
+def test_smoothing_removes_the_high_frequency_error_the_correction_leaves():
+    """A field with white noise: the correction leaves it high-frequency, in the energy norm (the gradient's), and
+    one sweep takes out most of it, two more (measured: 0.70 -> 0.070 -> 0.036 on the scalar family)."""
+    for family in (PoissonProblem(resolution=(33, 33)), Elasticity(resolution=(33, 33))):
+        p, exact, u = _setup(family, s=2, noise=1e-2)
+        error = [energy_norms(family, p, exact, coarse_correction(family, u, p, 9, smoothing=k) - exact)[0]
+                 for k in (0, 1, 2)]
+        assert (error[1] < 0.2 * error[0]).all() and (error[2] < 0.6 * error[1]).all(), family.name
