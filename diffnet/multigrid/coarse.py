@@ -340,4 +340,4 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
             delta = -space.project(g)
     delta = delta.to(u.dtype)
     corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
-    return smooth(space, corrected, smoothing, clock)
+    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock)

@@ -204,4 +204,4 @@ def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, node
         w, space, _ = minimise_on_coarse_space(family, u64, p64, nodes, clock)
     delta = (w - u64).to(u.dtype)
     corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
-    return smooth(space, corrected, smoothing, clock)
+    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock)

@@ -21,15 +21,11 @@ correction it is solved in float64 whatever the field's dtype.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import torch
 
 from diffnet.backend.clock import SMOOTHING, PartClock
 from diffnet.multigrid.stencil import apply_blocks, as_blocks, as_fields, neighbour_offsets
-
-if TYPE_CHECKING:
-    from diffnet.multigrid.coarse import CoarseSpace
 
 __all__ = ["smooth", "sweeps", "Smooth"]
 
@@ -91,33 +87,36 @@ class Smooth(torch.autograd.Function):
     """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring)."""
 
     @staticmethod
-    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, space: CoarseSpace, count: int, inverse: torch.Tensor,
+    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, operator: tuple, count: int, vector: bool,
                 clock: PartClock) -> torch.Tensor:
-        ctx.space, ctx.count, ctx.inverse, ctx.clock = space, count, inverse, clock
+        ctx.operator, ctx.count, ctx.vector, ctx.clock = operator, count, vector, clock
         return smoothed.clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        space = ctx.space
+        hessian, free, inverse = ctx.operator
         with ctx.clock.part(SMOOTHING, grad.device):
-            g = as_blocks(grad.double(), space.vector)
+            g = as_blocks(grad.double(), ctx.vector)
             zero = torch.zeros_like(g)
             for _ in range(ctx.count):
-                g = g - apply_blocks(space.hessian, sweeps(space.hessian, space.free, g, zero, 1, ctx.inverse))
-        return as_fields(g, space.vector).to(grad.dtype), None, None, None, None, None
+                g = g - apply_blocks(hessian, sweeps(hessian, free, g, zero, 1, inverse))
+        return as_fields(g, ctx.vector).to(grad.dtype), None, None, None, None, None
 
 
-def smooth(space: CoarseSpace, u: torch.Tensor, count: int, clock: PartClock | None = None) -> torch.Tensor:
-    """The field ``u`` (S, [C,] *grid), corrected on ``space``, after ``count`` symmetric Gauss-Seidel sweeps with the
-    space's fine Hessian and load; differentiable in u (the module docstring's backward pass), in u's dtype."""
+def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, count: int, vector: bool,
+           clock: PartClock | None = None) -> torch.Tensor:
+    """The field ``u`` (S, [C,] *grid; ``vector``: C > 1) after ``count`` symmetric Gauss-Seidel sweeps with the fine
+    Hessian ``hessian`` (S, C, C, 3^d, *grid), its free nodes (S, C, *grid) and its load (S, C, *grid), float64 (a coarse
+    correction's, :class:`~diffnet.multigrid.coarse.CoarseSpace`); differentiable in u (the module docstring's backward
+    pass), in u's dtype."""
     if count == 0:
         return u
     clock = clock if clock is not None else PartClock()
     with clock.part(SMOOTHING, u.device), torch.inference_mode(False), torch.no_grad():
-        v = as_blocks(u.detach().clone().double(), space.vector)
-        inverse = _inverse_diagonal(space.hessian, space.free)
-        smoothed = as_fields(sweeps(space.hessian, space.free, space.load, v, count, inverse), space.vector)
+        v = as_blocks(u.detach().clone().double(), vector)
+        inverse = _inverse_diagonal(hessian, free)
+        smoothed = as_fields(sweeps(hessian, free, load, v, count, inverse), vector)
     smoothed = smoothed.to(u.dtype)
     if torch.is_grad_enabled() and u.requires_grad:
-        return Smooth.apply(u, smoothed, space, count, inverse, clock)
+        return Smooth.apply(u, smoothed, (hessian, free, inverse), count, vector, clock)
     return smoothed
