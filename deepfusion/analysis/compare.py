@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from deepfusion.analysis.equal_accuracy import Point, best_time, break_even, cheapest, sweep, timed
+from deepfusion.analysis.equal_accuracy import Point, best_time, binding, break_even, cheapest, sweep, timed
 from deepfusion.analysis.evaluate import part_text
 from diffnet.backend.clock import PartClock
 
@@ -86,18 +86,33 @@ def measure_classical(family, instances: np.ndarray, method: str, grid: int) -> 
     return on_domain(family, instances, np.stack(fields)), seconds
 
 
-def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print) -> list[Point]:
+def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print,
+                    derived=None) -> list[Point]:
     """The refinement sweep of the family's ``classical_configurations()`` on ``params`` against ``truth``.
 
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
-    compilation are a one-off cost of the process, not of a solve.
+    compilation are a one-off cost of the process, not of a solve. ``derived``: the network's
+    :class:`~deepfusion.analysis.derived.Derived` measurement, whose derived fields' errors are targets too
+    (each classical field's derived fields measured against the same truth's).
     """
+    from deepfusion.analysis.derived import derived_fields
     from deepfusion.analysis.inference import relative_l2
 
     configs = family.classical_configurations()
     for method, grids in configs.items():
         measure_classical(family, instances[:1], method, grids[0])
-    return sweep(configs, lambda m, g: measure_classical(family, instances, m, g), lambda f: relative_l2(f, truth), target, say)
+    targets = derived_targets(derived)
+    theirs = {} if derived is None else derived.truth_fields
+    derived_of = lambda f: {name: float(np.mean(relative_l2(v, theirs[name])))  # noqa: E731
+                            for name, v in derived_fields(family, instances, f).items() if name in targets}
+    return sweep(configs, lambda m, g: measure_classical(family, instances, m, g), lambda f: relative_l2(f, truth),
+                 target, say, derived_of, targets)
+
+
+def derived_targets(derived) -> dict[str, float]:
+    """The network's mean error in each derived field (a :class:`~deepfusion.analysis.derived.Derived`), the targets a
+    classical match must tie beside the field's; none without derived fields."""
+    return {} if derived is None else {name: row["mean_rel_l2"] for name, row in derived.errors.items()}
 
 
 def reference_row(family, instances: np.ndarray, truth: np.ndarray, grid: int) -> Point | None:
@@ -116,11 +131,13 @@ def reference_row(family, instances: np.ndarray, truth: np.ndarray, grid: int) -
 
 
 def compare_row(*, device: str, threads: int, accuracy, inference: dict, points: list[Point],
-                baseline: Point | None, train_seconds: float | None) -> dict:
-    """One report row: the network's error and times, the cheapest classical solve that matches the
-    error, their ratio (classical seconds / DiffNet seconds per instance, batched) and N*."""
+                baseline: Point | None, train_seconds: float | None, derived=None) -> dict:
+    """One report row: the network's error (and its derived fields' errors, ``derived``) and times, the cheapest
+    classical solve that matches them all, which target binds the match, their ratio (classical seconds / DiffNet
+    seconds per instance, batched) and N*."""
     target = float(accuracy.error.mean())
-    best = cheapest(points, target)
+    targets = derived_targets(derived)
+    best = cheapest(points, target, targets)
     classical_s = None if best is None else best.seconds
     return {
         "product": "DiffNet",
@@ -133,6 +150,9 @@ def compare_row(*, device: str, threads: int, accuracy, inference: dict, points:
         "classical_method": None if best is None else best.method,
         "classical_grid_equal_accuracy": None if best is None else best.grid,
         "classical_error": None if best is None else best.error,
+        "derived_targets": targets,
+        "classical_derived_errors": None if best is None else best.derived,
+        "binds": binding(points, target, targets, "u"),
         "classical_s": classical_s,
         "classical_newton_steps": None if best is None else best.newton_steps,
         **inference,
@@ -161,8 +181,9 @@ def markdown_table(rows: list[dict], grid: list[int]) -> str:
             "its error", "classical ms", "DiffNet ms one / batched", "ratio one / batched", "N*"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        matched = "none in the sweep" if r["classical_method"] is None else \
-            f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}" + (
+        binds = f"; {r['binds']} binds" if r.get("derived_targets") else ""
+        matched = f"none in the sweep{binds}" if r["classical_method"] is None else \
+            f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}{binds}" + (
                 "" if r.get("classical_newton_steps") is None else f" ({r['classical_newton_steps']:.3g} Newton steps)")
         ratio = "—" if r["ratio_equal_accuracy"] is None else \
             f"{r['ratio_equal_accuracy_single']:.2g}× / {r['ratio_equal_accuracy']:.2g}×"

@@ -43,7 +43,9 @@ def command(args: argparse.Namespace, comm) -> int:
 
     from diffnet.backend.clock import PartClock
     from diffnet.generators.two_stage import TwoStage
-    from deepfusion.analysis.compare import classical_sweep, compare_row, markdown_table, reference_row, time_inference
+    from deepfusion.analysis.compare import (classical_sweep, compare_row, derived_targets, markdown_table,
+                                             reference_row, time_inference)
+    from deepfusion.analysis.derived import measure
     from deepfusion.analysis.equal_accuracy import TIE, cheapest
     from deepfusion.analysis.inference import against_floor, predict
 
@@ -90,12 +92,16 @@ def command(args: argparse.Namespace, comm) -> int:
             network.to("cpu")
         print(f"  reference: {family.truth_name()}; floor: {family.floor_name()} ...", flush=True)
         acc = against_floor(family, instances, pred)
-        target = float(acc.error.mean())
-        print(f"  {label}: error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f}); "
-              f"classical sweep to that error (within {TIE - 1:.0%}), coarse to fine:", flush=True)
-        points = classical_sweep(family, instances, acc.truth, target)
+        derived = measure(family, instances, pred, acc.truth, acc.optimum)
+        target, targets = float(acc.error.mean()), derived_targets(derived)
+        print(f"  {label}: error {target:.4f} (floor {acc.floor.mean():.4f}, ratio {acc.ratio:.2f})"
+              + "".join(f", {name} {row['mean_rel_l2']:.4f} ({row['ratio_to_floor']:.2f}x its floor)"
+                        for name, row in derived.errors.items())
+              + f"; classical sweep to {'those errors' if targets else 'that error'} (within {TIE - 1:.0%}), "
+              "coarse to fine:", flush=True)
+        points = classical_sweep(family, instances, acc.truth, target, derived=derived)
         sweeps += points
-        best = cheapest(points, target)
+        best = cheapest(points, target, targets)
         if baseline is None and best is not None:  # the family's baseline on the first product's matched grid
             baseline = reference_row(family, instances, acc.truth, best.grid)
         if baseline is not None and label == product:
@@ -104,7 +110,7 @@ def command(args: argparse.Namespace, comm) -> int:
                   f"the same grid: {baseline.seconds * 1e3:.2f} ms per instance, {baseline.seconds / best.seconds:.1f}x "
                   f"the time of the cheapest match ({methods.get(best.method, best.method)})", flush=True)
         rows += [compare_row(device=device, threads=t, accuracy=acc, inference=timing, points=points, baseline=baseline,
-                             train_seconds=train_seconds) | {"product": label}
+                             train_seconds=train_seconds, derived=derived) | {"product": label}
                  for (device, t), timing in inference.items()]
         for k in args.polish:
             rows += _polished_rows(family, (network, generator), instances, acc, k, (threads, args.batch),
@@ -145,6 +151,7 @@ def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: 
     threads, batch = timing
     product, train_seconds = product
     from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
+    from deepfusion.analysis.derived import measure
     from deepfusion.analysis.inference import against_floor, predict
     from deepfusion.parallel.runtime import apply_threads
 
@@ -157,9 +164,12 @@ def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: 
         fields, timings[t] = time_inference(lambda p, b: family.polish(p, predict(model, generator, p, b), cycles),
                                             instances, batch, fresh=generator.clear_caches)
     polished = against_floor(family, instances, fields, truth=acc.truth)
+    derived = measure(family, instances, fields, acc.truth, polished.optimum)
     target = float(polished.error.mean())
-    print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f}); "
-          f"classical sweep to that error:", flush=True)
-    points = classical_sweep(family, instances, acc.truth, target)
+    print(f"  {label}: error {target:.4f} (floor {polished.floor.mean():.4f}, ratio {polished.ratio:.2f})"
+          + "".join(f", {name} {row['mean_rel_l2']:.4f}" for name, row in derived.errors.items())
+          + "; classical sweep to those errors:", flush=True)
+    points = classical_sweep(family, instances, acc.truth, target, derived=derived)
     return [compare_row(device="cpu", threads=t, accuracy=polished, inference=timing, points=points, baseline=None,
-                        train_seconds=train_seconds) | {"product": label} for t, timing in timings.items()]
+                        train_seconds=train_seconds, derived=derived) | {"product": label}
+            for t, timing in timings.items()]

@@ -138,7 +138,7 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
         assert row["train_seconds"] > 0
         assert row["break_even_queries"] is None or math.isfinite(row["break_even_queries"])
     methods = {p["method"] for p in report["sweep"]}
-    assert methods == ({"fmg1", "fmg"} if name == "poisson" else {"godunov1", "godunov2"})
+    assert methods == ({"fmg1", "fmg", "cholesky"} if name == "poisson" else {"godunov1", "godunov2"})
     assert (rows[0]["pyamg_default"] is not None) == (name == "poisson")
     if name == "poisson":  # the family's own baseline and method named, not a fixed text
         assert "the family's baseline, pyamg default smoothed aggregation + CG to 1e-8, on the same grid" in proc.stdout
@@ -146,4 +146,8 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
     table = out.with_suffix(".md").read_text().splitlines()
     assert len(table) == 2 + len(report["rows"]) and table[2].startswith("| 16×16 | cpu, 1 |")
     assert out.with_suffix(".png").stat().st_size > 10_000
-    assert "meets the target" in proc.stdout
+    assert "meets the targets" in proc.stdout
+    if name == "poisson":  # the flux is a target too: every classical point measured in it, the binding one named
+        assert set(rows[0]["derived_targets"]) == {"flux_x", "flux_y"}
+        assert rows[0]["binds"] in {"u", "flux_x", "flux_y"} and f"{rows[0]['binds']} binds" in table[2]
+        assert all(set(p["derived"]) == {"flux_x", "flux_y"} for p in report["sweep"])
