@@ -124,9 +124,11 @@ class Run:
         when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything
         that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
         through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
-        correction's parts. ``family``: the family on another grid (default: the run's)."""
+        correction's parts. ``family``: the family on another grid (default: the run's). With ``model.smoothing``
+        its field ends with that many Gauss-Seidel sweeps: the product's, at inference; training (:meth:`trained`)
+        corrects without them."""
         family = self.family if family is None else family
-        return self._corrected(family, family, clock)
+        return self._corrected(family, family, clock, self.cfg.model.smoothing)
 
     def trained(self, family: Family, clock: PartClock | None = None) -> Family:
         """What the generator trains on for ``family`` (on one level's grid): the family itself, or its
@@ -146,14 +148,13 @@ class Run:
 
         return quadratic(self.on_grid(tuple(min(n, 17) for n in self.family.resolution)))
 
-    def _corrected(self, fields: Family, family: Family, clock: PartClock | None) -> Family:
+    def _corrected(self, fields: Family, family: Family, clock: PartClock | None, smoothing: int = 0) -> Family:
         if not self.cfg.model.coarse_correction:
             return fields
         from diffnet.multigrid.corrected import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic,
-                               self.cfg.model.smoothing)
+        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic, smoothing)
 
     def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a

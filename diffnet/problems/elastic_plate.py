@@ -30,7 +30,7 @@ from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vect
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
 from diffnet.problems.elasticity import ElasticBox
-from diffnet.problems.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid
+from diffnet.problems.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, inside_fraction
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
@@ -309,7 +309,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         strains, stresses = [], []
         for k, p in enumerate(params):
             g = [[grad[k, i, j] for j in range(2)] for i in range(2)]
-            weight = _inside_fraction(self.discretised(p))
+            weight = inside_fraction(self.discretised(p))
             strains.append(to_nodes(np.stack([g[0][0], g[1][1], 0.5 * (g[0][1] + g[1][0])]), 2, weight))
             stresses.append(to_nodes(np.stack(plane_stress_tensor(g, self.young, float(p[3]), self.plane)), 2, weight))
         return self._tensor_fields(params, np.stack(strains), np.stack(stresses))
@@ -428,12 +428,3 @@ def _fourier(angle: np.ndarray) -> np.ndarray:
     """The Fourier basis up to :data:`EDGE_MODES` at ``angle`` (n,): (n, 2 EDGE_MODES + 1)."""
     k = np.arange(EDGE_MODES + 1)
     return np.concatenate([np.cos(np.outer(angle, k)), np.sin(np.outer(angle, k[1:]))], axis=1)
-
-
-def _inside_fraction(data) -> np.ndarray:
-    """Each element's inside area over its area (N_y - 1, N_x - 1): 1 inside, the cut part on cut elements."""
-    cells = data.cells
-    hx, hy = cells.spacing
-    out = cells.full.astype(np.float64).ravel()
-    np.add.at(out, cells.element, cells.weights / (hx * hy))
-    return out.reshape(cells.full.shape)

@@ -96,6 +96,13 @@ class StarTorsion(ImmersedFamily, Family):
         scale = torch.as_tensor([d.cells.area() ** 2 / (16 * np.pi) for d in data], dtype=u.dtype, device=u.device)
         return {"energy": immersed_energy(u, nu, data, f=self.source) / scale}
 
+    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+        """The shear stresses per unit 2Gθ (G the shear modulus, θ the twist per length), τ_xz = ∂u/∂y and
+        τ_yz = -∂u/∂x of Prandtl's stress function u (-Δu = 1 here, -Δφ = 2Gθ in the usual scaling), and their
+        magnitude, at the inside nodes (:meth:`~diffnet.problems.immersed_family.ImmersedFamily.gradients`)."""
+        grad = self.gradients(params, fields)
+        return {"tau_xz": grad[:, 1], "tau_yz": -grad[:, 0], "tau": np.hypot(grad[:, 0], grad[:, 1])}
+
     # -- the references -----------------------------------------------------------------
     def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
         from diffnet.solvers.bodyfitted import Loop, body_fitted_solve

@@ -36,6 +36,11 @@ def test_poisson_training_evaluates_against_fem(poisson_run):
     assert report["truth"] == "Q1 FEM on 61x61 (4x finer)" and report["floor_field"] == "the Q1 FEM on this grid"
     assert all(0 < f < 0.05 for f in report["floor_rel_l2"]) and all(report["floor_is_root"])
     assert report["ratio_to_floor"] == pytest.approx(report["mean_rel_l2"] / report["mean_floor"])
+    # The energy norm beside the L2 error, the field's and its floor's, and the flux at its own floor.
+    energy = report["energy_norm"]
+    assert len(energy["rel_l2"]) == 3 and 0 < energy["mean_floor"] < energy["mean_rel_l2"]
+    assert energy["ratio_to_floor"] == pytest.approx(energy["mean_rel_l2"] / energy["mean_floor"])
+    assert set(report["derived"]) == {"flux_x", "flux_y"} and "energy norm" in stdout
     with h5py.File(run_dir / "test_reference.h5") as f:
         u, a = f["u"][()], f["a"][()]
         assert f.attrs["problem"] == "poisson" and f.attrs["source"] == "reference"
