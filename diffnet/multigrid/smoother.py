@@ -60,27 +60,40 @@ def _by_colour(hessian: torch.Tensor, inverse: torch.Tensor, free: torch.Tensor)
     return out
 
 
-def _half_sweep(rows: dict, load, padded, order) -> None:
-    """One Gauss-Seidel pass over the colours in ``order`` for A x = load (block layout), in place on ``padded``: x
-    with a layer of zeros around the grid (the neighbours of every node are views into it, no copy per colour);
-    ``rows``: :func:`_by_colour`. Written as the C x C block products themselves (C <= 3)."""
-    dims = padded.ndim - 2
-    grid = tuple(n - 2 for n in padded.shape[2:])
-    c = padded.shape[1]
+def _half_sweep(rows: dict, loads: dict, parts: dict, order) -> None:
+    """One Gauss-Seidel pass over the colours in ``order`` for A x = load (block layout), in place on ``parts``: x
+    split by colour, each colour's nodes a grid of their own with a layer of zeros around it (:func:`_split`), so a
+    neighbour of every node of one colour is a shifted view of another colour's grid, read without stride. ``rows``
+    (:func:`_by_colour`) and ``loads`` the operator and the load split the same way. Written as the C x C block
+    products themselves (C <= 3)."""
+    c = next(iter(parts.values())).shape[1]
+    dims = next(iter(parts.values())).ndim - 2
     offsets = neighbour_offsets(dims)
     for colour in order:
         hessian, inverse, free = rows[colour]
-        at = tuple(slice(p, None, 2) for p in colour)  # this colour's nodes along the grid's axes
-        counts = [len(range(p, n, 2)) for p, n in zip(colour, grid)]
-        residual = load[(slice(None), slice(None), *at)].clone()
+        counts = free.shape[2:]
+        residual = loads[colour].clone()
         for k, offset in enumerate(offsets):
-            view = padded[(slice(None), slice(None),
-                           *(slice(p + o + 1, p + o + 2 * m, 2) for p, o, m in zip(colour, offset, counts)))]
+            # The node 2 i + p + o is of colour (p + o) mod 2, at index i + floor((p + o) / 2) on that colour's grid.
+            other = tuple((p + o) % 2 for p, o in zip(colour, offset))
+            shift = tuple((p + o) // 2 for p, o in zip(colour, offset))
+            view = parts[other][(slice(None), slice(None), *(slice(1 + t, 1 + t + m) for t, m in zip(shift, counts)))]
             for b in range(c):
                 residual -= hessian[:, :, b, k] * view[:, b: b + 1]
-        centre = padded[(slice(None), slice(None), *(slice(p + 1, p + 2 * m, 2) for p, m in zip(colour, counts)))]
+        centre = parts[colour][(slice(None), slice(None), *(slice(1, 1 + m) for m in counts))]
         step = sum(inverse[:, :, b] * residual[:, b: b + 1] for b in range(c))
         centre += step * free
+
+
+def _split(x: torch.Tensor, pad: bool) -> dict:
+    """x (S, C, *grid) split by colour: each colour's nodes as a contiguous grid, with a layer of zeros around it
+    (``pad``) or without."""
+    dims = x.ndim - 2
+    out = {}
+    for colour in _colours(dims):
+        part = x[(slice(None), slice(None), *(slice(p, None, 2) for p in colour))]
+        out[colour] = torch.nn.functional.pad(part, (1, 1) * dims) if pad else part.contiguous()
+    return out
 
 
 def sweeps(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, x: torch.Tensor, count: int,
@@ -90,13 +103,17 @@ def sweeps(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, x: tor
     the fixed nodes keep x's values. ``rows``: the operator by colour (:func:`_by_colour`), when already at hand.
     Returns a new tensor."""
     rows = _by_colour(hessian, _inverse_diagonal(hessian, free), free) if rows is None else rows
-    colours = _colours(x.ndim - 2)
     dims = x.ndim - 2
-    padded = torch.nn.functional.pad(x, (1, 1) * dims)
+    colours = _colours(dims)
+    parts, loads = _split(x, pad=True), _split(load, pad=False)
     for _ in range(count):
-        _half_sweep(rows, load, padded, colours)
-        _half_sweep(rows, load, padded, colours[::-1])
-    return padded[(slice(None), slice(None), *(slice(1, -1),) * dims)].clone()
+        _half_sweep(rows, loads, parts, colours)
+        _half_sweep(rows, loads, parts, colours[::-1])
+    out = torch.empty_like(x)
+    for colour, part in parts.items():
+        out[(slice(None), slice(None), *(slice(p, None, 2) for p in colour))] = \
+            part[(slice(None), slice(None), *(slice(1, -1),) * dims)]
+    return out
 
 
 class Smooth(torch.autograd.Function):
