@@ -11,9 +11,11 @@ stencil becomes a CSR matrix node-major (dof = node d + component) through one i
 K(x) dx = -g(x) on the free dofs (CG to ``linear_tol``, or a shifted K where it is indefinite far from the
 solution), a backtracking line search takes the largest of 1, 1/2, ... with sufficient decrease of the energy
 (Armijo) whose field inverts no element (det F > 0 wherever the iterate had it), and the iteration stops when
-the free residual is below ``tol`` of the load's. **Load steps**: when Newton at a fraction fails (no decrease, or
-no convergence in ``max_steps``), the step in t is halved and tried from the last converged fraction; every
-Newton step of every load step is counted (:class:`NewtonStats`).
+the free residual is below ``tol`` of the load's. Each step's system by AMG-CG or a sparse Cholesky (a lagged
+tangent, its factorisation kept while each step at least halved the residual, took 19 Newton steps for 5 on one
+49² instance and 138 for 6 on another, whose tangent is indefinite early on: not kept). **Load steps**: when
+Newton at a fraction fails (no decrease, or no convergence in ``max_steps``), the step in t is halved and tried
+from the last converged fraction; every Newton step of every load step is counted (:class:`NewtonStats`).
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ class NeoHookeanBody:
             # here, not printed), or the set-up's spectral estimate fails on it: the step is checked for descent below.
             with warnings.catch_warnings(record=True):
                 try:
-                    if linear == "cholesky":  # an indefinite tangent fails its residual check: a ValueError
+                    if linear == "cholesky":  # an indefinite tangent fails its factorisation: a ValueError
                         dx[free] = cholesky_solve(k, -g[free])
                     else:
                         ml = pyamg.smoothed_aggregation_solver(k, B=self.modes, symmetry="hermitian")
