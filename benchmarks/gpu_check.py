@@ -47,7 +47,7 @@ CASES = [
 ]
 # (label, overrides, stage): the first stage with either loss, and the second stage (its network, fed the
 # first's V-cycle correction, on the preconditioned loss).
-LOSSES = [("energy", ["train.loss=family", "model.coarse_correction=0", "train.second_stage_epochs=0"], 0),
+LOSSES = [("energy", ["train.loss=family", "model.coarse_correction=0", "model.smoothing=0", "train.second_stage_epochs=0"], 0),
           ("preconditioned", ["train.loss=preconditioned", "train.second_stage_epochs=0"], 0),
           ("second_stage", ["train.loss=preconditioned", "train.second_stage_epochs=1"], 1)]
 

@@ -101,10 +101,6 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.model.smoothing and not cfg.model.coarse_correction:
         raise ConfigError(f"model.smoothing: the sweeps use the coarse correction's fine Hessian; set "
                           f"model.coarse_correction (e.g. 17) or use 0 (got {cfg.model.smoothing})")
-    if cfg.model.smoothing and t.second_stage_epochs:
-        raise ConfigError("model.smoothing: the sweeps end the product at inference, and a second stage's network reads "
-                          "the first stage's field, which it was trained on without them; use "
-                          "train.second_stage_epochs = 0 or model.smoothing = 0")
     if cfg.train.batch_size > cfg.data.n_train:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"

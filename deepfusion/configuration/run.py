@@ -125,8 +125,10 @@ class Run:
         that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
         through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
         correction's parts. ``family``: the family on another grid (default: the run's). With ``model.smoothing``
-        its field ends with that many Gauss-Seidel sweeps: the product's, at inference; training (:meth:`trained`)
-        corrects without them."""
+        its field ends with that many Gauss-Seidel sweeps: the product's, at inference and in a second stage's
+        training (whose product they end: the sweeps and the correction are affine, so smoothing the first stage's
+        field and the second's correction of it smooths their sum); the first stage trains on :meth:`trained`,
+        corrected without them."""
         family = self.family if family is None else family
         return self._corrected(family, family, clock, self.cfg.model.smoothing)
 

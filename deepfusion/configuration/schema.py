@@ -120,10 +120,10 @@ class ModelConfig:
             "the `precondition` capability; see Physics")
     smoothing: int = _key(lambda v: None if 0 <= v <= 16 else "must be in 0..16", default=0,
         doc="symmetric Gauss-Seidel sweeps with the fine Hessian after the coarse correction (needs "
-            "`model.coarse_correction`, no second stage): the high-frequency error the coarse space cannot touch, "
-            "small in the field and large in its gradient (stress, flux), removed at two stencil products a sweep; "
-            "the product's last step in every command that runs a trained generator (training corrects without "
-            "them); see Physics")
+            "`model.coarse_correction`): the high-frequency error the coarse space cannot touch, small in the field "
+            "and large in its gradient (stress, flux), removed at about three stencil products a sweep; the product's "
+            "last step in every command that runs a trained generator (the first stage trains without them, a "
+            "second stage through them); see Physics")
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,6 @@ def test_parse_override_forms():
         ({"problem": {"family": "poisson"}, "data": {"sampling": "random"}, "model": {"smoothing": 2}},
          "model.smoothing: the sweeps use the coarse correction's fine Hessian"),
         ({"model": {"smoothing": -1}}, "model.smoothing: must be in 0..16"),
-        ({"problem": {"family": "poisson"}, "data": {"sampling": "random"},
-          "model": {"smoothing": 2, "coarse_correction": 9}, "train": {"second_stage_epochs": 2}},
-         "model.smoothing: the sweeps end the product at inference"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):

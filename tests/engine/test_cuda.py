@@ -34,7 +34,7 @@ def _train(tmp_path, name, *extra):
 
 # (config, overrides, stage): each family and output basis as a one-level step on a small grid with the energy
 # loss; then the preconditioned loss with the coarse correction, and the second stage (stage 1), on Poisson.
-ENERGY = ["train.loss=family", "model.coarse_correction=0", "train.second_stage_epochs=0"]
+ENERGY = ["train.loss=family", "model.coarse_correction=0", "model.smoothing=0", "train.second_stage_epochs=0"]
 CAPTURED = {
     "burgers": ("burgers.toml", ENERGY, 0),
     "poisson-multilevel": ("poisson_128.toml", ["problem.resolution=[33,33]", *ENERGY], 0),

@@ -111,7 +111,7 @@ RUN = ["--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[8,16]"
        "--set", "data.n_test=2", "--set", "train.batch_size=8", "--set", "train.log_every=1",
        "--set", "train.checkpoint_every=2", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
        "--set", "train.dtype=float64", "--set", "train.loss=preconditioned",
-       "--set", "model.coarse_correction=0", "--set", "train.second_stage_epochs=0"]
+       "--set", "model.coarse_correction=0", "--set", "model.smoothing=0", "--set", "train.second_stage_epochs=0"]
 
 
 def _final(run_dir):
