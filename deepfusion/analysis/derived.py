@@ -62,14 +62,6 @@ class Derived:
                 **({"quantities": self.quantities} if self.quantities else {}),
                 **({"energy_norm": self.energy} if self.energy else {})}
 
-    def worst(self) -> tuple[str, float] | None:
-        """The derived field (or the energy norm) farthest from its floor and its ratio, or None."""
-        ratios = {name: row["ratio_to_floor"] for name, row in self.errors.items()}
-        if self.energy:
-            ratios["energy norm"] = self.energy["ratio_to_floor"]
-        ratios = {k: v for k, v in ratios.items() if np.isfinite(v)}
-        return max(ratios.items(), key=lambda kv: kv[1]) if ratios else None
-
     def lines(self, width: int) -> list[str]:
         """The evaluation table's rows: the energy norm, one per derived field (error, floor, ratio), one per
         quantity."""

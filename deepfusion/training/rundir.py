@@ -4,6 +4,8 @@ another run starts from, and the trained generator a command or the API loads fr
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import tomllib
 from pathlib import Path
@@ -181,10 +183,12 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def _architecture(cfg: Config) -> tuple:
-    """What a checkpoint's weights depend on: the problem, the model, the multigrid levels it deepened
+    """What a checkpoint's weights depend on: the problem, the model (not the sweeps that end its product at
+    inference, ``model.smoothing``: a trained run gains them by its config alone), the multigrid levels it deepened
     and whether it has a second stage."""
     mg = cfg.multigrid
-    return (cfg.problem, cfg.family_keys, cfg.model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
+    model = dataclasses.replace(cfg.model, smoothing=0)
+    return (cfg.problem, cfg.family_keys, model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
             cfg.train.second_stage_epochs > 0)
 
 

@@ -65,3 +65,16 @@ def test_one_train_and_its_evaluation_build_the_family_once_per_grid(tmp_path):
     # coarse correction (its coarse space reads the family's held nodes there); the self-check's 9^2 once.
     # Before the Run: six times on 33^2 from the options, three on 17^2.
     assert line == "BUILT [((9, 9), 1), ((17, 17), 2), ((33, 33), 1)]"
+
+
+def test_the_sweeps_end_the_product_at_inference_and_a_trained_run_gains_them_by_its_config():
+    """model.smoothing: the generator (every inference path, a second stage) ends with the sweeps, the first stage's
+    training family corrects without them, and a checkpoint belongs to the run whatever its sweeps."""
+    from deepfusion.training.rundir import _architecture
+
+    small = [a for a in SMALL if a != "--set" and not a.startswith(("model.coarse_correction", "model.smoothing"))]
+    cfg = load_config(ROOT / "configs" / "poisson.toml", [*small, "model.coarse_correction=5", "model.smoothing=3"])
+    run = Run.from_config(cfg)
+    assert run.generator().smoothing == 3 and run.trained(run.family).smoothing == 0
+    plain = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, smoothing=0))
+    assert _architecture(plain) == _architecture(cfg)
