@@ -20,8 +20,11 @@ correction it is solved in float64 whatever the field's dtype.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
+import numba
+import numpy as np
 import torch
 
 from diffnet.backend.clock import SMOOTHING, PartClock
@@ -48,9 +51,9 @@ def _inverse_diagonal(hessian: torch.Tensor, free: torch.Tensor) -> torch.Tensor
 
 
 def _by_colour(hessian: torch.Tensor, inverse: torch.Tensor, free: torch.Tensor) -> dict:
-    """Each colour's rows of the operator, contiguous: its Hessian blocks, diagonal inverses and free mask. Read once
-    per call and reused by every sweep (and the backward pass): the strided slices of one colour, read anew in every
-    product, cost 15x a whole stencil product at 64²."""
+    """Each colour's rows of the operator, contiguous: its Hessian blocks, diagonal inverses and free mask (the GPU's
+    batched sweep). Read once per call and reused by every sweep (and the backward pass): the strided slices of one
+    colour, read anew in every product, cost 15x a whole stencil product at 64²."""
     out = {}
     for colour in _colours(free.ndim - 2):
         at = tuple(slice(p, None, 2) for p in colour)
@@ -96,19 +99,108 @@ def _split(x: torch.Tensor, pad: bool) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def _walk(grid: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled sweep's tables for a grid: each node's 3^d neighbours as flat indices (-1 outside the grid), and
+    the nodes in the forward order, colour after colour (:func:`_colours`)."""
+    dims = len(grid)
+    index = np.arange(int(np.prod(grid))).reshape(grid)
+    padded = np.pad(index, 1, constant_values=-1)
+    neighbours = np.stack([padded[tuple(slice(1 + o, 1 + o + n) for o, n in zip(offset, grid))].ravel()
+                           for offset in neighbour_offsets(dims)], axis=1)
+    order = np.concatenate([index[tuple(slice(p, None, 2) for p in colour)].ravel() for colour in _colours(dims)])
+    return np.ascontiguousarray(neighbours), order
+
+
+@numba.njit(cache=True)
+def _sweeps_compiled(hessian, inverse, free, load, x, neighbours, order, count):  # pragma: no cover - compiled
+    """The sweeps of :func:`sweeps` on the CPU, in place on x (S, N, C): the same colours in the same order, node by
+    node, everything node-major (a node's couplings together: hessian (S, N, C, C, K), inverse (S, N, C, C), free
+    (S, N, C) as 0/1, load (S, N, C))."""
+    n_s, _, c, _, k_n = hessian.shape
+    m = order.size
+    r = np.empty(c)
+    for s in range(n_s):
+        for _ in range(count):
+            for backward in range(2):
+                for t in range(m):
+                    i = order[m - 1 - t] if backward else order[t]
+                    for a in range(c):
+                        total = load[s, i, a]
+                        for b in range(c):
+                            for k in range(k_n):
+                                j = neighbours[i, k]
+                                if j >= 0:
+                                    total -= hessian[s, i, a, b, k] * x[s, j, b]
+                        r[a] = total
+                    for a in range(c):
+                        step = 0.0
+                        for b in range(c):
+                            step += inverse[s, i, a, b] * r[b]
+                        x[s, i, a] += step * free[s, i, a]
+
+
+@numba.njit(cache=True)
+def _inverse_compiled(hessian, free, centre):  # pragma: no cover - compiled
+    """:func:`_inverse_diagonal` node-major on the CPU (hessian (S, N, C, C, K), free (S, N, C) as 0/1): (S, N, C, C),
+    in closed form for C <= 2 (torch's batched inverse of 2 x 2 blocks cost 3x the sweeps it serves)."""
+    n_s, n, c = free.shape
+    out = np.zeros((n_s, n, c, c))
+    block = np.empty((c, c))
+    for s in range(n_s):
+        for i in range(n):
+            for a in range(c):
+                for b in range(c):
+                    fixed = free[s, i, a] == 0.0 or free[s, i, b] == 0.0
+                    block[a, b] = (1.0 if a == b else 0.0) if fixed else hessian[s, i, a, b, centre]
+            if c == 1:
+                out[s, i, 0, 0] = 1.0 / block[0, 0]
+            elif c == 2:
+                det = block[0, 0] * block[1, 1] - block[0, 1] * block[1, 0]
+                out[s, i, 0, 0], out[s, i, 1, 1] = block[1, 1] / det, block[0, 0] / det
+                out[s, i, 0, 1], out[s, i, 1, 0] = -block[0, 1] / det, -block[1, 0] / det
+            else:
+                out[s, i] = np.linalg.inv(block)
+    return out
+
+
+def prepared(hessian: torch.Tensor, free: torch.Tensor) -> dict:
+    """What every sweep of one operator reads, made once (and kept for the backward pass): the diagonal blocks'
+    inverses and, on a GPU, the operator split by colour (:func:`_by_colour`); on the CPU the compiled sweep's
+    arrays."""
+    if hessian.is_cuda:
+        return {"rows": _by_colour(hessian, _inverse_diagonal(hessian, free), free)}
+    s, c = free.shape[:2]
+    n = free[0, 0].numel()
+    nodes = hessian.reshape(s, c, c, -1, n).permute(0, 4, 1, 2, 3).contiguous().numpy()  # node-major
+    mask = free.reshape(s, c, n).transpose(1, 2).double().contiguous().numpy()
+    return {"hessian": nodes, "free": mask, "inverse": _inverse_compiled(nodes, mask, (nodes.shape[-1] - 1) // 2)}
+
+
 def sweeps(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, x: torch.Tensor, count: int,
-           rows: dict | None = None) -> torch.Tensor:
+           operator: dict | None = None) -> torch.Tensor:
     """``count`` symmetric multicolour block Gauss-Seidel sweeps for A x = ``load`` on the free nodes, from ``x``
-    (block layout: A (S, C, C, 3^d, *grid) at every node, free (S, C, *grid) bool, load and x (S, C, *grid));
-    the fixed nodes keep x's values. ``rows``: the operator by colour (:func:`_by_colour`), when already at hand.
-    Returns a new tensor."""
-    rows = _by_colour(hessian, _inverse_diagonal(hessian, free), free) if rows is None else rows
+    (block layout: A (S, C, C, 3^d, *grid) at every node, free (S, C, *grid) bool, load and x (S, C, *grid), float64);
+    the fixed nodes keep x's values. ``operator``: :func:`prepared`, when already at hand. Returns a new tensor.
+
+    On the CPU a compiled loop over the nodes (numba); on a GPU batched tensor updates, one per colour
+    (:func:`_half_sweep`): the same colours in the same order, so the same field to rounding. Why compiled: the
+    batched updates of one colour's strided nodes cost 2-3 stencil products a colour at 64² on the CPU, where the
+    loop costs about one per sweep."""
+    operator = prepared(hessian, free) if operator is None else operator
     dims = x.ndim - 2
+    if "rows" not in operator:
+        s, c = x.shape[:2]
+        out = x.reshape(s, c, -1).transpose(1, 2).double().contiguous().numpy()  # node-major, a copy
+        neighbours, order = _walk(tuple(x.shape[2:]))
+        _sweeps_compiled(operator["hessian"], operator["inverse"], operator["free"],
+                         load.reshape(s, c, -1).transpose(1, 2).contiguous().numpy(), out, neighbours, order, count)
+        return torch.from_numpy(out).transpose(1, 2).reshape(x.shape)
     colours = _colours(dims)
     parts, loads = _split(x, pad=True), _split(load, pad=False)
     for _ in range(count):
-        _half_sweep(rows, loads, parts, colours)
-        _half_sweep(rows, loads, parts, colours[::-1])
+        _half_sweep(operator["rows"], loads, parts, colours)
+        _half_sweep(operator["rows"], loads, parts, colours[::-1])
     out = torch.empty_like(x)
     for colour, part in parts.items():
         out[(slice(None), slice(None), *(slice(p, None, 2) for p in colour))] = \
@@ -127,12 +219,12 @@ class Smooth(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        hessian, free, rows = ctx.operator
+        hessian, free, operator = ctx.operator
         with ctx.clock.part(SMOOTHING, grad.device):
             g = as_blocks(grad.double(), ctx.vector)
             zero = torch.zeros_like(g)
             for _ in range(ctx.count):
-                g = g - apply_blocks(hessian, sweeps(hessian, free, g, zero, 1, rows))
+                g = g - apply_blocks(hessian, sweeps(hessian, free, g, zero, 1, operator))
         return as_fields(g, ctx.vector).to(grad.dtype), None, None, None, None, None
 
 
@@ -147,9 +239,9 @@ def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: tor
     clock = clock if clock is not None else PartClock()
     with clock.part(SMOOTHING, u.device), torch.inference_mode(False), torch.no_grad():
         v = as_blocks(u.detach().clone().double(), vector)
-        rows = _by_colour(hessian, _inverse_diagonal(hessian, free), free)
-        smoothed = as_fields(sweeps(hessian, free, load, v, count, rows), vector)
+        operator = prepared(hessian, free)
+        smoothed = as_fields(sweeps(hessian, free, load, v, count, operator), vector).to(u.device)
     smoothed = smoothed.to(u.dtype)
     if torch.is_grad_enabled() and u.requires_grad:
-        return Smooth.apply(u, smoothed, (hessian, free, rows), count, vector, clock)
+        return Smooth.apply(u, smoothed, (hessian, free, operator), count, vector, clock)
     return smoothed
