@@ -137,8 +137,12 @@ def command(args: argparse.Namespace, comm) -> int:
 
 
 def _product(family, generator) -> str:
-    """What the network product is called in the rows: the network, with its coarse solve if it has one."""
-    return "DiffNet" if generator is family else f"DiffNet + coarse solve ({generator.coarse_text()})"
+    """What the network product is called in the rows: the network, with its coarse solve (and the sweeps after it)
+    if it has one."""
+    if generator is family:
+        return "DiffNet"
+    sweeps = f", {generator.smoothing} sweeps" if generator.smoothing else ""
+    return f"DiffNet + coarse solve ({generator.coarse_text()}{sweeps})"
 
 
 def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: tuple[list[int], int],

@@ -241,7 +241,8 @@ def test_infer_uq_compare_and_polish_run_the_corrected_generator(corrected_run, 
                    "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
-    assert [r["product"] for r in rows] == ["DiffNet + coarse solve (5x5)", "DiffNet + coarse solve (5x5) + 1 V-cycle"]
+    product = "DiffNet + coarse solve (5x5, 8 sweeps)"  # configs/poisson.toml's sweeps (model.smoothing)
+    assert [r["product"] for r in rows] == [product, f"{product} + 1 V-cycle"]
     assert rows[0]["diffnet_error"] == pytest.approx(json.loads((run_dir / "eval.json").read_text())["mean_rel_l2"],
                                                      rel=1e-6)
     proc = run_cli("uq", str(run_dir), "--samples", "8", "--batch", "4", "--out", str(tmp_path / "s.h5"))
@@ -286,7 +287,7 @@ def test_the_preconditioned_loss_and_a_second_stage_compose_with_it(tmp_path):
                    "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
-    product = "DiffNet + coarse solve (5x5)"
+    product = "DiffNet + coarse solve (5x5, 8 sweeps)"
     assert [r["product"] for r in rows] == [product, f"{product} + 1 V-cycle", f"{product}, first stage alone",
                                             f"{product}, first stage alone + 1 V-cycle"]
     assert rows[2]["diffnet_error"] == pytest.approx(np.mean(report["first_stage_rel_l2"][:2]), rel=1e-5)
