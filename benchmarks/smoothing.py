@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def arm(run, model, generator, instances, batch: int) -> tuple[dict, float]:
-    """The product's ratios to the floor (field, energy norm, derived fields) and its batched ms per instance."""
+def arm(run, model, generator, instances, batch: int, truth=None) -> tuple[dict, float, object]:
+    """The product's ratios to the floor (field, energy norm, derived fields), its batched ms per instance, and the
+    truth (``truth``: already solved, by an earlier arm)."""
     from deepfusion.analysis.derived import measure
     from deepfusion.analysis.inference import against_floor, predict
 
@@ -34,7 +35,7 @@ def arm(run, model, generator, instances, batch: int) -> tuple[dict, float]:
     t0 = time.perf_counter()
     pred = predict(model, generator, instances, batch)
     ms = (time.perf_counter() - t0) / len(instances) * 1e3
-    acc = against_floor(family, instances, pred)
+    acc = against_floor(family, instances, pred, truth=truth)
     derived = measure(family, instances, pred, acc.truth, acc.optimum)
     ratios = {"field": acc.ratio, "error": float(acc.error.mean()), "floor": float(acc.floor.mean())}
     if derived.energy:
@@ -42,7 +43,7 @@ def arm(run, model, generator, instances, batch: int) -> tuple[dict, float]:
     ratios |= {name: row["ratio_to_floor"] for name, row in derived.errors.items()}
     for name, row in derived.quantities.items():
         ratios[f"{name} mean / max error"] = [row["mean_rel_error"], row["max_rel_error"]]
-    return ratios, ms
+    return ratios, ms, acc.truth
 
 
 def main(argv=None) -> int:
@@ -70,9 +71,9 @@ def main(argv=None) -> int:
     arms = [(f"coarse {base.nodes}, {k} sweeps", dataclasses.replace(base, smoothing=k)) for k in args.sweeps]
     arms += [(f"coarse {n}, {args.sweeps[0]} sweeps", dataclasses.replace(base, nodes=n, smoothing=args.sweeps[0]))
              for n in args.coarse]
-    rows = []
+    rows, truth = [], None
     for label, generator in arms:
-        ratios, ms = arm(run, model, generator, instances, args.batch)
+        ratios, ms, truth = arm(run, model, generator, instances, args.batch, truth)
         rows.append({"arm": label, "ms_per_instance": ms, "ratios_to_floor": ratios})
         print(f"  {label:24s} {ms:7.2f} ms  " + ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v[0]:.2%}/{v[1]:.2%}"
