@@ -477,3 +477,23 @@ def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
     assert float((corrected - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
     assert len(coarse._SPACES) <= 2
     coarse.forget_coarse_spaces()
+
+
+@pytest.mark.slow  # a process of its own (torch's import) and three arms' inference and truths: about 5 s
+def test_the_smoothing_benchmark_measures_each_design_on_a_trained_run(corrected_run, tmp_path):
+    """benchmarks/smoothing.py end to end at its smoke size: one row per arm (sweep counts, a finer coarse grid), each
+    with the field's, the energy norm's and every derived field's ratio to its floor and the product's time."""
+    import subprocess
+
+    run_dir, _ = corrected_run
+    out = tmp_path / "smoothing.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "smoothing.py"), str(run_dir), "--sweeps", "0", "2",
+                           "--coarse", "7", "--samples", "2", "--batch", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["arm"] for r in rows] == ["coarse 5, 0 sweeps", "coarse 5, 2 sweeps", "coarse 7, 0 sweeps"]
+    for row in rows:
+        assert {"field", "energy norm", "flux_x", "flux_y"} <= set(row["ratios_to_floor"]) and row["ms_per_instance"] > 0
+    # The floor and the truth are the same for every arm: only the product changed.
+    assert len({r["ratios_to_floor"]["floor"] for r in rows}) == 1
