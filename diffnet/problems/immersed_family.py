@@ -45,7 +45,7 @@ from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Shape
 from diffnet.discretisation.immersed import Immersed, immersed, immersed_energy, immersed_matrices
 from diffnet.multigrid.hessian import probe_stencil
-from diffnet.solvers.fem import FEMSystem
+from diffnet.solvers.fem import FEMSystem, grid_spacing
 from diffnet.solvers.matrix_stencil import apply_dirichlet
 
 __all__ = ["ImmersedFamily"]
@@ -307,7 +307,7 @@ class ImmersedFamily(Q1Classical):
     @property
     def spacing(self) -> tuple[float, ...]:
         """The node spacings, x first."""
-        return tuple(1.0 / (n - 1) for n in reversed(self.resolution))
+        return grid_spacing(self.resolution)
 
     def reference(self, params: np.ndarray, progress=None, method: str = "direct") -> np.ndarray:
         """The immersed Q1 solutions on this grid (S, N_y, N_x), zero outside the domain."""
