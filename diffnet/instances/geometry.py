@@ -27,6 +27,9 @@ __all__ = ["Shape", "Disc", "Box", "HalfSpace", "Star", "Union", "Intersection",
            "grid_points", "hole_range_problem", "hole_problem"]
 
 
+_ROUNDING = 4 * np.finfo(float).eps  # a distance's rounding, coordinates of order 1
+
+
 def grid_points(resolution: Sequence[int]) -> np.ndarray:
     """The nodes of the unit square's or cube's grid ``resolution`` (axes outermost first) as points
     (*resolution, d), coordinates x first."""
@@ -52,15 +55,38 @@ class Shape:
         return self.sdf(grid_points(resolution))
 
     def crossing(self, inside: np.ndarray, outside: np.ndarray, steps: int = 52) -> np.ndarray:
-        """Where the boundary crosses the segments from ``inside`` points (n, d) to ``outside`` ones: the
-        parameter t in [0, 1] of each crossing, by bisection on the sign (52 steps: to the last bit)."""
+        """Where the boundary crosses the segments from ``inside`` points (n, d) (distance <= 0) to ``outside``
+        ones (> 0): the parameter t in [0, 1] of each crossing, to the distance's rounding.
+
+        Secant steps through the last two points, kept inside the bracket of the sign change, and a bisection
+        whenever a step would leave it or move more than half the step before last (Dekker's safeguard): at most
+        ``2 steps`` evaluations and, a distance being close to linear along an element's edge, 5-6 in practice
+        against bisection's 52 (the cut-cell set-up was half of a plate-with-a-hole solve, issue 74)."""
         lo, hi = np.zeros(len(inside)), np.ones(len(inside))
         d = outside - inside
-        for _ in range(steps):
-            mid = 0.5 * (lo + hi)
-            out = self.sdf(inside + mid[:, None] * d) > 0
-            hi = np.where(out, mid, hi)
-            lo = np.where(out, lo, mid)
+        length = np.linalg.norm(d, axis=-1)
+        x0, f0 = lo, self.sdf(inside)
+        x1, f1 = hi, self.sdf(outside)
+        before = np.ones(len(inside))  # the length of the step before last
+        last = np.ones(len(inside))
+        live = np.ones(len(inside), dtype=bool)
+        # Whole arrays every step, the converged ones held: a few hundred edges, where indexing costs more than sums.
+        for _ in range(2 * steps):
+            if not live.any():
+                break
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = x1 - f1 * (x1 - x0) / (f1 - f0)
+            # Dekker's safeguard: a secant step must stay in the bracket and move less than half the step before last.
+            t = np.where((t > lo) & (t < hi) & (np.abs(t - x1) <= 0.5 * before), t, 0.5 * (lo + hi))
+            f = self.sdf(inside + t[:, None] * d)
+            before, last = np.where(live, last, before), np.where(live, np.abs(t - x1), last)
+            x0, f0 = np.where(live, x1, x0), np.where(live, f1, f0)
+            x1, f1 = np.where(live, t, x1), np.where(live, f, f1)
+            # On the boundary to rounding (a distance on the unit square or cube: a few ulps of 1): done.
+            hit = live & (np.abs(f) <= _ROUNDING)
+            lo = np.where(hit | live & (f <= 0), t, lo)
+            hi = np.where(hit | live & (f > 0), t, hi)
+            live &= ~hit & ((hi - lo) * length > _ROUNDING)
         return 0.5 * (lo + hi)
 
     def __or__(self, other: "Shape") -> "Shape":

@@ -9,7 +9,7 @@ import torch
 from scipy.integrate import dblquad
 
 from diffnet.instances.cutcell import cut_cells
-from diffnet.instances.geometry import Box, Disc, HalfSpace, Occupancy, Star, grid_points
+from diffnet.instances.geometry import Box, Disc, HalfSpace, Occupancy, Shape, Star, grid_points
 from diffnet.discretisation.immersed import immersed, immersed_energy, immersed_matrices
 from diffnet.solvers.fem import FEMSystem
 from diffnet.solvers.matrix_stencil import apply_dirichlet, to_csr
@@ -27,6 +27,42 @@ def test_shapes_signed_distances_and_their_combinations():
     assert star.sdf(np.array([[0.5, 0.5]]))[0] < 0 and star.min_radius() == pytest.approx(0.27, rel=1e-3)
     with pytest.raises(ValueError, match="different dimensions"):
         Disc((0.5, 0.5), 0.3) | Disc((0.5, 0.5, 0.5), 0.3)
+
+
+class _Counted(Shape):
+    """A shape that counts its distance evaluations."""
+
+    def __init__(self, shape):
+        self.shape, self.calls = shape, 0
+
+    def sdf(self, points):
+        self.calls += 1
+        return self.shape.sdf(points)
+
+
+@pytest.mark.parametrize("shape", [Disc((0.5, 0.5), 0.13), Star((0.5, 0.5), 0.12, (0.2, 0.0, 0.1), (0.0, 0.1, 0.0)),
+                                   Disc((0.5, 0.5), 0.13) - Box((0.5, 0.5), (0.7, 0.7))])
+def test_boundary_crossings_lie_on_the_boundary_in_a_few_evaluations(shape):
+    # Every cut edge of a 64^2 grid: the crossing on the boundary to rounding, where bisection to the last bit puts it.
+    h = 1.0 / 63
+    nodes = grid_points((64, 64)).reshape(-1, 2)
+    a = nodes[shape.sdf(nodes) <= 0]
+    b = np.concatenate([a + [h, 0.0], a + [0.0, h]])
+    a = np.concatenate([a, a])
+    cut = shape.sdf(b) > 0
+    a, b = a[cut], b[cut]
+    t = shape.crossing(a, b)
+    assert len(t) >= 20 and np.all((t >= 0) & (t <= 1))
+    assert np.abs(shape.sdf(a + t[:, None] * (b - a))).max() < 1e-14
+    lo, hi = np.zeros(len(a)), np.ones(len(a))
+    for _ in range(52):
+        mid = 0.5 * (lo + hi)
+        out = shape.sdf(a + mid[:, None] * (b - a)) > 0
+        lo, hi = np.where(out, lo, mid), np.where(out, mid, hi)
+    np.testing.assert_allclose(t, 0.5 * (lo + hi), atol=1e-12)
+    counted = _Counted(shape)
+    counted.crossing(a, b)
+    assert counted.calls <= 12  # bisection: 54
 
 
 def test_cut_quadrature_is_exact_on_a_straight_boundary():
