@@ -78,7 +78,11 @@ def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch
                 else:
                     raw = tiling.gather(model(channels_last(tiling.local(x).contiguous()), tiling))
             out.append(family.field(raw, p).double().cpu().numpy())
-    return on_domain(family, instances, np.concatenate(out, axis=0))
+    # Masked by the domain of the instances as the network and its field saw them (in the weights' dtype): the
+    # family's discretisation of each, already built, not a second one from the float64 rows (a third of a cut
+    # domain's set-up).
+    seen = torch.as_tensor(np.asarray(instances), dtype=weight.dtype).double().numpy()
+    return on_domain(family, seen, np.concatenate(out, axis=0))
 
 
 def domain_of(family, instances: np.ndarray) -> np.ndarray | None:
