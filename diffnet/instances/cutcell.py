@@ -161,22 +161,30 @@ def cut_cells(shape: Shape, resolution: Sequence[int]) -> CutCells:
     count = vin.sum(axis=1)
     pieces, p_elem = [verts[count == 3]], [elem[count == 3]]  # sub-triangles (n, 3, 2) inside
     segments, s_elem, s_across = [], [], []  # boundary segments (n, 2, 2); a vector from inside to outside
+    cases = []
     for k in (1, 2):
         sel = count == k
         v, f, e = verts[sel], vin[sel], elem[sel]
         # Order the vertices: the odd one (inside if k = 1, outside if k = 2) first.
         odd = np.argmax(f if k == 1 else ~f, axis=1)
         order = np.stack([odd, (odd + 1) % 3, (odd + 2) % 3], axis=1)
-        v = np.take_along_axis(v, order[:, :, None], axis=1)
+        cases.append((k, np.take_along_axis(v, order[:, :, None], axis=1), e))
+    # Every crossing of both cases in one call (from the inside vertex to the outside one): a shape's distance costs
+    # the same few array operations for 10 points as for 1000.
+    (_, v1, _), (_, v2, _) = cases
+    starts = np.concatenate([v1[:, 0], v1[:, 0], v2[:, 1], v2[:, 2]])
+    ends = np.concatenate([v1[:, 1], v1[:, 2], v2[:, 0], v2[:, 0]])
+    crossings = np.split(_crossings(shape, starts, ends), np.cumsum([len(v1), len(v1), len(v2)]))
+    for k, v, e in cases:
         a, b, c = v[:, 0], v[:, 1], v[:, 2]
         if k == 1:  # a inside: the triangle (a, p_ab, p_ac)
-            pab, pac = _crossings(shape, a, b), _crossings(shape, a, c)
+            pab, pac = crossings[0], crossings[1]
             pieces.append(np.stack([a, pab, pac], axis=1))
             p_elem.append(e)
             segments.append(np.stack([pab, pac], axis=1))
             s_across.append(0.5 * (b + c) - a)
         else:  # a outside: the quadrilateral (b, c, p_ca, p_ba) as two triangles
-            pba, pca = _crossings(shape, b, a), _crossings(shape, c, a)
+            pba, pca = crossings[2], crossings[3]
             pieces += [np.stack([b, c, pca], axis=1), np.stack([b, pca, pba], axis=1)]
             p_elem += [e, e]
             segments.append(np.stack([pba, pca], axis=1))
