@@ -156,6 +156,31 @@ class Surrogate:
         u = self.fields(instances, polish=polish)
         return u if outputs is None else self.outputs_of(instances, u, outputs)
 
+    def at(self, points, values=None, /, *, outputs=None, **named):
+        """Values at ``points`` (P, d), x first, in the unit square or cube: each field read by the element's shape
+        functions (the discretisation's own interpolation, :func:`diffnet.grid.points.values_at`). The instances as
+        for :meth:`__call__`.
+
+        Returns
+        -------
+        numpy.ndarray or dict
+            (S, P), or (S, C, P) for C unknowns; with ``outputs`` (names of :attr:`outputs`) a dict by name, each
+            derived field (S, [k,] P) at the points and each quantity (S,) as it is (it has no coordinates).
+        """
+        from diffnet.grid.points import point_weights, values_at
+
+        try:
+            point_weights(self.family.resolution, points)
+        except ValueError as e:
+            raise InputError(f"points: {e}") from None
+        instances = self.instances(values, **named)
+        u = self.fields(instances)
+        grid = tuple(self.family.resolution)
+        if outputs is None:
+            return values_at(u, grid, points)
+        return {name: values_at(value, grid, points) if value.shape[value.ndim - len(grid):] == grid else value
+                for name, value in self.outputs_of(instances, u, outputs).items()}
+
     @property
     def outputs(self) -> tuple[str, ...]:
         """What ``outputs=`` may name: ``"u"``, the family's derived fields and its quantities of interest (read off

@@ -147,3 +147,21 @@ def test_polish_moves_the_fields_to_the_grids_fem_solution(runs, tmp_path):
     bad = run_cli("infer", str(runs["poisson"]), "--param", "a=" + str(tmp_path / "a.npy"), "--polish", "-2",
                   "--out", str(tmp_path / "v.h5"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["deepfusion: error: --polish: must be in 0..1000, got -2"]
+
+
+def test_values_at_points_are_the_fields_read_by_the_shape_functions(runs):
+    s = Surrogate.load(runs["poisson"])
+    coeffs = np.random.default_rng(2).uniform(-3, 3, size=(3, 6))
+    u = s(a=coeffs)
+    n_y, n_x = u.shape[1:]
+    nodes = np.array([[3 / (n_x - 1), 5 / (n_y - 1)], [1.0, 1.0]])  # x first: node (y 5, x 3), and the last corner
+    got = s.at(nodes, a=coeffs)
+    np.testing.assert_allclose(got, np.stack([u[:, 5, 3], u[:, -1, -1]], axis=1), atol=1e-12)
+    mid = np.array([[0.5 * (3 + 4) / (n_x - 1), 5 / (n_y - 1)]])  # half-way along an element's edge
+    np.testing.assert_allclose(s.at(mid, a=coeffs)[:, 0], 0.5 * (u[:, 5, 3] + u[:, 5, 4]), atol=1e-12)
+    both = s.at(nodes, a=coeffs, outputs=["u", "flux_x"])
+    assert both["u"].shape == both["flux_x"].shape == (3, 2)
+    flux = s(a=coeffs, outputs=["flux_x"])["flux_x"]
+    np.testing.assert_allclose(both["flux_x"][:, 0], flux[:, 5, 3], atol=1e-12)
+    with pytest.raises(InputError, match="points: point 0 .* outside the unit square"):
+        s.at([[1.5, 0.5]], a=coeffs)
