@@ -1,0 +1,29 @@
+"""``deepfusion.load_family``: a config's family from Python without a trained run, its classical side at hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import ROOT
+from deepfusion import load_family
+from deepfusion.configuration.schema import ConfigError
+
+
+def test_a_configs_family_solves_without_a_trained_run():
+    family = load_family(ROOT / "configs" / "poisson.toml", ["problem.resolution=[9, 9]", "multigrid.levels=[]",
+                                                             "model.coarse_correction=0", "model.smoothing=0"])
+    assert family.name == "poisson" and tuple(family.resolution) == (9, 9)
+    rows = np.array([[0.5, -1.0, 0.0, 2.0, 0.0, 0.3], [0.0] * 6])
+    fields, converged = family.discrete_optimum(rows)
+    assert fields.shape == (2, 9, 9) and converged.all()
+    # The same-grid solve is the direct solve of the same system: two routes, one field.
+    direct = family.classical_solver("cholesky", 9)
+    for row, u in zip(rows, fields):
+        np.testing.assert_allclose(family.classical_to_grid("cholesky", direct(row), row), u, atol=1e-10)
+
+
+def test_a_bad_override_is_one_line():
+    with pytest.raises(ConfigError, match="problem.resolution") as info:
+        load_family(ROOT / "configs" / "poisson.toml", ["problem.resolution=[33, 33]"])
+    assert "\n" not in str(info.value)
