@@ -9,6 +9,7 @@ p = 1 in 3-D the diffusivity spans 15 decades at 33^3).
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -50,14 +51,30 @@ def kl_modes(eta: float, m: int, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return lam, phi
 
 
-def kl_basis(eta: float, m: int, axes: Sequence[np.ndarray], exponent: float) -> np.ndarray:
+def kl_basis(eta: float, m: int, axes: Sequence[np.ndarray], exponent: float, tensor: bool = False) -> np.ndarray:
     """lambda_i^exponent prod_k phi_i(s_k) on the tensor grid of ``axes`` (outermost first),
     shape (m, len(axes[0]), ..., len(axes[-1])).
 
     The factors multiply in the order given (the weight, then each axis outermost first), the
     order the 2-D and 3-D families always used, so their fields are unchanged bit for bit.
+
+    ``tensor``: the separable covariance's own modes instead, prod_k phi_{i_k}(s_k) for the m multi-indices
+    (i_1, ..., i_d) of largest eigenvalue prod_k lambda_{i_k} (ties in index order), weighted by that eigenvalue to
+    the power ``exponent / d`` (so the diagonal modes keep their weights). The diagonal basis makes every field
+    point-symmetric (a KL Poisson instance's head h then satisfies h(x, y) + h(1 - x, 1 - y) = 1); these do not.
     """
     d = len(axes)
+    if tensor:
+        lam, _ = kl_modes(eta, m, np.zeros(1))
+        chosen = sorted(itertools.product(range(m), repeat=d), key=lambda ix: (-np.prod(lam[list(ix)]), ix))[:m]
+        phis = [kl_modes(eta, m, s)[1] for s in axes]
+        out = np.empty((m, *(len(s) for s in axes)))
+        for n, ix in enumerate(chosen):
+            mode = np.prod(lam[list(ix)]) ** (exponent / d)
+            for k, (i, phi) in enumerate(zip(ix, phis)):
+                mode = mode * phi[i].reshape((1,) * k + (-1,) + (1,) * (d - 1 - k))
+            out[n] = mode
+        return out
     out = None
     for k, s in enumerate(axes):
         lam, phi = kl_modes(eta, m, s)  # the eigenvalues do not depend on the axis

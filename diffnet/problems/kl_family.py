@@ -21,19 +21,23 @@ from diffnet.solvers.classical import Q1Classical
 from diffnet.backend.constants import constant
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.instances.kl import kl_basis
-from diffnet.protocol.options import integer_in, interval, option, positive
+from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.backend.precision import no_tf32
 from diffnet.solvers.fem import FEMSystem, dirichlet_system
 
 __all__ = ["KLFamily", "kl_log_field"]
 
 
-def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple[int, ...]) -> torch.Tensor:
+def kl_log_field(coeffs: torch.Tensor, eta: float, terms: int, resolution: tuple[int, ...],
+                 tensor: bool = False) -> torch.Tensor:
     """sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k) on the unit square's or cube's node grid ``resolution``,
-    (S, *resolution), for coefficient rows (S, terms); the modes are built once per process (diffnet.backend.constants)."""
+    (S, *resolution), for coefficient rows (S, terms); ``tensor``: the separable covariance's modes of largest
+    eigenvalue instead (:func:`~diffnet.instances.kl.kl_basis`). The modes are built once per process
+    (diffnet.backend.constants)."""
     resolution = tuple(resolution)
     axes = [np.linspace(0.0, 1.0, n) for n in resolution]
-    modes = constant(("kl", eta, terms, resolution), lambda: kl_basis(eta, terms, axes, len(resolution) / 2), coeffs)
+    modes = constant(("kl", eta, terms, resolution, tensor),
+                     lambda: kl_basis(eta, terms, axes, len(resolution) / 2, tensor), coeffs)
     # Not in TF32: this field is the loss's coefficient, and a CUDA matrix product in TF32 (10 mantissa bits;
     # torch 2.11's default for none, but parallel.tf32 = true turns it on) put 1e-3 into the float32 loss.
     with no_tf32():
@@ -56,6 +60,9 @@ class KLFamily(SideFields, Q1Classical, Family):
     kl_terms: int = option(6, "m, KL terms", integer_in(1, 64))
     eta: float = option(0.5, "correlation length η (the roots ω_i are computed for any η)", positive, key="kl_eta")
     coeff_range: tuple[float, ...] = option((-3.0, 3.0), "range of each coefficient a_i", interval)
+    kl_modes: str = option("diagonal", "the modes: `diagonal`, φ_i(x)φ_i(y) (every field point-symmetric about the "
+                           "centre), or `tensor`, φ_i(x)φ_j(y) for the m largest λ_iλ_j (any field the covariance "
+                           "gives; an inverse problem's choice)", one_of("diagonal", "tensor"))
     # The independent reference is the Q1 FEM on a grid with this many times the intervals
     # in each direction (its nodes include ours).
     truth_refine: int = option(4, "evaluation: the independent reference is the Q1 FEM on a grid with this many "
@@ -124,7 +131,8 @@ class KLFamily(SideFields, Q1Classical, Family):
     def describe(self) -> str:
         if self.nu_constant > 0:
             return f"nu={self.nu_constant}"
-        return f"nu=KL(m={self.kl_terms}, eta={self.eta}, a in {list(self.coeff_range)})"
+        modes = ", tensor modes" if self.kl_modes == "tensor" else ""
+        return f"nu=KL(m={self.kl_terms}, eta={self.eta}{modes}, a in {list(self.coeff_range)})"
 
     @property
     def spacing(self) -> tuple[float, ...]:
@@ -142,7 +150,7 @@ class KLFamily(SideFields, Q1Classical, Family):
             return params
         if self.nu_constant > 0:
             return torch.full((params.shape[0], *self.resolution), self.nu_constant, dtype=params.dtype, device=params.device)
-        return torch.exp(kl_log_field(params, self.eta, self.kl_terms, self.resolution))
+        return torch.exp(kl_log_field(params, self.eta, self.kl_terms, self.resolution, self.kl_modes == "tensor"))
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """Network input (S, 1 + d, *resolution): log nu, then the coordinates, outermost first."""

@@ -143,3 +143,26 @@ def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minim
     with pytest.raises(ValueError, match="at least one side needs a Dirichlet value"):
         PoissonProblem((5, 5), x0="flux=1", x1="flux=0", y0="flux=0", y1="flux=0")
     assert issubclass(PoissonProblem, KLFamily)
+
+
+def test_tensor_kl_modes_break_the_diagonal_basis_point_symmetry():
+    # The diagonal basis phi_i(x) phi_i(y) makes every head point-symmetric, h(x, y) + h(1 - x, 1 - y) = 1 (x0 held
+    # at 1, x1 at 0): 25 wells would carry 13 values. The tensor basis phi_i(x) phi_j(y) does not.
+    from diffnet.instances.kl import kl_basis, kl_modes
+    from diffnet.problems.poisson import PoissonProblem
+
+    rows = np.random.default_rng(0).uniform(-3, 3, (2, 6))
+    diagonal, tensor = PoissonProblem((17, 17), kl_terms=6), PoissonProblem((17, 17), kl_terms=6, kl_modes="tensor")
+    u, _ = diagonal.discrete_optimum(rows)
+    v, _ = tensor.discrete_optimum(rows)
+    assert np.abs(u + u[:, ::-1, ::-1] - 1).max() < 1e-8
+    assert np.abs(v + v[:, ::-1, ::-1] - 1).max() > 0.05
+    # The modes: the m largest eigenvalue products in order; the first is the diagonal's first, weight and all.
+    lam, _ = kl_modes(0.5, 6, np.zeros(1))
+    axes = [np.linspace(0, 1, 9)] * 2
+    basis, diag = kl_basis(0.5, 6, axes, 1.0, tensor=True), kl_basis(0.5, 6, axes, 1.0)
+    np.testing.assert_array_equal(basis[0], diag[0])
+    products = sorted((lam[i] * lam[j] for i in range(6) for j in range(6)), reverse=True)[:6]
+    assert products[1] == products[2] == lam[0] * lam[1]  # (0, 1) and (1, 0): both, in index order
+    np.testing.assert_allclose(basis[1], basis[2].T)
+    assert tensor.describe().startswith("nu=KL(m=6, eta=0.5, tensor modes")
