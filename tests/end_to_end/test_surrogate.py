@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from helpers import float32_atol, run_cli
 from deepfusion import InputError, ParameterRangeWarning, Surrogate
@@ -80,6 +81,7 @@ def test_chunks_and_threads_give_the_same_fields(runs):
     ("poisson", {"a": np.zeros((1, 6)), "nu": np.ones((1, 16, 16))}, "this run's family (poisson) takes exactly one of a "
                                                                      "(rows of KL coefficients) or nu (nodal nu fields)"),
     ("burgers", {"c": [4.0, 9.0], "a": [1.0]}, "a: this run's family (burgers) takes its instances as c"),
+    ("poisson", {"a": torch.zeros(1, 6, requires_grad=True)}, "a: a tensor that requires grad"),
 ])
 def test_bad_input_raises_input_error(runs, run, kwargs, fragment):
     s = Surrogate.load(runs[run])
