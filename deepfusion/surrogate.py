@@ -167,18 +167,18 @@ class Surrogate:
             (S, P), or (S, C, P) for C unknowns; with ``outputs`` (names of :attr:`outputs`) a dict by name, each
             derived field (S, [k,] P) at the points and each quantity (S,) as it is (it has no coordinates).
         """
-        from diffnet.grid.points import point_weights, values_at
+        from diffnet.grid.points import point_weights, read_at
 
-        try:
-            point_weights(self.family.resolution, points)
+        grid = tuple(self.family.resolution)
+        try:  # checked before any field is computed; then read for every output
+            weights = point_weights(grid, points)
         except ValueError as e:
             raise InputError(f"points: {e}") from None
         instances = self.instances(values, **named)
         u = self.fields(instances)
-        grid = tuple(self.family.resolution)
         if outputs is None:
-            return values_at(u, grid, points)
-        return {name: values_at(value, grid, points) if value.shape[value.ndim - len(grid):] == grid else value
+            return read_at(u, grid, weights)
+        return {name: read_at(value, grid, weights) if value.shape[value.ndim - len(grid):] == grid else value
                 for name, value in self.outputs_of(instances, u, outputs).items()}
 
     @property

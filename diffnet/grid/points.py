@@ -2,8 +2,8 @@
 
 A field on the unit square's or cube's node grid (N_y, N_x) or (N_z, N_y, N_x) is, inside each element, the
 bilinear (trilinear) interpolation of its 2^d corner values: :func:`point_weights` gives, for each point, the flat
-indices of its element's corners and their shape-function values, and :func:`values_at` applies them to fields of
-any leading shape, numpy or torch (where the values are differentiable in the fields: an observation operator for
+indices of its element's corners and their shape-function values, and :func:`values_at` (or :func:`read_at`, given
+them) applies them to fields of any leading shape, numpy or torch (where the values are differentiable in the fields: an observation operator for
 an inverse problem). Points are given x first, as everywhere else in the project.
 """
 
@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["point_weights", "values_at"]
+__all__ = ["point_weights", "values_at", "read_at"]
 
 
 def point_weights(resolution: Sequence[int], points) -> tuple[np.ndarray, np.ndarray]:
@@ -69,10 +69,15 @@ def values_at(fields, resolution: Sequence[int], points):
     """The values of nodal ``fields`` (..., *resolution) at ``points`` (P, d), x first: (..., P), read by the Q1
     shape functions (exact for a field bilinear, or trilinear, in each element). numpy in, numpy out; a torch tensor
     in, a torch tensor out, differentiable in the fields."""
+    return read_at(fields, resolution, point_weights(resolution, points))
+
+
+def read_at(fields, resolution: Sequence[int], weights: tuple[np.ndarray, np.ndarray]):
+    """:func:`values_at` with the points' :func:`point_weights` already at hand (several fields at the same points)."""
     grid = tuple(int(n) for n in resolution)
     if tuple(fields.shape[len(fields.shape) - len(grid):]) != grid:
         raise ValueError(f"fields of shape {list(fields.shape)} do not end in the grid {list(grid)}")
-    index, weight = point_weights(grid, points)
+    index, weight = weights
     flat = fields.reshape(*fields.shape[: len(fields.shape) - len(grid)], -1)
     if isinstance(flat, np.ndarray):
         return (flat[..., index] * weight).sum(axis=-1)

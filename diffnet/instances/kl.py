@@ -65,9 +65,9 @@ def kl_basis(eta: float, m: int, axes: Sequence[np.ndarray], exponent: float, te
     """
     d = len(axes)
     if tensor:
-        lam, _ = kl_modes(eta, m, np.zeros(1))
+        modes = [kl_modes(eta, m, s) for s in axes]
+        lam, phis = modes[0][0], [phi for _, phi in modes]  # the eigenvalues do not depend on the axis
         chosen = sorted(itertools.product(range(m), repeat=d), key=lambda ix: (-np.prod(lam[list(ix)]), ix))[:m]
-        phis = [kl_modes(eta, m, s)[1] for s in axes]
         out = np.empty((m, *(len(s) for s in axes)))
         for n, ix in enumerate(chosen):
             mode = np.prod(lam[list(ix)]) ** (exponent / d)
