@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import float32_atol, run_cli
+from helpers import ROOT, float32_atol, run_cli
 from deepfusion import InputError, ParameterRangeWarning, Surrogate
 from deepfusion.files.checkpoint import checkpoint_files
 
@@ -167,3 +167,9 @@ def test_values_at_points_are_the_fields_read_by_the_shape_functions(runs):
     np.testing.assert_allclose(both["flux_x"][:, 0], flux[:, 5, 3], atol=1e-12)
     with pytest.raises(InputError, match="points: point 0 .* outside the unit square"):
         s.at([[1.5, 0.5]], a=coeffs)
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    start = guide.index("wells = [[0.25")
+    scope = {"poisson": s, "rows": coeffs}
+    exec(guide[start:].split("```")[0], scope)  # the user guide's lines, as written
+    assert scope["heads"].shape == (3, 3) and scope["both"]["flux_x"].shape == (3, 3)
+    np.testing.assert_allclose(scope["heads"], scope["both"]["u"])

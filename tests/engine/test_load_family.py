@@ -27,3 +27,15 @@ def test_a_bad_override_is_one_line():
     with pytest.raises(ConfigError, match="problem.resolution") as info:
         load_family(ROOT / "configs" / "poisson.toml", ["problem.resolution=[33, 33]"])
     assert "\n" not in str(info.value)
+
+
+def test_the_user_guides_example_runs_as_written(monkeypatch):
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    start = guide.index("from deepfusion import load_family")
+    snippet = guide[guide.rindex("```python", 0, start) + len("```python"):].split("```")[0]
+    monkeypatch.chdir(ROOT)  # its config path is the repository's
+    scope: dict = {}
+    exec(snippet, scope)  # the guide's lines, as written
+    assert scope["family"].kl_modes == "tensor" and scope["head"].shape == (4, 33, 33) and scope["converged"].all()
+    assert scope["flux"].shape == (4, 33, 33)
+    np.testing.assert_allclose(scope["first"], scope["head"][0], atol=1e-9)
