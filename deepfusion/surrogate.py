@@ -56,7 +56,7 @@ class Surrogate:
         self._generator = run.generator()  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
-        self._model = model.to(device).eval()
+        self._model = model.to(device).eval().requires_grad_(False)  # gradients in the instances only (evaluate)
         self._outputs: tuple[str, ...] | None = None  # outputs= names, read off one instance when first asked
         per_sample = inference_bytes_per_sample(run.cfg)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
@@ -180,6 +180,72 @@ class Surrogate:
             return read_at(u, grid, weights)
         return {name: read_at(value, grid, weights) if value.shape[value.ndim - len(grid):] == grid else value
                 for name, value in self.outputs_of(instances, u, outputs).items()}
+
+    def evaluate(self, instances, points=None):
+        """The fields of ``instances`` (a torch tensor of the family's parameter, (S, *shape), or (S,) for a scalar one)
+        as a float64 torch tensor **differentiable in the instances**: ``loss.backward()`` or ``torch.autograd.grad``
+        give exact gradients through the network, the coarse correction and the sweeps (the implicit function
+        theorem, :mod:`diffnet.multigrid.sensitivity`), not a finite difference. With ``points`` (P, d), x first, the
+        fields read there by the element's shape functions. One batch (no chunking: the graph is kept).
+
+        Returns
+        -------
+        torch.Tensor
+            (S, *grid) or (S, C, *grid); with ``points`` (S, P) or (S, C, P).
+
+        Examples
+        --------
+        >>> a = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)   # doctest: +SKIP
+        >>> s.evaluate(a, points=[[0.5, 0.5]]).sum().backward()              # a.grad: d u(0.5, 0.5) / d a
+        """
+        import torch
+
+        from deepfusion.analysis.inference import differentiable_fields
+        from diffnet.grid.points import point_weights, read_at
+
+        if not isinstance(instances, torch.Tensor):
+            raise InputError(f"instances: evaluate takes a torch tensor (surrogate(...) takes arrays), got "
+                             f"{type(instances).__name__}")
+        require(self.family, "differentiable", "Surrogate.evaluate")
+        self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
+        weights = None
+        if points is not None:
+            try:
+                weights = point_weights(tuple(self.family.resolution), points)
+            except ValueError as e:
+                raise InputError(f"points: {e}") from None
+        p = instances.to(torch.float64)
+        p = p if p.ndim > len(self.family.parameters.shape) else p[None]  # one instance without its batch axis
+        u = differentiable_fields(self._model, self._generator, p)
+        return u if weights is None else read_at(u, tuple(self.family.resolution), weights)
+
+    def jacobian(self, instances, points=None):
+        """d(fields) / d(instances), exact (:meth:`evaluate`'s gradients), by one backward pass over a batch of copies of
+        each instance, one copy per output value (chunked by :attr:`chunk`): meant for values at a few ``points``.
+
+        Returns
+        -------
+        numpy.ndarray
+            (S, *out, *shape): out the shape of one instance's :meth:`evaluate` ((C,) P or *grid), shape the parameter's.
+        """
+        import torch
+
+        p = torch.as_tensor(np.asarray(instances, dtype=np.float64))
+        one = self.evaluate(p[:1], points).detach()  # the output's shape (and the checks)
+        out_shape = tuple(one.shape[1:])
+        count = int(np.prod(out_shape))
+        rows = []
+        for k in range(len(p)):
+            grads = []
+            for start in range(0, count, self.chunk):
+                n = min(self.chunk, count - start)
+                copies = p[k:k + 1].repeat(n, *([1] * (p.ndim - 1))).requires_grad_(True)
+                values = self.evaluate(copies, points).reshape(n, count)
+                picked = values[torch.arange(n), torch.arange(start, start + n)].sum()
+                (g,) = torch.autograd.grad(picked, copies)
+                grads.append(g.numpy())
+            rows.append(np.concatenate(grads).reshape(*out_shape, *p.shape[1:]))
+        return np.stack(rows)
 
     @property
     def outputs(self) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from diffnet.grid.nodal import inside_only, node_data
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["predict", "domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
+__all__ = ["predict", "differentiable_fields", "domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
            "instance_labels", "check_measurable"]
 
 
@@ -83,6 +83,24 @@ def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch
     # domain's set-up).
     seen = torch.as_tensor(np.asarray(instances), dtype=weight.dtype).double().numpy()
     return on_domain(family, seen, np.concatenate(out, axis=0))
+
+
+def differentiable_fields(model: torch.nn.Module, family: Family, params: torch.Tensor) -> torch.Tensor:
+    """The fields (S, [C,] *grid) of the instances ``params`` (a float64 tensor, one row each) as :func:`predict` makes
+    them, float64 and differentiable in ``params``: through the network (its inputs are the family's torch functions
+    of the parameters), the coarse correction and the sweeps (their exact sensitivities, :mod:`diffnet.multigrid.sensitivity`).
+    One batch: the caller chunks. A family on a cut domain gets zero outside it (its geometry held)."""
+    if isinstance(model, TwoStage):
+        model, family = model.pair(family)
+    weight = next(model.parameters())
+    with torch.inference_mode(False), torch.enable_grad():
+        p = params.to(device=weight.device, dtype=weight.dtype)
+        u = family.field(model(channels_last(family.inputs(p))), p).double()
+    domain = domain_of(family, p.detach().double().cpu().numpy())
+    if domain is None:
+        return u
+    inside = torch.as_tensor(inside_only(np.ones(tuple(u.shape)), domain), device=u.device)
+    return u * inside
 
 
 def domain_of(family, instances: np.ndarray) -> np.ndarray | None:

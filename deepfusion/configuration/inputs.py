@@ -46,9 +46,8 @@ def load_array(path: Path, what: str, ndim: tuple[int, ...], max_elements: int =
 
 def _numeric(name: str, values, ndim: tuple[int, ...]) -> np.ndarray:
     if getattr(values, "requires_grad", False):  # a torch tensor in an autograd graph: numpy() would raise inside torch
-        raise InputError(f"{name}: a tensor that requires grad; the surrogate's fields are not differentiable with "
-                         "respect to the instances yet: pass values (tensor.detach()), or read fields at points "
-                         "differentiably with diffnet.grid.points.values_at")
+        raise InputError(f"{name}: a tensor that requires grad; for fields differentiable in the instances call "
+                         "Surrogate.evaluate(tensor) (or pass tensor.detach() for values only)")
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):

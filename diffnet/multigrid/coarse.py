@@ -29,6 +29,8 @@ the A-orthogonal projection of ũ's error onto the coarse space: the energy's ex
   (the linearisation held fixed): exact for a quadratic loss. For the energy itself, Pᵀ ∇E(u) = 0 at
   the corrected field, so the gradient reaching the network is ∇E(u) unchanged; for the
   preconditioned loss it is the loss's gradient with its coarse part (in A's inner product) removed.
+  In the instances' parameters, where they need a gradient: -∂_p [w · ∇E(u; p)] with w = P A_c⁻¹ Pᵀ g, the
+  implicit function theorem's term (:mod:`.sensitivity`), which holding A fixed would leave out.
 * In float64 whatever the network's dtype (the correction of a 1e-4 smooth error is resolved by
   residuals of 1e-8 of the field), returned in the field's dtype; CPU or CUDA.
 """
@@ -53,7 +55,8 @@ from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["CACHE_BYTES", "CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "forget_coarse_spaces"]
+__all__ = ["CACHE_BYTES", "CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "corrected_field",
+           "forget_coarse_spaces"]
 
 
 def coarse_grid(resolution: tuple[int, ...], nodes: int) -> tuple[int, ...]:
@@ -290,20 +293,38 @@ def forget_coarse_spaces() -> None:
 
 class Correct(torch.autograd.Function):
     """u = ũ + delta forward; backward the transpose of the correction's Jacobian, g - A P A_c⁻¹ Pᵀ g with A and A_c
-    the space's (module docstring; for a nonlinear energy, at the minimiser: :mod:`.minimiser`)."""
+    the space's (module docstring; for a nonlinear energy, at the minimiser: :mod:`.minimiser`), and, where the
+    instances ``params`` need a gradient, -∂_p [w · ∇E(u; p)] with w = P A_c⁻¹ Pᵀ g at the corrected field ``at``
+    (float64) of ``family`` (:mod:`.sensitivity`)."""
 
     @staticmethod
-    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, space: CoarseSpace, clock: PartClock) -> torch.Tensor:
-        ctx.space, ctx.clock = space, clock
+    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, params: torch.Tensor | None, space: CoarseSpace,
+                clock: PartClock, family=None, at: torch.Tensor | None = None) -> torch.Tensor:
+        ctx.space, ctx.clock, ctx.family, ctx.at, ctx.params = space, clock, family, at, params
         return u + delta
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         space = ctx.space
+        dp = None
         with ctx.clock.part(SOLVES, grad.device):
             g = grad.double()
-            back = g - space.apply_hessian(space.project(g))
-        return back.to(grad.dtype), None, None, None
+            w = space.project(g)
+            back = g - space.apply_hessian(w)
+            if ctx.params is not None and ctx.needs_input_grad[2]:
+                from diffnet.multigrid.sensitivity import parameter_vjp
+
+                dp = parameter_vjp(ctx.family, [ctx.at], [w], ctx.params).to(ctx.params.dtype)
+        return back.to(grad.dtype), None, dp, None, None, None, None
+
+
+def corrected_field(u: torch.Tensor, delta: torch.Tensor, params: torch.Tensor, space: CoarseSpace, clock: PartClock,
+                    family: Family, at: torch.Tensor) -> torch.Tensor:
+    """u + delta, differentiable in u and, where they need a gradient, in the instances ``params`` (:class:`Correct`)."""
+    through_params = params.requires_grad
+    if torch.is_grad_enabled() and (u.requires_grad or through_params):
+        return Correct.apply(u, delta, params if through_params else None, space, clock, family, at)
+    return u + delta
 
 
 def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
@@ -338,6 +359,5 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
             g = space.gradient(u64) * as_fields(space.free, space.vector)
         with clock.part(SOLVES, u.device):
             delta = -space.project(g)
-    delta = delta.to(u.dtype)
-    corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
-    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock)
+    corrected = corrected_field(u, delta.to(u.dtype), params, space, clock, family, u64 + delta)
+    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock, params, family)

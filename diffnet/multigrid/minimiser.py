@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from diffnet.backend.clock import GRADIENT, LINE_SEARCH, MINIMISED, NEWTON_STEPS, SOLVES, PartClock
-from diffnet.multigrid.coarse import CoarseSpace, Correct, coarse_grid
+from diffnet.multigrid.coarse import CoarseSpace, coarse_grid, corrected_field
 from diffnet.multigrid.factor import solve_factors
 from diffnet.multigrid.smoother import smooth
 from diffnet.multigrid.stencil import as_fields, components
@@ -202,6 +202,9 @@ def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, node
         p64 = params.detach().clone()
         p64 = p64.double() if p64.is_floating_point() else p64
         w, space, _ = minimise_on_coarse_space(family, u64, p64, nodes, clock)
-    delta = (w - u64).to(u.dtype)
-    corrected = Correct.apply(u, delta, space, clock) if torch.is_grad_enabled() and u.requires_grad else u + delta
+    corrected = corrected_field(u, (w - u64).to(u.dtype), params, space, clock, family, w)
+    if smoothing and params.requires_grad and torch.is_grad_enabled():
+        # The sweeps minimise the linearisation at the minimiser, which itself moves with p: a third derivative.
+        raise NotImplementedError("gradients in the parameters through Gauss-Seidel sweeps on a nonlinear energy are "
+                                  "not available: evaluate with smoothing = 0")
     return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock)

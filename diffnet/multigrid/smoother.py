@@ -16,7 +16,9 @@ each colour is one batched update of that colour's nodes (:func:`sweeps`).
 
 **Gradient.** The sweeps are affine in the field, S(u) = M u + c with M = I - B A, so the backward pass is
 Mᵀ g = g - A (B g), and B g is one sweep from zero with g as its load: exact, k sweeps k times. Like the
-correction it is solved in float64 whatever the field's dtype.
+correction it is solved in float64 whatever the field's dtype. In the instances' parameters (where they need a
+gradient) each colour step is the energy's minimiser over its nodes, and its term is the implicit function
+theorem's (:mod:`.sensitivity`, :func:`sweep_sensitivity`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch
 from diffnet.backend.clock import SMOOTHING, PartClock
 from diffnet.multigrid.stencil import apply_blocks, as_blocks, as_fields, neighbour_offsets
 
-__all__ = ["smooth", "sweeps", "Smooth"]
+__all__ = ["smooth", "sweeps", "sweep_sensitivity", "Smooth"]
 
 
 def _colours(dims: int) -> list[tuple[int, ...]]:
@@ -209,32 +211,84 @@ def sweeps(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, x: tor
     return out
 
 
+def _colour_masks(free: torch.Tensor) -> list[torch.Tensor]:
+    """Each colour's free unknowns (S, C, *grid) as 0/1, in a sweep's order: the colours forwards, then backwards."""
+    dims = free.ndim - 2
+    grid = free.shape[2:]
+    masks = []
+    for colour in _colours(dims):
+        mask = torch.zeros(grid, dtype=torch.float64, device=free.device)
+        mask[tuple(slice(p, None, 2) for p in colour)] = 1.0
+        masks.append(mask * free.double())
+    return masks + masks[::-1]
+
+
+def sweep_sensitivity(hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, v: torch.Tensor, count: int,
+                      grad: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """The backward pass of ``count`` sweeps from ``v``, colour step by colour step (block layout, float64):
+    ``grad``'s pull-back to v, and each colour step's field after it x' and direction w = D_c⁻¹ ḡ on its nodes (the
+    implicit function theorem's pairs, :func:`diffnet.multigrid.sensitivity.parameter_vjp`).
+
+    A colour step sets its nodes to the energy's minimiser over them (nodes of one colour never couple):
+    x' = x + M_c D⁻¹ (b - A x), so ḡ ↦ ḡ - A w with w = D⁻¹ M_c ḡ. The steps are replayed here as batched tensor
+    updates, one stencil product each: the same colours in the same order as :func:`sweeps`."""
+    inverse = _inverse_diagonal(hessian, free)  # (S, *grid, C, C)
+
+    def solve_diagonal(r: torch.Tensor) -> torch.Tensor:  # D⁻¹ r, node by node
+        return torch.movedim(torch.einsum("s...ab,s...b->s...a", inverse, torch.movedim(r, 1, -1)), -1, 1)
+
+    masks = _colour_masks(free) * count
+    states, x = [], v
+    for mask in masks:
+        x = x + mask * solve_diagonal(load - apply_blocks(hessian, x))
+        states.append(x)
+    directions, g = [], grad
+    for mask in masks[::-1]:
+        w = solve_diagonal(mask * g)
+        directions.append(w)
+        g = g - apply_blocks(hessian, w)
+    return g, states, directions[::-1]
+
+
 class Smooth(torch.autograd.Function):
-    """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring)."""
+    """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring),
+    and, where the parameters ``params`` need a gradient, the colour steps' implicit-function-theorem terms
+    (:func:`sweep_sensitivity`; ``family``'s energy must be the quadratic the sweeps minimise)."""
 
     @staticmethod
-    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, operator: tuple, count: int, vector: bool,
-                clock: PartClock) -> torch.Tensor:
-        ctx.operator, ctx.count, ctx.vector, ctx.clock = operator, count, vector, clock
+    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, params: torch.Tensor | None, operator: tuple,
+                count: int, vector: bool, clock: PartClock, family, load: torch.Tensor) -> torch.Tensor:
+        ctx.operator, ctx.count, ctx.vector, ctx.clock, ctx.family, ctx.load = operator, count, vector, clock, family, load
+        ctx.v, ctx.params = v.detach(), params
         return smoothed.clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         hessian, free, operator = ctx.operator
+        dp = None
         with ctx.clock.part(SMOOTHING, grad.device):
             g = as_blocks(grad.double(), ctx.vector)
-            zero = torch.zeros_like(g)
-            for _ in range(ctx.count):
-                g = g - apply_blocks(hessian, sweeps(hessian, free, g, zero, 1, operator))
-        return as_fields(g, ctx.vector).to(grad.dtype), None, None, None, None, None
+            if ctx.params is not None and ctx.needs_input_grad[2]:
+                from diffnet.multigrid.sensitivity import parameter_vjp
+
+                v = as_blocks(ctx.v.double(), ctx.vector)
+                g, states, directions = sweep_sensitivity(hessian, free, ctx.load, v, ctx.count, g)
+                fields = lambda xs: [as_fields(x, ctx.vector) for x in xs]  # noqa: E731
+                dp = parameter_vjp(ctx.family, fields(states), fields(directions), ctx.params).to(ctx.params.dtype)
+            else:
+                zero = torch.zeros_like(g)
+                for _ in range(ctx.count):
+                    g = g - apply_blocks(hessian, sweeps(hessian, free, g, zero, 1, operator))
+        return as_fields(g, ctx.vector).to(grad.dtype), None, dp, None, None, None, None, None, None
 
 
 def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, count: int, vector: bool,
-           clock: PartClock | None = None) -> torch.Tensor:
+           clock: PartClock | None = None, params: torch.Tensor | None = None, family=None) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid; ``vector``: C > 1) after ``count`` symmetric Gauss-Seidel sweeps with the fine
     Hessian ``hessian`` (S, C, C, 3^d, *grid), its free nodes (S, C, *grid) and its load (S, C, *grid), float64 (a coarse
     correction's, :class:`~diffnet.multigrid.coarse.CoarseSpace`); differentiable in u (the module docstring's backward
-    pass), in u's dtype."""
+    pass), in u's dtype, and in ``params`` where they need a gradient: the instances of ``family``, whose quadratic
+    energy has that Hessian and load (:func:`sweep_sensitivity`)."""
     if count == 0:
         return u
     clock = clock if clock is not None else PartClock()
@@ -243,6 +297,8 @@ def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: tor
         operator = prepared(hessian, free)
         smoothed = as_fields(sweeps(hessian, free, load, v, count, operator), vector).to(u.device)
     smoothed = smoothed.to(u.dtype)
-    if torch.is_grad_enabled() and u.requires_grad:
-        return Smooth.apply(u, smoothed, (hessian, free, operator), count, vector, clock)
+    through_params = params is not None and params.requires_grad
+    if torch.is_grad_enabled() and (u.requires_grad or through_params):
+        return Smooth.apply(u, smoothed, params if through_params else None, (hessian, free, operator), count, vector,
+                            clock, family, load)
     return smoothed

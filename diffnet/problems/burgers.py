@@ -84,7 +84,7 @@ class BurgersProblem(Family):
     @property
     def capabilities(self) -> frozenset[str]:
         # Polishing marches the conservative scheme; the central residual has none to march.
-        return frozenset({"reference", "floor", "classical"} | ({"polish"} if self.stencil == "conservative" else set()))
+        return frozenset({"reference", "floor", "classical", "differentiable"} | ({"polish"} if self.stencil == "conservative" else set()))
 
     def describe(self) -> str:
         scheme = f" (order {self.scheme_order}, {self.flux} flux)" if self.stencil == "conservative" else ""

@@ -123,7 +123,8 @@ class Elasticity(ElasticBox, Family):
     in_channels = 4  # log E, nu, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived",
+                              "differentiable"})
     # The classical side of ``compare``: the same Q1 system on a sweep of grids, AMG-CG with the rigid-body modes.
     classical_methods = {"sa-rbm": "pyamg smoothed aggregation with the rigid-body modes + CG to 1e-8",
                          "sa-rbm-4": "the same, to 1e-4",

@@ -77,7 +77,8 @@ class Hyperelasticity(ElasticBox, Family):
     in_channels = 4  # log mu, the load, and the coordinates
     unknowns = ("u_x", "u_y")
     vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived"})
+    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived",
+                              "differentiable"})
     classical_methods = {"newton-amg": "Newton (line search, load steps) + AMG-CG with the rigid-body modes, to 1e-8",
                          "newton-amg-4": "the same, to 1e-4",
                          "newton-cholesky": "Newton (line search, load steps), each step a sparse Cholesky (CHOLMOD), "

@@ -74,7 +74,8 @@ class KLFamily(SideFields, Q1Classical, Family):
     # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
     # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
     reference_method = "amg"
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition", "derived"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition", "derived",
+                              "differentiable"})
 
     def __post_init__(self) -> None:
         if len(self.resolution) != self.dims or min(self.resolution) < 3:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 __all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition", "Domain",
-           "check_capabilities", "describe"]
+           "Differentiable", "check_capabilities", "describe"]
 
 
 class Reference(Protocol):
@@ -147,9 +147,16 @@ class Quantities(Protocol):
         default: ``quantities`` of the truth's fields)."""
 
 
+class Differentiable(Protocol):
+    """``differentiable``: the family's ``inputs``, ``field`` and ``loss_terms`` are torch functions of the instances,
+    differentiable in them, so that the product's gradient in the instances is exact (no member of its own:
+    ``Surrogate.evaluate``, ``deepfusion invert``); a family whose instances reach them through numpy (a cut domain's
+    geometry) must not declare it, or its gradients are silently zero there."""
+
+
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
                               "input_fields": InputFields, "precondition": Precondition, "domain": Domain,
-                              "derived": Derived, "quantities": Quantities}
+                              "derived": Derived, "quantities": Quantities, "differentiable": Differentiable}
 
 
 def describe(capability: str) -> str:

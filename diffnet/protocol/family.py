@@ -42,6 +42,8 @@ capability      members
                 (S, *grid) or a symmetric tensor (S, K, *grid)); optional ``truth_derived(params)``
 ``quantities``  ``quantities(params, fields)``: name -> (S,) quantities of interest (K_t); optional
                 ``truth_quantities(params)``
+``differentiable`` no member: ``inputs``, ``field`` and ``loss_terms`` are differentiable torch functions of the
+                instances (``Surrogate.evaluate``, ``deepfusion invert``: exact gradients in them)
 ==============  ===============================================================================
 """
 

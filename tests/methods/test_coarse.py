@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from deepfusion import InputError
+from test_sensitivity import _agrees_with_central_differences
 from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
 from diffnet.multigrid.hessian import hessian_of
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction, coarse_grid
@@ -497,3 +499,42 @@ def test_the_smoothing_benchmark_measures_each_design_on_a_trained_run(corrected
         assert {"field", "energy norm", "flux_x", "flux_y"} <= set(row["ratios_to_floor"]) and row["ms_per_instance"] > 0
     # The floor and the truth are the same for every arm: only the product changed.
     assert len({r["ratios_to_floor"]["floor"] for r in rows}) == 1
+
+
+@pytest.fixture(scope="module")
+def float64_surrogate(corrected_run):
+    from deepfusion import Surrogate
+
+    s = Surrogate.load(corrected_run[0])
+    s._model.double()  # float64 weights: central differences to 1e-6 (the product runs in the weights' dtype)
+    return s
+
+
+def test_a_trained_runs_product_is_differentiable_in_its_instances(float64_surrogate):
+    assert float64_surrogate._generator.smoothing == 8  # the correction and its sweeps are in the product
+    points = [[0.3, 0.6], [0.71, 0.22], [0.5, 0.5]]
+    a0 = torch.as_tensor(np.random.default_rng(0).uniform(-2, 2, (2, 6)))
+    w = torch.as_tensor(np.random.default_rng(1).standard_normal((2, 3)))
+    f = lambda a: (float64_surrogate.evaluate(a, points=points) * w).sum()  # noqa: E731
+    a = a0.clone().requires_grad_(True)
+    f(a).backward()
+    _agrees_with_central_differences(f, a0, a.grad)
+    # The values are the numpy call's, read at the points.
+    np.testing.assert_allclose(float64_surrogate.evaluate(a0, points=points).detach().numpy(),
+                               float64_surrogate.at(points, a=a0.numpy()), rtol=0, atol=1e-12)
+    # The Jacobian: each row the gradient of one value.
+    jac = float64_surrogate.jacobian(a0.numpy(), points=points)
+    assert jac.shape == (2, 3, 6)
+    np.testing.assert_allclose(np.einsum("spm,sp->sm", jac, w.numpy()), a.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_evaluate_refuses_what_it_cannot_differentiate_in_one_line(float64_surrogate):
+    with pytest.raises(InputError, match="evaluate takes a torch tensor"):
+        float64_surrogate.evaluate(np.zeros((1, 6)))
+    with pytest.raises(InputError, match="each instance must have shape"):
+        float64_surrogate.evaluate(torch.zeros(1, 5, dtype=torch.float64))
+    with pytest.raises(InputError, match="points"):
+        float64_surrogate.evaluate(torch.zeros(1, 6, dtype=torch.float64), points=[[1.5, 0.5]])
+    # A tensor that requires grad goes to evaluate, and the numpy call says so.
+    with pytest.raises(InputError, match="Surrogate.evaluate"):
+        float64_surrogate(a=torch.zeros(1, 6, requires_grad=True))

@@ -1,0 +1,92 @@
+"""The product's exact gradient in the instances' parameters (diffnet/multigrid/sensitivity.py): through the coarse
+correction and the sweeps by the implicit function theorem, checked against central differences for every
+differentiable built-in family that takes the correction. Through a trained run's whole product
+(``Surrogate.evaluate``, ``Surrogate.jacobian``): tests/methods/test_coarse.py, on its corrected run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from diffnet.multigrid.corrected import CoarseCorrected
+from diffnet.multigrid.smoother import Smooth, prepared, sweep_sensitivity, sweeps
+from diffnet.multigrid.coarse import CoarseSpace
+from diffnet.multigrid.stencil import as_blocks
+from diffnet.problems.elasticity import Elasticity, Elasticity3D
+from diffnet.problems.hyperelasticity import Hyperelasticity
+from diffnet.problems.poisson import PoissonProblem
+from diffnet.problems.poisson3d import Poisson3D
+from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.problems.torsion import StarTorsion
+
+
+def _instances(family, n, seed=3):
+    return torch.as_tensor(family.sample(n, "random", seed), dtype=torch.float64)
+
+
+def _product(family, nodes, smoothing, quadratic=True, scale=1.0):
+    """p -> a weighted sum of the corrected, smoothed field of a fixed raw output: every stage after the network."""
+    raw = scale * torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    weights = torch.randn(2, *family.field(raw, _instances(family, 2)).shape[1:], dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(2))
+    corrected = CoarseCorrected(family, family, nodes, quadratic=quadratic, smoothing=smoothing)
+    return lambda p: (corrected.field(raw, p) * weights).sum()
+
+
+def _agrees_with_central_differences(f, p: torch.Tensor, grad: torch.Tensor, h: float = 1e-6, tol: float = 1e-6):
+    """<grad, d> against (f(p + h d) - f(p - h d)) / 2h along two random directions d (every entry moves)."""
+    for seed in (5, 6):
+        d = torch.randn(p.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        expected = float((f(p + h * d) - f(p - h * d)) / (2 * h))
+        assert abs(float((grad * d).sum()) - expected) <= tol * abs(expected), (float((grad * d).sum()), expected)
+
+
+@pytest.mark.parametrize("family, nodes", [
+    (PoissonProblem((14, 14)), 5),  # 13 intervals on 4: grids that do not nest
+    (Poisson3D((5, 5, 5)), 3),
+    (ReactionDiffusionProblem((11, 11)), 5),
+    (Elasticity((11, 10)), 4),  # two unknowns: the block Hessian and 2x2 diagonal blocks in the sweeps
+    (Elasticity3D((5, 5, 5)), 3),
+], ids=["poisson", "poisson3d", "reaction_diffusion", "elasticity", "elasticity3d"])
+def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_differences(family, nodes):
+    assert family.has("differentiable")
+    f = _product(family, nodes, smoothing=2)
+    p = _instances(family, 2).requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(p), p)
+    _agrees_with_central_differences(f, p.detach(), grad)
+
+
+def test_a_nonlinear_energys_minimiser_has_its_exact_gradient_and_refuses_sweeps():
+    family = Hyperelasticity((7, 7))
+    f = _product(family, 3, smoothing=0, quadratic=False, scale=1e-3)
+    p = _instances(family, 2).requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(p), p)
+    _agrees_with_central_differences(f, p.detach(), grad, h=1e-5, tol=1e-5)
+    with pytest.raises(NotImplementedError, match="smoothing = 0"):
+        _product(family, 3, smoothing=1, quadratic=False, scale=1e-3)(p)
+
+
+def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
+    # sweep_sensitivity replays the sweeps step by step in torch; its pull-back must be Smooth's (M^T)^k g.
+    family = Elasticity((9, 8))
+    p = _instances(family, 2)
+    u = family.field(torch.randn(2, 2, 9, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)), p)
+    space = CoarseSpace.build(family, u, p, 4)
+    v, g = as_blocks(u, True), torch.randn_like(as_blocks(u, True))
+    back, states, directions = sweep_sensitivity(space.hessian, space.free, space.load, v, 3, g)
+    operator = prepared(space.hessian, space.free)
+    forward = sweeps(space.hessian, space.free, space.load, v, 3, operator)
+    assert float((states[-1] - forward).abs().max()) <= 1e-12 * float(forward.abs().max())  # the same colours, order
+    ctx = type("Ctx", (), {"operator": (space.hessian, space.free, operator), "count": 3, "vector": True,
+                           "clock": __import__("diffnet.backend.clock", fromlist=["PartClock"]).PartClock(),
+                           "params": None, "needs_input_grad": (True, False, False)})()
+    expected = Smooth.backward(ctx, g)[0]
+    assert float((back - expected).abs().max()) <= 1e-11 * float(expected.abs().max())
+    assert len(states) == len(directions) == 3 * 2 * 4
+
+
+def test_a_family_without_the_capability_does_not_declare_it():
+    # A cut domain's geometry reaches its loss through numpy: its gradient there would be silently zero.
+    assert not StarTorsion((12, 12)).has("differentiable")
