@@ -145,6 +145,28 @@ def _add_uq(sub) -> None:
     p.set_defaults(func=_command("uq"))
 
 
+def _add_invert(sub) -> None:
+    p = _run_reader(sub, "invert", help="the instance behind observations of the field: MAP, Laplace, MCMC",
+                    description="Find the instance that explains observations of the field (a CSV of x,y[,z],output,"
+                                "value,sigma) through the trained surrogate with exact gradients: the MAP by "
+                                "multi-start L-BFGS, the Laplace posterior and, with --samples, MCMC chains; with "
+                                "--classical the same by the family's classical solve with adjoint gradients. "
+                                "Writes DIR/map.json, DIR/posterior.h5 and DIR/posterior.png.")
+    p.add_argument("--observations", type=Path, required=True, help="CSV of x,y[,z],output,value,sigma (one row each)")
+    p.add_argument("--out", type=Path, required=True, help="directory to write")
+    p.add_argument("--prior", default="uniform",
+                   help="the family's law of the instances as the prior: uniform on the training range (every "
+                        "family), or one it declares, e.g. normal KL coefficients (default uniform)")
+    p.add_argument("--starts", type=int, default=8, help="L-BFGS starts drawn from the prior (default 8)")
+    p.add_argument("--max-iterations", type=int, default=200, help="L-BFGS iterations at most (default 200)")
+    p.add_argument("--samples", type=int, default=0, help="MCMC samples to keep after burn-in (default 0: none)")
+    p.add_argument("--chains", type=int, default=16, help="MCMC chains, run together (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the starts and the chains (default 0)")
+    p.add_argument("--classical", action="store_true",
+                   help="also the same by the family's classical solve with adjoint gradients")
+    p.set_defaults(func=_command("invert"))
+
+
 def _add_jobs(sub) -> None:
     p = sub.add_parser("jobs", help="print a job script for a cluster (stampede, azure, aws, local)",
                        description="Print a batch script that trains a config on a cluster; every value is validated.")
@@ -187,7 +209,7 @@ def make_parser() -> argparse.ArgumentParser:
     """The ``deepfusion`` argument parser (its errors raise InputError rather than exit)."""
     parser = _Parser(prog="deepfusion", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_train, _add_infer, _add_compare, _add_uq, _add_jobs, _add_reference):
+    for add in (_add_train, _add_infer, _add_compare, _add_uq, _add_invert, _add_jobs, _add_reference):
         add(sub)
     return parser
 

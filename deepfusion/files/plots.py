@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_deformed", "plot_pareto", "plot_statistics", "mid_plane"]
+__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_deformed", "plot_pareto", "plot_statistics", "mid_plane",
+           "plot_posterior"]
 
 
 def _pyplot():
@@ -290,3 +291,45 @@ def plot_statistics(fields: dict[str, np.ndarray], coords: dict[str, np.ndarray]
         ax.set_ylabel(axis_names[1])
         fig.colorbar(im, ax=ax, fraction=0.046).set_label(kind, fontsize=8)
     return _save(fig, out, 110)
+
+
+def plot_posterior(observed: np.ndarray, sides: dict[str, dict], names: list[str], out: Path) -> Path:
+    """An inverse problem's answer: predicted against observed values at the MAP, and each parameter's marginal
+    (MCMC histogram where sampled, the Laplace Gaussian, the MAP), per side (``sides``: name -> ``predicted``,
+    ``map``, ``std`` and optionally ``samples``)."""
+    return _save(_posterior_figure(observed, sides, names), out, 110)
+
+
+def _posterior_figure(observed, sides, names):
+    plt = _pyplot()
+    m = len(names)
+    cols = min(4, m) + 1
+    rows = -(-m // (cols - 1))
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.3 * rows), squeeze=False)
+    ax = axes[0, 0]
+    for (side, data), colour in zip(sides.items(), ("tab:blue", "tab:orange")):
+        ax.plot(observed, data["predicted"], "o", ms=3, color=colour, label=f"{side} MAP")
+    low, high = float(np.min(observed)), float(np.max(observed))
+    ax.plot([low, high], [low, high], color="grey", lw=0.8)
+    ax.set_xlabel("observed", fontsize=8)
+    ax.set_ylabel("predicted", fontsize=8)
+    ax.legend(fontsize=6)
+    for r in range(1, rows):
+        axes[r, 0].axis("off")
+    for j, name in enumerate(names):
+        ax = axes[j // (cols - 1), 1 + j % (cols - 1)]
+        for (side, data), colour in zip(sides.items(), ("tab:blue", "tab:orange")):
+            centre, spread = data["map"][j], max(data["std"][j], 1e-12)
+            if data.get("samples") is not None:
+                ax.hist(data["samples"][:, j], bins=40, density=True, alpha=0.35, color=colour, label=f"{side} MCMC")
+            x = np.linspace(centre - 4 * spread, centre + 4 * spread, 200)
+            ax.plot(x, np.exp(-0.5 * ((x - centre) / spread) ** 2) / (spread * np.sqrt(2 * np.pi)), color=colour,
+                    lw=1, label=f"{side} Laplace")
+            ax.axvline(centre, color=colour, lw=0.8, ls="--")
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+    for j in range(m, rows * (cols - 1)):
+        axes[j // (cols - 1), 1 + j % (cols - 1)].axis("off")
+    axes[0, 1].legend(fontsize=5)
+    fig.suptitle("the MAP's predictions, and each parameter's posterior", fontsize=9)
+    return fig

@@ -274,7 +274,8 @@ class Smooth(torch.autograd.Function):
                 v = as_blocks(ctx.v.double(), ctx.vector)
                 g, states, directions = sweep_sensitivity(hessian, free, ctx.load, v, ctx.count, g)
                 fields = lambda xs: [as_fields(x, ctx.vector) for x in xs]  # noqa: E731
-                dp = parameter_vjp(ctx.family, fields(states), fields(directions), ctx.params).to(ctx.params.dtype)
+                dp = parameter_vjp(ctx.family, fields(states), fields(directions), ctx.params,
+                                   quadratic=True).to(ctx.params.dtype)
             else:
                 zero = torch.zeros_like(g)
                 for _ in range(ctx.count):

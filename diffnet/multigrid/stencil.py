@@ -22,7 +22,7 @@ from diffnet.backend.constants import constant
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
+__all__ = ["sparse_operator", "neighbour_offsets", "components", "as_blocks", "as_fields", "shifted", "apply_blocks", "apply_stencil",
            "free_couplings", "on_free_nodes", "coupling_index", "dense_operator"]
 
 
@@ -148,3 +148,23 @@ def dense_operator(stencil: torch.Tensor) -> torch.Tensor:
     dense = stencil.new_zeros(s, n * n)
     dense[:, target] = stencil.reshape(s, -1)[:, source]
     return dense.reshape(s, n, n)
+
+
+def sparse_operator(stencil: np.ndarray, free: np.ndarray):
+    """One instance's block stencil (C, C, 3^d, *grid) restricted to its free unknowns ``free`` (C, *grid) bool, as a
+    scipy CSR matrix over them, and their flat indices (component-major, a n + i): the system a classical solve of
+    the Hessian factorises (the adjoint of ``deepfusion invert --classical``)."""
+    import scipy.sparse as sp
+
+    stencil, free = np.asarray(stencil), np.asarray(free, dtype=bool).reshape(-1)
+    c, grid = stencil.shape[0], tuple(stencil.shape[3:])
+    n, offsets = math.prod(grid), 3 ** len(grid)
+    a, b, k, i, j = coupling_index(grid, c)
+    values = stencil.reshape(-1)[((a * c + b) * offsets + k) * n + i]
+    row, col = a * n + i, b * n + j
+    keep = free[row] & free[col]
+    index = np.flatnonzero(free)
+    position = np.full(c * n, -1)
+    position[index] = np.arange(len(index))
+    matrix = sp.csr_matrix((values[keep], (position[row[keep]], position[col[keep]])), shape=(len(index),) * 2)
+    return matrix, index

@@ -148,8 +148,8 @@ class Quantities(Protocol):
 
 
 class Differentiable(Protocol):
-    """``differentiable``: the family's ``inputs``, ``field`` and ``loss_terms`` are torch functions of the instances,
-    differentiable in them, so that the product's gradient in the instances is exact (no member of its own:
+    """``differentiable``: the family's ``inputs``, ``field`` and ``loss_terms`` (and ``hessian``, where it writes one)
+    are torch functions of the instances, differentiable in them, so that the product's gradient in the instances is exact (no member of its own:
     ``Surrogate.evaluate``, ``deepfusion invert``); a family whose instances reach them through numpy (a cut domain's
     geometry) must not declare it, or its gradients are silently zero there."""
 

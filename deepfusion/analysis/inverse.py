@@ -1,0 +1,227 @@
+"""Inverse problems: the instance that explains observations, through a trained surrogate or the classical solver.
+
+The posterior of the instance p given observations d_j = y_j(p) + noise (independent Gaussian, standard deviations
+σ_j) and the prior of the family's own distribution (:class:`Prior`):
+
+    Φ(p) = ½ Σ_j ((y_j(p) - d_j) / σ_j)² - log π(p),
+
+with y_j(p) the field's unknown read at the observation's point. A forward model is a function of a batch of
+instances (S, *shape) to their predictions (S, P), differentiable in them: the surrogate's exact gradients
+(:meth:`deepfusion.surrogate.Surrogate.evaluate`) or the classical solve of the grid's system with its adjoint
+(:class:`ClassicalSolve`: the same implicit-function-theorem term as the surrogate's correction, with V = I).
+
+* **MAP** (:func:`map_estimate`): L-BFGS from several starts at once, each its own minimisation, their
+  evaluations one batched forward and backward (:mod:`deepfusion.analysis.minimise`), inside the training range
+  (the surrogate's is where it was trained; the classical side searches the same box).
+* **Laplace** (:func:`laplace`): the Gauss-Newton Hessian Jᵀ Σ⁻¹ J (+ the prior's) at the MAP, its inverse the
+  covariance; directions the data do not see (an eigenvalue below 1e-10 of the largest) are counted and left at
+  the prior's spread.
+* **MCMC**: :mod:`deepfusion.analysis.mcmc`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from deepfusion.configuration.inputs import InputError
+
+__all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "objective",
+           "MapResult", "map_estimate", "laplace", "parameter_names"]
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+def parameter_names(family) -> list[str]:
+    """The name of every entry of the family's parameter, in its order (``a_1``, ..., or ``hole_x``, ...)."""
+    spec = family.parameters
+    return [spec.entry(index) for index in np.ndindex(*spec.shape)] if spec.shape else [spec.name]
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The prior of the instances: ``uniform`` on the box [low, high] or a standard ``normal`` per entry (the KL
+    families' coefficients), searched inside the box either way (the surrogate's training range)."""
+
+    kind: str
+    low: np.ndarray
+    high: np.ndarray
+
+    def neg_log(self, p: torch.Tensor) -> torch.Tensor:
+        """-log π(p) up to a constant, per instance (S,)."""
+        flat = p.reshape(len(p), -1)
+        return 0.5 * flat.square().sum(1) if self.kind == "normal" else flat.new_zeros(len(p))
+
+    def hessian(self, m: int) -> np.ndarray:
+        return np.eye(m) if self.kind == "normal" else np.zeros((m, m))
+
+    def draw(self, n: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        if self.kind == "normal":
+            return np.clip(rng.standard_normal((n, *self.low.shape)), self.low, self.high)
+        return rng.uniform(self.low, self.high, (n, *self.low.shape))
+
+    def inside(self, p: np.ndarray) -> np.ndarray:
+        flat = p.reshape(len(p), -1)
+        return ((flat >= self.low.reshape(-1)) & (flat <= self.high.reshape(-1))).all(1)
+
+
+def prior_of(family, kind: str) -> Prior:
+    """The family's own law ``kind`` (one of ``parameters.distributions``) as a prior on its training range."""
+    spec = family.parameters
+    if kind not in spec.distributions:
+        raise InputError(f"--prior: the {family.name} family draws its instances from {', '.join(spec.distributions)} "
+                         f"(got {kind!r})")
+    low, high = spec.bounds()
+    return Prior(kind, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64))
+
+
+def _pick(values: torch.Tensor, unknown: np.ndarray) -> torch.Tensor:
+    """(S, P) predictions from values at the points (S, P), or (S, C, P) for C unknowns (each row its own)."""
+    if values.ndim == 2:
+        return values
+    return values[:, torch.as_tensor(unknown), torch.arange(values.shape[2])]
+
+
+def surrogate_forward(surrogate, observations) -> Forward:
+    """The surrogate's predictions of ``observations``: its fields read at their points, differentiable."""
+    return lambda p: _pick(surrogate.evaluate(p, points=observations.points), observations.unknown)
+
+
+class ClassicalSolve(torch.autograd.Function):
+    """The grid's own solution u_h(p) (the family's ``discrete_optimum``: the minimiser of its energy on this grid)
+    forward; backward the adjoint: w with H w = ḡ on the free nodes (a sparse Cholesky of the Hessian H at u_h), then
+    -∂_p [w · ∇E(u_h; p)] (:func:`diffnet.multigrid.sensitivity.parameter_vjp`)."""
+
+    @staticmethod
+    def forward(ctx, params: torch.Tensor, family, counter: list) -> torch.Tensor:
+        fields, _ = family.discrete_optimum(params.detach().cpu().numpy())
+        counter[0] += len(params)
+        ctx.family, ctx.counter = family, counter
+        u = torch.as_tensor(np.asarray(fields, dtype=np.float64))
+        ctx.save_for_backward(params.detach(), u)
+        return u
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        from diffnet.multigrid.hessian import block_hessian
+        from diffnet.multigrid.sensitivity import parameter_vjp
+        from diffnet.multigrid.stencil import sparse_operator
+        from diffnet.solvers.cholesky import cholesky_solve
+
+        params, u = ctx.saved_tensors
+        p64 = params.double()
+        w = torch.zeros_like(u)
+        for k in range(len(u)):
+            with torch.enable_grad():
+                hessian, free = block_hessian(ctx.family, u[k:k + 1], p64[k:k + 1])
+            matrix, index = sparse_operator(hessian[0].detach().numpy(), free[0].numpy())
+            rhs = grad[k].double().reshape(-1).numpy()
+            flat = np.zeros(rhs.size)
+            flat[index] = cholesky_solve(matrix, rhs[index])
+            w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
+        ctx.counter[1] += len(u)
+        return parameter_vjp(ctx.family, [u], [w], p64).to(params.dtype), None, None
+
+
+def classical_forward(family, observations, counter: list | None = None) -> Forward:
+    """The classical solve's predictions of ``observations`` with adjoint gradients (:class:`ClassicalSolve`);
+    ``counter`` [forward solves, adjoint solves], counted as they happen."""
+    from diffnet.grid.points import point_weights, read_at
+
+    grid = tuple(family.resolution)
+    weights = point_weights(grid, observations.points)
+    counter = counter if counter is not None else [0, 0]
+    return lambda p: _pick(read_at(ClassicalSolve.apply(p.double(), family, counter), grid, weights),
+                           observations.unknown)
+
+
+def objective(forward: Forward, observations, prior: Prior, p: torch.Tensor) -> torch.Tensor:
+    """Φ per instance (S,): half the squared misfit in units of σ plus the prior's -log."""
+    values = torch.as_tensor(observations.values)
+    sigma = torch.as_tensor(observations.sigma)
+    return 0.5 * ((forward(p) - values) / sigma).square().sum(1) + prior.neg_log(p)
+
+
+@dataclass
+class MapResult:
+    """The MAP of several starts: ``map`` the best one's instance, ``objective`` its Φ, ``misfit_rms`` its root-mean-
+    square misfit in units of σ; per start its end, Φ there and at the start; the forward evaluations (instances)
+    and seconds."""
+
+    map: np.ndarray
+    objective: float
+    misfit_rms: float
+    ends: np.ndarray
+    objectives: np.ndarray
+    initial: np.ndarray
+    evaluations: int
+    seconds: float
+    message: str
+    iterations: int
+    extra: dict = field(default_factory=dict)
+
+
+def map_estimate(forward: Forward, observations, prior: Prior, starts: np.ndarray, max_iterations: int = 200,
+                 progress: Callable[[int, float], None] | None = None) -> MapResult:
+    """The MAP by L-BFGS from each of ``starts`` (S, *shape) inside the prior's box, all starts' evaluations batched
+    (:func:`deepfusion.analysis.minimise.minimise_batched`), each gradient exact; ``progress(iteration, best Φ)``
+    after each iteration."""
+    from deepfusion.analysis.minimise import minimise_batched
+
+    shape = starts.shape[1:]
+
+    def value_and_gradient(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = torch.tensor(x.reshape(-1, *shape), dtype=torch.float64, requires_grad=True)
+        phi = objective(forward, observations, prior, p)
+        (grad,) = torch.autograd.grad(phi.sum(), p)
+        return phi.detach().numpy().astype(np.float64), grad.numpy().reshape(len(x), -1).astype(np.float64)
+
+    t0 = time.perf_counter()
+    result = minimise_batched(value_and_gradient, starts.reshape(len(starts), -1), prior.low.reshape(-1),
+                              prior.high.reshape(-1), max_iterations,
+                              progress=None if progress is None else lambda it, f: progress(it, float(f.min())))
+    seconds = time.perf_counter() - t0
+    ends = result.x.reshape(starts.shape)
+    best = int(np.argmin(result.f))
+    with torch.no_grad():
+        residual = (forward(torch.as_tensor(ends[best:best + 1]))[0].numpy() - observations.values) / observations.sigma
+    return MapResult(ends[best], float(result.f[best]), float(np.sqrt(np.mean(residual**2))), ends, result.f,
+                     result.initial, result.evaluations + 1, seconds, result.reasons[best], int(result.iterations[best]))
+
+
+def jacobian(forward: Forward, p: np.ndarray, copies: bool = True) -> np.ndarray:
+    """d predictions / d p at one instance p (*shape): (P, m). With ``copies`` one batched forward of P copies of p
+    and one backward pass (row j the gradient of copy j's prediction j: a surrogate's batch is cheap); else one
+    forward and a backward pass per observation (a classical solve per copy would be wasted)."""
+    if copies:
+        count = len(forward(torch.as_tensor(p[None], dtype=torch.float64)).detach()[0])
+        x = torch.tensor(np.repeat(p[None], count, axis=0), dtype=torch.float64, requires_grad=True)
+        picked = forward(x)[torch.arange(count), torch.arange(count)]
+        (grad,) = torch.autograd.grad(picked.sum(), x)
+        return grad.reshape(count, -1).numpy()
+    x = torch.tensor(p[None], dtype=torch.float64, requires_grad=True)
+    y = forward(x)[0]
+    rows = [torch.autograd.grad(y[j], x, retain_graph=j < len(y) - 1)[0].reshape(-1) for j in range(len(y))]
+    return torch.stack(rows).numpy()
+
+
+def laplace(forward: Forward, observations, prior: Prior, p_map: np.ndarray, copies: bool = True) -> dict:
+    """The Laplace approximation at ``p_map``: ``covariance`` (m, m) of the Gauss-Newton Hessian's inverse, ``std``
+    (m,), ``unidentified`` the directions the data do not see, ``hessian`` (m, m), ``jacobian`` (P, m)
+    (:func:`jacobian`'s ``copies``). No direction's variance exceeds the prior's (uniform: width² / 12 on the box;
+    normal: 1), so a direction the data barely see keeps the prior's spread rather than an unbounded one."""
+    J = jacobian(forward, p_map, copies)
+    m = J.shape[1]
+    H = J.T @ (J / observations.sigma[:, None] ** 2) + prior.hessian(m)
+    values, vectors = np.linalg.eigh(H)
+    seen = values > 1e-10 * max(values.max(), 1e-300)
+    widest = float(((prior.high - prior.low).reshape(-1) ** 2 / 12.0).mean()) if prior.kind == "uniform" else 1.0
+    inverse = np.where(seen, np.minimum(1.0 / np.where(seen, values, 1.0), widest), widest)
+    covariance = (vectors * inverse) @ vectors.T
+    return {"covariance": covariance, "std": np.sqrt(np.diag(covariance)), "unidentified": int((~seen).sum()),
+            "hessian": H, "jacobian": J}

@@ -1,0 +1,139 @@
+"""``deepfusion invert``: observations of the field in, the instance behind them out (MAP, Laplace, MCMC), through
+the surrogate's exact gradients and, with --classical, the classical solve's adjoint; bad observations refused in one
+line with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from helpers import run_cli
+from deepfusion import InputError, Surrogate
+from deepfusion.analysis.inverse import classical_forward, jacobian, parameter_names, prior_of
+from deepfusion.analysis.mcmc import effective_sample_size, metropolis
+from deepfusion.analysis.observations import read_observations
+
+POINTS = [(x, y) for y in (0.2, 0.5, 0.8) for x in (0.15, 0.4, 0.65, 0.9)]
+
+
+@pytest.fixture(scope="module")
+def wells(tiny_runs, tmp_path_factory):
+    """Heads at 12 wells of one instance, from the classical solve (the surrogate's own grid), 1 % noise."""
+    surrogate = Surrogate.load(tiny_runs["poisson"])
+    truth = np.array([[0.8, -0.6, 0.4, 0.0, 0.3, -0.2]])
+    heads = surrogate.family.reference(truth)[0]
+    from diffnet.grid.points import point_weights, read_at
+
+    values = read_at(heads[None], tuple(surrogate.family.resolution), point_weights((16, 16), POINTS))[0]
+    noisy = values + 0.01 * np.random.default_rng(0).standard_normal(len(values))
+    path = tmp_path_factory.mktemp("wells") / "wells.csv"
+    path.write_text("x,y,output,value,sigma\n" + "".join(f"{x},{y},u,{v},0.01\n" for (x, y), v in zip(POINTS, noisy)))
+    return path, truth
+
+
+def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, wells, tmp_path):
+    path, truth = wells
+    out = tmp_path / "inverse"
+    proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(path), "--out", str(out),
+                   "--starts", "2", "--max-iterations", "10", "--samples", "40", "--chains", "4", "--classical")
+    assert proc.returncode == 0, proc.stderr
+    assert "MCMC" in proc.stdout and "acceptance" in proc.stdout and "effective sample size" in proc.stdout
+    report = json.loads((out / "map.json").read_text())
+    names = parameter_names(Surrogate.load(tiny_runs["poisson"]).family)
+    assert names == [f"a[{i}]" for i in range(6)] and list(report["map"]) == names == list(report["classical"]["map"])
+    for side in (report, report["classical"]):
+        assert {"objective", "misfit_rms", "seconds", "laplace_std", "mcmc"} <= set(side)
+        assert side["mcmc"]["samples"] == 40 and 0 < side["mcmc"]["acceptance"] < 1, proc.stdout
+    assert report["map_difference"]["classical_objective_at_surrogate_map"] > 0
+    assert report["surrogate_calls"] > 0 and report["classical"]["solves"] > 0 and report["classical"]["adjoint_solves"] > 0
+    # Each side's MAP explains the data better than every start did (ten iterations: not yet to the noise).
+    for side in (report, report["classical"]):
+        assert side["objective"] == min(side["end_objectives"]) < min(side["start_objectives"])
+    with h5py.File(out / "posterior.h5") as f:
+        assert json.loads(f.attrs["parameters"]) == names
+        assert f["surrogate/samples"].shape == (4, 10 + 2, 6) and f["surrogate"].attrs["burn_in"] == 2 and f["classical/laplace_covariance"].shape == (6, 6)
+        np.testing.assert_array_equal(f["observed"][()].shape, (12,))
+    assert (out / "posterior.png").stat().st_size > 0
+
+
+def test_the_classical_adjoint_is_the_central_differences(tiny_runs, wells):
+    path, truth = wells
+    family = Surrogate.load(tiny_runs["poisson"]).family
+    observations = read_observations(path, family)
+    counter = [0, 0]
+    forward = classical_forward(family, observations, counter)
+    J = jacobian(forward, truth[0], copies=False)
+    h = 1e-6
+    for j in (0, 3):
+        e = np.zeros(6)
+        e[j] = h
+        with torch.no_grad():
+            plus, minus = (forward(torch.as_tensor((truth[0] + s * e)[None]))[0].numpy() for s in (1, -1))
+        np.testing.assert_allclose(J[:, j], (plus - minus) / (2 * h), rtol=1e-5, atol=1e-9)
+    assert counter[1] == len(observations)  # one adjoint solve per observation's row
+
+
+def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
+    mean, std = np.array([1.0, -2.0]), np.array([0.5, 2.0])
+    chains = metropolis(lambda x: -0.5 * (((x - mean) / std) ** 2).sum(1), np.tile(mean, (8, 1)), np.diag(std**2),
+                        1500, lambda x: np.ones(len(x), bool), seed=3)
+    kept = chains.kept(300)
+    np.testing.assert_allclose(kept.mean(0), mean, atol=0.25 * std.max())
+    np.testing.assert_allclose(kept.std(0), std, rtol=0.15)
+    assert 0.2 < chains.accepted.mean() < 0.6
+    ess = effective_sample_size(chains.samples[:, 300:])
+    assert (ess > 100).all() and (ess < kept.shape[0]).all()
+    # Independent draws have an effective sample size of about their number.
+    independent = np.random.default_rng(0).standard_normal((4, 2000, 1))
+    assert 0.8 * 8000 < effective_sample_size(independent)[0] < 1.2 * 8000
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x,y,output,value,sigma\n1.5,0.5,u,0.3,0.01\n", "line 2: the point (1.5, 0.5) lies outside the unit square"),
+    ("x,y,output,value,sigma\n0.5,0.5,head,0.3,0.01\n", "line 2: output 'head' is not one of the field's unknowns (u)"),
+    ("x,y,output,value,sigma\n0.5,0.5,u,0.3,0\n", "line 2: sigma must be > 0"),
+    ("x,y,output,value,sigma\n0.5,0.5,u,nan,0.1\n", "line 2: NaN or Inf"),
+    ("x,y,output,value,sigma\n0.5,0.5,u,abc,0.1\n", "line 2: x, y, value and sigma must be numbers"),
+    ("x,y,value,sigma\n0.5,0.5,0.3,0.1\n", "the columns must be x,y,output,value,sigma"),
+    ("x,y,output,value,sigma\n", "no rows"),
+], ids=["outside", "unknown-output", "sigma", "nan", "text", "columns", "empty"])
+def test_bad_observations_are_one_line_and_nothing_is_written(tiny_runs, tmp_path, text, message):
+    bad = tmp_path / "obs.csv"
+    bad.write_text(text)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_observations(bad, Surrogate.load(tiny_runs["poisson"]).family)
+    if message == "no rows":  # and through the command: status 2, one line, no directory
+        proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(bad), "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "o").exists()
+
+
+def test_the_prior_is_one_of_the_familys_laws(tiny_runs):
+    family = Surrogate.load(tiny_runs["poisson"]).family
+    assert prior_of(family, "normal").kind == "normal"
+    with pytest.raises(InputError, match="--prior: the poisson family draws its instances from uniform, normal"):
+        prior_of(family, "cauchy")
+
+
+def test_each_start_is_minimised_on_its_own_inside_the_box():
+    from deepfusion.analysis.minimise import minimise_batched
+
+    def rosenbrock(x):  # two starts' objectives and gradients at once
+        f = (1 - x[:, 0]) ** 2 + 100 * (x[:, 1] - x[:, 0] ** 2) ** 2
+        g = np.stack([-2 * (1 - x[:, 0]) - 400 * x[:, 0] * (x[:, 1] - x[:, 0] ** 2), 200 * (x[:, 1] - x[:, 0] ** 2)], 1)
+        return f, g
+
+    free = minimise_batched(rosenbrock, np.array([[-1.2, 1.0], [2.0, 2.0]]), np.full(2, -3.0), np.full(2, 3.0), 500)
+    np.testing.assert_allclose(free.x, [[1, 1], [1, 1]], atol=1e-4)
+    assert (free.iterations < 100).all()
+    # A box that excludes the minimum: the answer on its edge, where scipy's L-BFGS-B ends too.
+    from scipy.optimize import minimize
+
+    boxed = minimise_batched(rosenbrock, np.array([[-1.2, 0.5]]), np.array([-3.0, -3.0]), np.array([3.0, 0.5]), 500)
+    expected = minimize(lambda x: rosenbrock(x[None])[0][0], [-1.2, 0.5], jac=lambda x: rosenbrock(x[None])[1][0],
+                        method="L-BFGS-B", bounds=[(-3, 3), (-3, 0.5)]).x
+    np.testing.assert_allclose(boxed.x[0], expected, atol=1e-4)
