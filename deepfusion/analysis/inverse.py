@@ -28,8 +28,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-from deepfusion.configuration.inputs import InputError
-
 __all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "objective",
            "MapResult", "map_estimate", "laplace", "parameter_names"]
 
@@ -74,7 +72,7 @@ def prior_of(family, kind: str) -> Prior:
     """The family's own law ``kind`` (one of ``parameters.distributions``) as a prior on its training range."""
     spec = family.parameters
     if kind not in spec.distributions:
-        raise InputError(f"--prior: the {family.name} family draws its instances from {', '.join(spec.distributions)} "
+        raise ValueError(f"--prior: the {family.name} family draws its instances from {', '.join(spec.distributions)} "
                          f"(got {kind!r})")
     low, high = spec.bounds()
     return Prior(kind, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64))

@@ -66,7 +66,8 @@ def metropolis(log_posterior: Callable[[np.ndarray], np.ndarray], starts: np.nda
 
 def effective_sample_size(samples: np.ndarray) -> np.ndarray:
     """Per entry, the effective number of independent samples of chains (K, N, m): K N / (2 Σ Γ_i - 1), Γ_i =
-    ρ_2i + ρ_2i+1 the pairs of the chains' mean autocorrelation, summed while positive (Geyer 1992)."""
+    ρ_2i + ρ_2i+1 the pairs of the chains' mean autocorrelation, summed while positive (Geyer 1992); NaN for an entry
+    no chain moved in (no proposal accepted: nothing to estimate)."""
     k, n, m = samples.shape
     centred = samples - samples.mean(axis=1, keepdims=True)
     size = 1 << int(np.ceil(np.log2(2 * n)))
@@ -74,8 +75,10 @@ def effective_sample_size(samples: np.ndarray) -> np.ndarray:
     auto = np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=1)[:, :n].real  # (K, N, m)
     variance = auto[:, :1]
     rho = np.where(variance > 0, auto / np.where(variance > 0, variance, 1.0), 0.0).mean(axis=0)  # (N, m)
-    out = np.empty(m)
+    out = np.full(m, np.nan)
     for j in range(m):
+        if not (variance[:, 0, j] > 0).any():
+            continue
         total = 0.0  # Σ of the pairs Γ_i = ρ_2i + ρ_2i+1 while positive
         for t in range(0, n - 1, 2):
             pair = rho[t, j] + rho[t + 1, j]

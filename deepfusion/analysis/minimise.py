@@ -19,6 +19,8 @@ __all__ = ["Minimised", "minimise_batched"]
 
 _ARMIJO = 1e-4
 _HALVINGS = 30
+_MEMORY = 10  # curvature pairs kept per start
+_XTOL = 1e-8  # a step below this share of the box ends a start (a float32 model's rounding "decreases" f for ever)
 
 
 @dataclass
@@ -52,11 +54,10 @@ def _direction(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]) -> np.
 
 def minimise_batched(fun: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], x0: np.ndarray, low: np.ndarray,
                      high: np.ndarray, max_iterations: int = 200, gtol: float = 1e-6, ftol: float = 1e-8,
-                     xtol: float = 1e-8,
-                     memory: int = 10, progress: Callable[[int, np.ndarray], None] | None = None) -> Minimised:
+                     progress: Callable[[int, np.ndarray], None] | None = None) -> Minimised:
     """Minimise each row of ``x0`` (S, n) inside [low, high] (n,): ``fun(X)`` (K, n) -> objectives (K,) and gradients
     (K, n) of any subset of rows at once. A start stops when its projected gradient is below ``gtol`` (1 + |f|), its
-    decrease below ``ftol`` max(|f|, 1) or its step below ``xtol`` of the box (a float32 forward model's rounding
+    decrease below ``ftol`` max(|f|, 1) or its step below 1e-8 of the box (a float32 forward model's rounding
     lets tiny steps "decrease" f for ever). ``progress(iteration, f)`` after each iteration."""
     x = np.clip(np.asarray(x0, dtype=np.float64), low, high)
     f, g = fun(x)
@@ -115,13 +116,13 @@ def minimise_batched(fun: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
             xn, fn, gn = accepted[k]
             s, y = xn - x[k], gn - g[k]
             if s @ y > 1e-12 * np.sqrt((s @ s) * (y @ y)):
-                history[k] = (history[k] + [(s, y)])[-memory:]
+                history[k] = (history[k] + [(s, y)])[-_MEMORY:]
             decrease = f[k] - fn
             x[k], f[k], g[k] = xn, fn, gn
             iterations[k] = it
             if decrease <= ftol * max(abs(f[k]), 1.0):
                 reasons[k] = "the decrease below tolerance"
-            elif np.abs(s).max() <= xtol * np.abs(high - low).max():
+            elif np.abs(s).max() <= _XTOL * np.abs(high - low).max():
                 reasons[k] = "the step below tolerance"
         active = [k for k in active if reasons[k] == "the iteration limit"]
         if progress is not None:

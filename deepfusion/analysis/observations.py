@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from deepfusion.configuration.inputs import InputError
-
 __all__ = ["Observations", "read_observations", "MAX_OBSERVATIONS"]
 
 MAX_OBSERVATIONS = 100_000
@@ -37,28 +35,28 @@ class Observations:
 
 
 def read_observations(path: Path, family) -> Observations:
-    """The observations of ``path`` for ``family``'s field, checked: every problem one line naming the row
-    (:class:`~deepfusion.configuration.inputs.InputError`)."""
+    """The observations of ``path`` for ``family``'s field, checked: every problem a ``ValueError`` of one line naming
+    the row (``deepfusion invert`` prints it and exits with status 2)."""
     path = Path(path)
     dims = len(family.resolution)
     axes = ("x", "y", "z")[:dims]
     unknowns = tuple(family.unknowns)
     if not path.is_file():
-        raise InputError(f"--observations: {path}: no such file")
+        raise ValueError(f"--observations: {path}: no such file")
     try:
         with path.open(newline="") as f:
             rows = list(csv.DictReader(f))
             header = tuple(rows[0].keys()) if rows else ()
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"--observations: {path}: not a readable CSV ({e})") from None
+        raise ValueError(f"--observations: {path}: not a readable CSV ({e})") from None
     wanted = (*axes, "output", "value", "sigma")
     if not rows:
-        raise InputError(f"--observations: {path}: no rows (a header {','.join(wanted)} and one row per observation)")
+        raise ValueError(f"--observations: {path}: no rows (a header {','.join(wanted)} and one row per observation)")
     if set(header) != set(wanted):
-        raise InputError(f"--observations: {path}: the columns must be {','.join(wanted)} for this "
+        raise ValueError(f"--observations: {path}: the columns must be {','.join(wanted)} for this "
                          f"{dims}-D family, got {','.join(str(h) for h in header)}")
     if len(rows) > MAX_OBSERVATIONS:
-        raise InputError(f"--observations: {path}: {len(rows)} rows, more than {MAX_OBSERVATIONS}")
+        raise ValueError(f"--observations: {path}: {len(rows)} rows, more than {MAX_OBSERVATIONS}")
     points, unknown, values, sigma, names = [], [], [], [], []
     for line, row in enumerate(rows, start=2):
         where = f"--observations: {path}, line {line}"
@@ -66,20 +64,20 @@ def read_observations(path: Path, family) -> Observations:
         if name not in unknowns:
             others = f"; derived fields and quantities ({name}) are not differentiable in the instances yet" \
                 if name and family.has("derived") else ""
-            raise InputError(f"{where}: output {name!r} is not one of the field's unknowns "
+            raise ValueError(f"{where}: output {name!r} is not one of the field's unknowns "
                              f"({', '.join(unknowns)}){others}")
         try:
             numbers = [float(row[k]) for k in (*axes, "value", "sigma")]
         except (TypeError, ValueError):
-            raise InputError(f"{where}: {', '.join(axes)}, value and sigma must be numbers") from None
+            raise ValueError(f"{where}: {', '.join(axes)}, value and sigma must be numbers") from None
         if not np.isfinite(numbers).all():
-            raise InputError(f"{where}: NaN or Inf")
+            raise ValueError(f"{where}: NaN or Inf")
         *point, value, noise = numbers
         if not all(0.0 <= c <= 1.0 for c in point):
-            raise InputError(f"{where}: the point ({', '.join(f'{c:g}' for c in point)}) lies outside the unit "
+            raise ValueError(f"{where}: the point ({', '.join(f'{c:g}' for c in point)}) lies outside the unit "
                              f"{'square' if dims == 2 else 'cube'}")
         if not noise > 0:
-            raise InputError(f"{where}: sigma must be > 0, got {noise:g}")
+            raise ValueError(f"{where}: sigma must be > 0, got {noise:g}")
         points.append(point)
         unknown.append(unknowns.index(name))
         values.append(value)

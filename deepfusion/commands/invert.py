@@ -31,8 +31,9 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--max-iterations: must be in 1..100000, got {args.max_iterations}")
 
 
-def _side(name: str, forward, observations, prior, starts, args, names, calls, copies: bool) -> dict:
-    """One side's MAP, Laplace posterior and (``args.samples``) chains, printed as it goes."""
+def _side(name: str, forward, observations, prior, starts, args, names, calls) -> dict:
+    """One side's MAP, Laplace posterior and (``args.samples``) chains, printed as it goes. The surrogate's Jacobian by
+    a batch of copies, the classical one by an adjoint solve per observation (:func:`~deepfusion.analysis.inverse.jacobian`)."""
     import torch
 
     from deepfusion.analysis.inverse import laplace, map_estimate, objective
@@ -44,7 +45,7 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls, c
 
     t0 = time.perf_counter()
     result = map_estimate(forward, observations, prior, starts, args.max_iterations, progress)
-    post = laplace(forward, observations, prior, result.map.reshape(-1), copies)
+    post = laplace(forward, observations, prior, result.map.reshape(-1), copies=name == "surrogate")
     seconds_map = time.perf_counter() - t0
     out = {"map": dict(zip(names, result.map.reshape(-1).tolist())), "objective": result.objective,
            "misfit_rms": result.misfit_rms, "seconds": seconds_map, "iterations": result.iterations,
@@ -87,9 +88,10 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls, c
                        "mean": dict(zip(names, samples.mean(0).tolist())),
                        "std": dict(zip(names, samples.std(0, ddof=1).tolist())),
                        "effective_sample_size": dict(zip(names, ess.tolist()))}
+        finite = ess[np.isfinite(ess)]
+        spread = f"{finite.min():.0f} (the least) .. {finite.max():.0f}" if finite.size else "none (no move accepted)"
         print(f"  {name}: MCMC {len(samples)} samples ({chains} chains after {burn_in} steps of burn-in), acceptance "
-              f"{run.accepted.mean():.1%}, effective sample size {ess.min():.0f} (the least) .. {ess.max():.0f}, "
-              f"{out['mcmc']['seconds']:.1f} s", flush=True)
+              f"{run.accepted.mean():.1%}, effective sample size {spread}, {out['mcmc']['seconds']:.1f} s", flush=True)
         arrays["samples"] = run.samples  # every step; the first burn_in of each chain are not the posterior's
         arrays["burn_in"] = burn_in
     out["seconds_total"] = time.perf_counter() - t0
@@ -115,8 +117,11 @@ def command(args: argparse.Namespace, comm) -> int:
     require(family, "differentiable", "deepfusion invert")
     if args.classical:
         require(family, "floor", "--classical")
-    observations = read_observations(args.observations, family)
-    prior = prior_of(family, args.prior)
+    try:
+        observations = read_observations(args.observations, family)
+        prior = prior_of(family, args.prior)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     names = parameter_names(family)
     starts = prior.draw(args.starts, args.seed)
     print(f"deepfusion invert: {args.run_dir} ({family.name}, {'x'.join(map(str, family.resolution))}), checkpoint "
@@ -132,12 +137,12 @@ def command(args: argparse.Namespace, comm) -> int:
         return forward(p)
 
     sides = {"surrogate": _side("surrogate", counted, observations, prior, starts, args, names,
-                                lambda: {"surrogate_calls": calls[0]}, copies=True)}
+                                lambda: {"surrogate_calls": calls[0]})}
     if args.classical:
         solves = [0, 0]
         exact = classical_forward(family, observations, solves)
         sides["classical"] = _side("classical", exact, observations, prior, starts, args, names,
-                                   lambda: {"solves": solves[0], "adjoint_solves": solves[1]}, copies=False)
+                                   lambda: {"solves": solves[0], "adjoint_solves": solves[1]})
     report = {"run_dir": str(args.run_dir), "checkpoint": str(surrogate.checkpoint), "family": family.name,
               "observations": len(observations), "prior": args.prior, "parameters": names,
               **sides["surrogate"]["report"]}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import run_cli
-from deepfusion import InputError, Surrogate
+from deepfusion import Surrogate
 from deepfusion.analysis.inverse import classical_forward, jacobian, parameter_names, prior_of
 from deepfusion.analysis.mcmc import effective_sample_size, metropolis
 from deepfusion.analysis.observations import read_observations
@@ -47,7 +47,9 @@ def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, 
     assert names == [f"a[{i}]" for i in range(6)] and list(report["map"]) == names == list(report["classical"]["map"])
     for side in (report, report["classical"]):
         assert {"objective", "misfit_rms", "seconds", "laplace_std", "mcmc"} <= set(side)
-        assert side["mcmc"]["samples"] == 40 and 0 < side["mcmc"]["acceptance"] < 1, proc.stdout
+        assert side["mcmc"]["samples"] == 40 and 0 <= side["mcmc"]["acceptance"] < 1, proc.stdout
+    # The two-epoch network may leave its chains where they start; the classical posterior is a real one.
+    assert report["classical"]["mcmc"]["acceptance"] > 0.05, proc.stdout
     assert report["map_difference"]["classical_objective_at_surrogate_map"] > 0
     assert report["surrogate_calls"] > 0 and report["classical"]["solves"] > 0 and report["classical"]["adjoint_solves"] > 0
     # Each side's MAP explains the data better than every start did (ten iterations: not yet to the noise).
@@ -86,6 +88,7 @@ def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
     np.testing.assert_allclose(kept.std(0), std, rtol=0.15)
     assert 0.2 < chains.accepted.mean() < 0.6
     ess = effective_sample_size(chains.samples[:, 300:])
+    assert np.isnan(effective_sample_size(np.ones((2, 50, 1))))[0]  # chains that never moved: nothing to estimate
     assert (ess > 100).all() and (ess < kept.shape[0]).all()
     # Independent draws have an effective sample size of about their number.
     independent = np.random.default_rng(0).standard_normal((4, 2000, 1))
@@ -104,7 +107,7 @@ def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
 def test_bad_observations_are_one_line_and_nothing_is_written(tiny_runs, tmp_path, text, message):
     bad = tmp_path / "obs.csv"
     bad.write_text(text)
-    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_observations(bad, Surrogate.load(tiny_runs["poisson"]).family)
     if message == "no rows":  # and through the command: status 2, one line, no directory
         proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(bad), "--out", str(tmp_path / "o"))
@@ -115,7 +118,7 @@ def test_bad_observations_are_one_line_and_nothing_is_written(tiny_runs, tmp_pat
 def test_the_prior_is_one_of_the_familys_laws(tiny_runs):
     family = Surrogate.load(tiny_runs["poisson"]).family
     assert prior_of(family, "normal").kind == "normal"
-    with pytest.raises(InputError, match="--prior: the poisson family draws its instances from uniform, normal"):
+    with pytest.raises(ValueError, match="--prior: the poisson family draws its instances from uniform, normal"):
         prior_of(family, "cauchy")
 
 

@@ -32,6 +32,7 @@ MEMBERS = {
     "domain": ("domain",),
     "derived": ("derived",),
     "quantities": ("quantities",),
+    "differentiable": (),  # a promise about inputs, field and loss_terms: no member of its own
 }
 
 
@@ -291,7 +292,7 @@ def _broken(tmp_path, body: str):
      "screened_poisson declares 'polish' and has no polish: expected a method polish(params, fields, k)"),
     ('    capabilities = frozenset({"reference", "classical", "solve"})\n',
      "screened_poisson declares the unknown capability 'solve' (known: reference, floor, classical, polish, "
-     "input_fields, precondition, domain, derived, quantities)"),
+     "input_fields, precondition, domain, derived, quantities, differentiable)"),
 ])
 def test_a_capability_member_of_the_wrong_kind_is_one_line_naming_it(tmp_path, monkeypatch, body, message):
     _tutorial(tmp_path)
