@@ -167,19 +167,26 @@ class Surrogate:
             (S, P), or (S, C, P) for C unknowns; with ``outputs`` (names of :attr:`outputs`) a dict by name, each
             derived field (S, [k,] P) at the points and each quantity (S,) as it is (it has no coordinates).
         """
-        from diffnet.grid.points import point_weights, read_at
+        from diffnet.grid.points import read_at
 
         grid = tuple(self.family.resolution)
-        try:  # checked before any field is computed; then read for every output
-            weights = point_weights(grid, points)
-        except ValueError as e:
-            raise InputError(f"points: {e}") from None
+        weights = self._point_weights(points)  # checked before any field is computed; then read for every output
         instances = self.instances(values, **named)
         u = self.fields(instances)
         if outputs is None:
             return read_at(u, grid, weights)
         return {name: read_at(value, grid, weights) if value.shape[value.ndim - len(grid):] == grid else value
                 for name, value in self.outputs_of(instances, u, outputs).items()}
+
+    def _point_weights(self, points):
+        """The shape functions' weights of ``points`` on the run's grid (:func:`diffnet.grid.points.point_weights`);
+        bad points an :class:`InputError`."""
+        from diffnet.grid.points import point_weights
+
+        try:
+            return point_weights(tuple(self.family.resolution), points)
+        except ValueError as e:
+            raise InputError(f"points: {e}") from None
 
     def evaluate(self, instances, points=None):
         """The fields of ``instances`` (a torch tensor of the family's parameter, (S, *shape), or (S,) for a scalar one)
@@ -201,19 +208,14 @@ class Surrogate:
         import torch
 
         from deepfusion.analysis.inference import differentiable_fields
-        from diffnet.grid.points import point_weights, read_at
+        from diffnet.grid.points import read_at
 
         if not isinstance(instances, torch.Tensor):
             raise InputError(f"instances: evaluate takes a torch tensor (surrogate(...) takes arrays), got "
                              f"{type(instances).__name__}")
         require(self.family, "differentiable", "Surrogate.evaluate")
         self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
-        weights = None
-        if points is not None:
-            try:
-                weights = point_weights(tuple(self.family.resolution), points)
-            except ValueError as e:
-                raise InputError(f"points: {e}") from None
+        weights = None if points is None else self._point_weights(points)
         p = instances.to(torch.float64)
         p = p if p.ndim > len(self.family.parameters.shape) else p[None]  # one instance without its batch axis
         u = differentiable_fields(self._model, self._generator, p)
@@ -221,7 +223,8 @@ class Surrogate:
 
     def jacobian(self, instances, points=None):
         """d(fields) / d(instances), exact (:meth:`evaluate`'s gradients), by one backward pass over a batch of copies of
-        each instance, one copy per output value (chunked by :attr:`chunk`): meant for values at a few ``points``.
+        each instance, one copy per output value (chunked by :attr:`chunk`; :func:`deepfusion.analysis.inverse.jacobian`):
+        meant for values at a few ``points``.
 
         Returns
         -------
@@ -230,22 +233,13 @@ class Surrogate:
         """
         import torch
 
+        from deepfusion.analysis.inverse import jacobian
+
         p = torch.as_tensor(np.asarray(instances, dtype=np.float64))
-        one = self.evaluate(p[:1], points).detach()  # the output's shape (and the checks)
-        out_shape = tuple(one.shape[1:])
-        count = int(np.prod(out_shape))
-        rows = []
-        for k in range(len(p)):
-            grads = []
-            for start in range(0, count, self.chunk):
-                n = min(self.chunk, count - start)
-                copies = p[k:k + 1].repeat(n, *([1] * (p.ndim - 1))).requires_grad_(True)
-                values = self.evaluate(copies, points).reshape(n, count)
-                picked = values[torch.arange(n), torch.arange(start, start + n)].sum()
-                (g,) = torch.autograd.grad(picked, copies)
-                grads.append(g.numpy())
-            rows.append(np.concatenate(grads).reshape(*out_shape, *p.shape[1:]))
-        return np.stack(rows)
+        out_shape = tuple(self.evaluate(p[:1], points).shape[1:])  # (and the checks)
+        flat = lambda q: self.evaluate(q, points).reshape(len(q), -1)  # noqa: E731
+        return np.stack([jacobian(flat, row, chunk=self.chunk).reshape(*out_shape, *p.shape[1:])
+                         for row in p.numpy()])
 
     @property
     def outputs(self) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 __all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "objective",
-           "MapResult", "map_estimate", "laplace", "parameter_names"]
+           "MapResult", "map_estimate", "jacobian", "laplace", "parameter_names"]
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
@@ -192,16 +192,22 @@ def map_estimate(forward: Forward, observations, prior: Prior, starts: np.ndarra
                      result.initial, result.evaluations + 1, seconds, result.reasons[best], int(result.iterations[best]))
 
 
-def jacobian(forward: Forward, p: np.ndarray, copies: bool = True) -> np.ndarray:
-    """d predictions / d p at one instance p (*shape): (P, m). With ``copies`` one batched forward of P copies of p
-    and one backward pass (row j the gradient of copy j's prediction j: a surrogate's batch is cheap); else one
-    forward and a backward pass per observation (a classical solve per copy would be wasted)."""
+def jacobian(forward: Forward, p: np.ndarray, copies: bool = True, chunk: int | None = None) -> np.ndarray:
+    """d predictions / d p at one instance p (*shape): (P, m). With ``copies`` batched forwards of copies of p, ``chunk``
+    at a time (default: all P), and one backward pass each (row j the gradient of copy j's prediction j: a surrogate's
+    batch is cheap); else one forward and a backward pass per observation (a classical solve per copy would be
+    wasted)."""
     if copies:
         count = len(forward(torch.as_tensor(p[None], dtype=torch.float64)).detach()[0])
-        x = torch.tensor(np.repeat(p[None], count, axis=0), dtype=torch.float64, requires_grad=True)
-        picked = forward(x)[torch.arange(count), torch.arange(count)]
-        (grad,) = torch.autograd.grad(picked.sum(), x)
-        return grad.reshape(count, -1).numpy()
+        step = count if chunk is None else chunk
+        rows = []
+        for start in range(0, count, step):
+            n = min(step, count - start)
+            x = torch.tensor(np.repeat(p[None], n, axis=0), dtype=torch.float64, requires_grad=True)
+            picked = forward(x)[torch.arange(n), torch.arange(start, start + n)]
+            (grad,) = torch.autograd.grad(picked.sum(), x)
+            rows.append(grad.reshape(n, -1).numpy())
+        return np.concatenate(rows)
     x = torch.tensor(p[None], dtype=torch.float64, requires_grad=True)
     y = forward(x)[0]
     rows = [torch.autograd.grad(y[j], x, retain_graph=j < len(y) - 1)[0].reshape(-1) for j in range(len(y))]

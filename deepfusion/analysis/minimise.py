@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import torch
+
+from deepfusion.training.lbfgs import two_loop
 
 __all__ = ["Minimised", "minimise_batched"]
 
@@ -37,19 +40,10 @@ class Minimised:
 
 
 def _direction(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """-H g by the two-loop recursion over the curvature ``pairs`` (s, y), oldest first."""
-    q = g.copy()
-    alphas = []
-    for s, y in reversed(pairs):
-        a = (s @ q) / (y @ s)
-        alphas.append(a)
-        q -= a * y
-    if pairs:
-        s, y = pairs[-1]
-        q *= (s @ y) / (y @ y)
-    for (s, y), a in zip(pairs, reversed(alphas)):
-        q += s * (a - (y @ q) / (y @ s))
-    return -q
+    """-H g by the training's L-BFGS two-loop recursion (:func:`deepfusion.training.lbfgs.two_loop`) over the
+    curvature ``pairs`` (s, y), oldest first."""
+    history = [tuple(torch.from_numpy(v) for v in pair) for pair in pairs]
+    return -two_loop(torch.from_numpy(g), [s for s, _ in history], [y for _, y in history]).numpy()
 
 
 def minimise_batched(fun: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], x0: np.ndarray, low: np.ndarray,
