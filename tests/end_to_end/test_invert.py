@@ -35,6 +35,7 @@ def wells(tiny_runs, tmp_path_factory):
     return path, truth
 
 
+@pytest.mark.slow  # 5 s: both sides' MAP, Laplace and chains through the command (the parts have fast tests below)
 def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, wells, tmp_path):
     path, truth = wells
     out = tmp_path / "inverse"
