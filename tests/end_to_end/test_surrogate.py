@@ -173,3 +173,22 @@ def test_values_at_points_are_the_fields_read_by_the_shape_functions(runs):
     exec(guide[start:].split("```")[0], scope)  # the user guide's lines, as written
     assert scope["heads"].shape == (3, 3) and scope["both"]["flux_x"].shape == (3, 3)
     np.testing.assert_allclose(scope["heads"], scope["both"]["u"])
+
+
+def test_the_user_guides_gradient_and_inverse_examples_run_as_written(runs, tmp_path, monkeypatch):
+    s = Surrogate.load(runs["poisson"])
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    wells = [[0.25, 0.5], [0.7, 0.1], [0.9, 0.9]]
+    scope = {"poisson": s, "wells": wells}
+    start = guide.index("a = torch.zeros(1, 6")
+    exec("import torch\n" + guide[start:].split("```")[0], scope)  # the gradient example, as written
+    assert scope["a"].grad.shape == (1, 6) and scope["J"].shape == (1, 3, 6)
+    np.testing.assert_allclose(scope["J"][0].T @ (scope["heads"].detach().numpy()[0] - [0.8, 0.3, 0.1]) / 0.01**2,
+                               scope["a"].grad.numpy()[0], rtol=1e-6, atol=1e-6 * float(scope["a"].grad.abs().max()))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wells.csv").write_text("x,y,output,value,sigma\n" + "".join(f"{x},{y},u,{v},0.01\n" for (x, y), v in
+                                                                          zip(wells, (0.8, 0.3, 0.1))))
+    start = guide.index("from deepfusion.analysis.inverse import laplace")
+    exec(guide[start:].split("```")[0], scope)  # the inverse example, as written
+    assert scope["best"].map.shape == (6,) and scope["posterior"]["std"].shape == (6,)
+    assert scope["best"].objective <= scope["best"].initial.min()
