@@ -1,5 +1,6 @@
-"""The assembled Q1 linear-elasticity system on the unit square or cube and its solve: AMG-preconditioned
-CG with the rigid-body modes as the near-null space (pyamg's smoothed aggregation), or a direct solve.
+"""The assembled Q1 linear-elasticity system on the unit square or cube and its solve: CG preconditioned by AMG with
+the rigid-body modes as the near-null space (pyamg's smoothed aggregation) or by geometric multigrid
+(:mod:`diffnet.solvers.vector_gmg`), or a direct solve (a sparse LU, CHOLMOD's Cholesky).
 
 The element is :mod:`diffnet.discretisation.elasticity`'s (vector Q1, 2^d-point Gauss, Young's modulus interpolated
 to the Gauss points), so the solution is the exact minimiser of the energy DiffNet is trained on. The
@@ -10,6 +11,7 @@ layout smoothed aggregation takes in blocks of d; a field (S, d, *grid) converts
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -20,10 +22,10 @@ import scipy.sparse.linalg as spla
 
 from diffnet.instances.boundary import BoxBoundary
 from diffnet.grid.material import lame
-from diffnet.grid.element import gauss_basis
+from diffnet.grid.element import element_nodes, element_slices, gauss_basis
 from diffnet.instances.geometry import grid_points
 from diffnet.solvers.fem import grid_spacing
-from diffnet.grid.element import element_slices
+from diffnet.solvers.vector_gmg import geometric_hierarchy
 
 __all__ = ["element_stiffness", "element_dofs", "gauss_values", "elasticity_matrix", "body_load", "rigid_body_modes", "to_dofs", "from_dofs",
            "free_rigid_motion", "solve_elasticity", "ElasticitySystem", "elasticity_system", "ElasticityMultigrid", "multigrid"]
@@ -65,23 +67,54 @@ def elasticity_matrix(young: np.ndarray, nu: float, plane: str = "strain") -> sp
     Unknowns node-major (dof = node * d + component, x first); no boundary conditions: K is singular
     by the rigid-body modes (:func:`rigid_body_modes`). 1/2 uᵀ K u is
     :func:`diffnet.discretisation.elasticity.elasticity_energy` of the same field.
+
+    The element blocks are added by slices into a node's row of couplings to its 3^d neighbours, whose CSR
+    pattern is one per grid (:func:`_pattern`): at 33³ 0.2 s against 1.25 s for the sum of per-corner sparse
+    matrices this replaced, and no (cells, 24, 24) index arrays (the whole COO at 63³ took 6 GB).
     """
     young = np.asarray(young, dtype=np.float64)
     if young.ndim not in (2, 3) or min(young.shape) < 2:
         raise ValueError(f"need a 2-D or 3-D grid with at least 2 nodes per side, got {young.shape}")
-    k_q, values = element_stiffness(grid_spacing(young.shape), nu, plane)
+    shape, dims = young.shape, young.ndim
+    k_q, values = element_stiffness(grid_spacing(shape), nu, plane)
     e_q = gauss_values(young, values)  # (cells, Q)
-    dofs = element_dofs(young.shape)
-    dims, n = young.ndim, young.size * young.ndim
-    K = sp.csr_matrix((n, n))
-    # One element node's rows at a time: the whole (cells, 24, 24) COO of a 3-D grid at 63^3 took 6 GB.
-    for a in range(values.shape[1]):
-        rows = slice(a * dims, (a + 1) * dims)
-        local = e_q @ k_q[:, rows].reshape(len(k_q), -1)  # (cells, d * 2^d d)
-        r = np.broadcast_to(dofs[:, rows, None], (len(dofs), dims, dofs.shape[1])).ravel()
-        c = np.broadcast_to(dofs[:, None, :], (len(dofs), dims, dofs.shape[1])).ravel()
-        K = K + sp.csr_matrix((local.ravel(), (r, c)), shape=(n, n))
-    return K
+    corners = np.array(element_nodes(dims))  # (2^d, d) offsets of each element corner
+    # Couplings held neighbour-, then component-major with the grid last, so that every slice added is contiguous
+    # along the grid's rows (the node-major order, with the grid first, took 2.5x as long at 33³).
+    couplings = np.zeros((3**dims, dims, dims, *shape))  # neighbour (offsets -1..1 row-major), component, component
+    cells = tuple(n - 1 for n in shape)
+    for a, at in enumerate(element_slices(shape)):
+        # One corner's rows at a time: (d, 2^d, d, cells), a fraction of the element matrices' memory.
+        local = (k_q[:, a * dims:(a + 1) * dims].reshape(len(k_q), -1).T @ e_q.T).reshape(dims, len(corners), dims, *cells)
+        for b, offset in enumerate(corners):
+            neighbour = int(np.ravel_multi_index(tuple(offset - corners[a] + 1), (3,) * dims))
+            couplings[(neighbour, slice(None), slice(None)) + at] += local[:, b]
+    rows = np.moveaxis(couplings.reshape(3**dims, dims, dims, -1), -1, 0).transpose(0, 2, 1, 3)  # node, i, neighbour, k
+    indptr, indices, present = _pattern(shape)
+    n = young.size * dims
+    return sp.csr_matrix((rows.reshape(n, -1)[present], indices, indptr), shape=(n, n))
+
+
+@functools.lru_cache(maxsize=4)
+def _pattern(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR pattern of the Q1 vector stiffness on a node grid: indptr, column indices, and which of each row's
+    3^d d slots (neighbour offsets -1..1 row-major, then component) lie inside the grid, (d N, 3^d d).
+
+    Node-major numbering makes a neighbour's index grow with its offset in row-major order, so the slots in that
+    order are each row's columns sorted, as CSR keeps them."""
+    dims, nodes = len(shape), int(np.prod(shape))
+    offsets = np.stack(np.meshgrid(*([np.arange(-1, 2)] * dims), indexing="ij"), axis=-1).reshape(-1, dims)
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in shape], indexing="ij"), axis=-1).reshape(nodes, 1, dims)
+    target = grid + offsets  # (N, 3^d, d)
+    inside = np.all((target >= 0) & (target < np.array(shape)), axis=-1)
+    neighbour = np.ravel_multi_index(tuple(np.moveaxis(np.clip(target, 0, np.array(shape) - 1), -1, 0)), shape)
+    slots = (nodes, dims, len(offsets), dims)
+    present = np.broadcast_to(inside[:, None, :, None], slots).reshape(nodes * dims, -1)
+    kind = np.int32 if present.sum() < 2**31 and nodes * dims < 2**31 else np.int64
+    columns = (neighbour[:, :, None] * dims + np.arange(dims)).astype(kind)  # (N, 3^d, d)
+    indices = np.broadcast_to(columns[:, None], slots).reshape(nodes * dims, -1)[present]
+    indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(kind)
+    return indptr, indices, present
 
 
 def body_load(force, shape: tuple[int, ...]) -> np.ndarray:
@@ -155,7 +188,8 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
 
     The fixed dofs are eliminated (K_ff u_f = load_f - K_fc g: symmetric positive definite once the
     rigid-body modes are held); ``method`` "amg" is CG preconditioned by pyamg's smoothed aggregation
-    with the rigid-body modes restricted to the free dofs as its near-null space, "direct" a sparse LU,
+    with the rigid-body modes restricted to the free dofs as its near-null space, "gmg" CG preconditioned by the
+    geometric multigrid (:mod:`diffnet.solvers.vector_gmg`), "direct" a sparse LU,
     "cholesky" a sparse Cholesky (CHOLMOD, :mod:`diffnet.solvers.cholesky`).
 
     Parameters
@@ -174,19 +208,19 @@ def solve_elasticity(K: sp.csr_matrix, load: np.ndarray, fixed: np.ndarray, valu
         from diffnet.solvers.cholesky import cholesky_solve
 
         u[free] = cholesky_solve(k_ff, rhs)
-    elif method == "amg":
+    elif method in ("amg", "gmg"):
         t0 = time.perf_counter()
-        ml = _hierarchy(k_ff, shape, free)
+        ml = _hierarchy(k_ff, shape, free) if method == "amg" else geometric_hierarchy(k_ff, shape, free)
         stats["amg_setup_s"] = time.perf_counter() - t0
         residuals: list[float] = []
         u[free] = ml.solve(rhs, tol=tol, accel="cg", maxiter=1000, residuals=residuals)
         stats["iterations"] = len(residuals) - 1
         stats["relative_residual"] = float(np.linalg.norm(rhs - k_ff @ u[free]) / max(np.linalg.norm(rhs), 1e-300))
         if stats["relative_residual"] > 10 * tol:
-            raise RuntimeError(f"AMG-CG did not converge: relative residual {stats['relative_residual']:.3e} "
+            raise RuntimeError(f"{method.upper()}-CG did not converge: relative residual {stats['relative_residual']:.3e} "
                                f"after {stats['iterations']} iterations")
     else:
-        raise ValueError(f"method must be 'amg' or 'direct', got {method!r}")
+        raise ValueError(f"method must be 'amg', 'gmg', 'cholesky' or 'direct', got {method!r}")
     return from_dofs(u, shape)
 
 
