@@ -81,6 +81,7 @@ class Hyperelasticity(ElasticBox, Family):
                               "differentiable"})
     classical_methods = {"newton-amg": "Newton (line search, load steps) + AMG-CG with the rigid-body modes, to 1e-8",
                          "newton-amg-4": "the same, to 1e-4",
+                         "newton-gmg-4": "Newton (line search, load steps) + geometric-multigrid CG, to 1e-4",
                          "newton-cholesky": "Newton (line search, load steps), each step a sparse Cholesky (CHOLMOD), "
                                             "to 1e-8"}
     classical_baseline = "newton-amg"
@@ -232,8 +233,7 @@ class Hyperelasticity(ElasticBox, Family):
         if method not in self.classical_methods:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
-        return NewtonSolve(coarse, 1e-4 if method == "newton-amg-4" else 1e-8,
-                           "cholesky" if method == "newton-cholesky" else "amg")
+        return NewtonSolve(coarse, 1e-4 if method.endswith("-4") else 1e-8, method.split("-")[1])
 
     def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
         """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
@@ -277,7 +277,7 @@ class NewtonSolve:
 
     family: Hyperelasticity
     tol: float
-    linear: str = "amg"  # each Newton step's solve: "amg" or "cholesky"
+    linear: str = "amg"  # each Newton step's solve: "amg", "gmg" or "cholesky"
     last: NewtonStats | None = None
 
     def __call__(self, params: np.ndarray) -> np.ndarray:

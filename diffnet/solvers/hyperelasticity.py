@@ -37,6 +37,7 @@ from diffnet.instances.boundary import BoxBoundary
 from diffnet.solvers.cholesky import cholesky_solve
 from diffnet.solvers.elasticity import from_dofs, rigid_body_modes, to_dofs
 from diffnet.solvers.fem import grid_spacing
+from diffnet.solvers.vector_gmg import geometric_hierarchy
 
 __all__ = ["NewtonStats", "NeoHookeanBody", "NewtonFailure"]
 
@@ -131,8 +132,8 @@ class NeoHookeanBody:
     def solve(self, tol: float = 1e-10, linear_tol: float = 1e-10, start: np.ndarray | None = None,
               max_steps: int = 30, stats: NewtonStats | None = None, linear: str = "amg") -> np.ndarray:
         """The displacement (d, *grid) minimising the energy at the full load, from ``start`` (d, *grid) or the held
-        values; ``stats`` gathers the cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``)
-        or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises :class:`NewtonFailure` naming what
+        values; ``stats`` gathers the cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``),
+        "gmg" (geometric-multigrid CG, :mod:`diffnet.solvers.vector_gmg`) or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises :class:`NewtonFailure` naming what
         failed."""
         stats = stats if stats is not None else NewtonStats()
         x = self.values * self.fixed if start is None else np.where(self.fixed, self.values, to_dofs(start))
@@ -187,7 +188,8 @@ class NeoHookeanBody:
                     if linear == "cholesky":  # an indefinite tangent fails its factorisation: a ValueError
                         dx[free] = cholesky_solve(k, -g[free])
                     else:
-                        ml = pyamg.smoothed_aggregation_solver(k, B=self.modes, symmetry="hermitian")
+                        ml = (geometric_hierarchy(k, self.shape, free) if linear == "gmg" else
+                              pyamg.smoothed_aggregation_solver(k, B=self.modes, symmetry="hermitian"))
                         stats.amg_setup_s += time.perf_counter() - t0
                         dx[free] = ml.solve(-g[free], tol=linear_tol, accel="cg", maxiter=500, residuals=residuals)
                     dx[self.fixed] = 0.0

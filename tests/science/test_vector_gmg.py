@@ -69,3 +69,15 @@ def test_the_assembly_pattern_is_sorted_csr_without_duplicates():
     # A node couples with its 27 neighbours' 3 components at most (3 x 81 slots), a corner node with 8 x 3.
     per_row = np.diff(K.indptr)
     assert per_row.max() == 81 and per_row.min() == 24
+
+
+def test_newton_with_geometric_multigrid_steps_reaches_the_cholesky_steps_solution():
+    from diffnet.problems.hyperelasticity import Hyperelasticity
+
+    f = Hyperelasticity(resolution=(17, 17))
+    p = f.sample(1, "random", 2)[0]
+    by_gmg = f.classical_solver("newton-gmg-4", 17)
+    u = by_gmg(p)
+    exact = f.classical_solver("newton-cholesky", 17)(p)
+    assert by_gmg.last.cg_iterations > 0 and by_gmg.last.newton_steps <= 12
+    assert np.linalg.norm(u - exact) <= 1e-4 * np.linalg.norm(exact)
