@@ -5,7 +5,7 @@ The posterior of the instance p given observations d_j = y_j(p) + noise (indepen
 
     Φ(p) = ½ Σ_j ((y_j(p) - d_j) / σ_j)² - log π(p),
 
-with y_j(p) the field's unknown read at the observation's point. A forward model is a function of a batch of
+with y_j(p) the observed field (an unknown, or a derived field such as a flux) read at the observation's point. A forward model is a function of a batch of
 instances (S, *shape) to their predictions (S, P), differentiable in them: the surrogate's exact gradients
 (:meth:`deepfusion.surrogate.Surrogate.evaluate`) or the classical solve of the grid's system with its adjoint
 (:class:`ClassicalSolve`: the same implicit-function-theorem term as the surrogate's correction, with V = I).
@@ -78,16 +78,12 @@ def prior_of(family, kind: str) -> Prior:
     return Prior(kind, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64))
 
 
-def _pick(values: torch.Tensor, unknown: np.ndarray) -> torch.Tensor:
-    """(S, P) predictions from values at the points (S, P), or (S, C, P) for C unknowns (each row its own)."""
-    if values.ndim == 2:
-        return values
-    return values[:, torch.as_tensor(unknown), torch.arange(values.shape[2])]
-
-
 def surrogate_forward(surrogate, observations) -> Forward:
-    """The surrogate's predictions of ``observations``: its fields read at their points, differentiable."""
-    return lambda p: _pick(surrogate.evaluate(p, points=observations.points), observations.unknown)
+    """The surrogate's predictions of ``observations``: its fields, or what is derived from them, read at their points
+    (:func:`~deepfusion.analysis.observations.predict`), differentiable."""
+    from deepfusion.analysis.observations import predict
+
+    return lambda p: predict(surrogate.family, observations, p, surrogate.evaluate(p))
 
 
 class ClassicalSolve(torch.autograd.Function):
@@ -129,13 +125,10 @@ class ClassicalSolve(torch.autograd.Function):
 def classical_forward(family, observations, counter: list | None = None) -> Forward:
     """The classical solve's predictions of ``observations`` with adjoint gradients (:class:`ClassicalSolve`);
     ``counter`` [forward solves, adjoint solves], counted as they happen."""
-    from diffnet.grid.points import point_weights, read_at
+    from deepfusion.analysis.observations import predict
 
-    grid = tuple(family.resolution)
-    weights = point_weights(grid, observations.points)
     counter = counter if counter is not None else [0, 0]
-    return lambda p: _pick(read_at(ClassicalSolve.apply(p.double(), family, counter), grid, weights),
-                           observations.unknown)
+    return lambda p: predict(family, observations, p.double(), ClassicalSolve.apply(p.double(), family, counter))
 
 
 def objective(forward: Forward, observations, prior: Prior, p: torch.Tensor) -> torch.Tensor:

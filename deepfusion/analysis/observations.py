@@ -1,9 +1,12 @@
-"""Observations of a field at points, for an inverse problem: a CSV of ``x,y[,z],output,value,sigma`` read and checked.
+"""Observations of a field and of what is derived from it, at points, for an inverse problem: a CSV of
+``x,y[,z],output,value,sigma`` read and checked, and the predictions of a batch of fields at them.
 
-Each row observes one unknown of the family's field (``output``: ``u``, or ``u_x``, ``u_y``, ... for several
-unknowns) at a point of the unit square or cube, with its value and the standard deviation of its Gaussian noise.
-The field is read at the point by the element's shape functions (:mod:`diffnet.grid.points`). Derived fields and
-quantities of interest are not differentiable in the instances yet, and are refused in one line.
+Each row observes one scalar field at a point of the unit square or cube, with its value and the standard deviation
+of its Gaussian noise: an unknown of the family's field (``u``, or ``u_x``, ``u_y``, ... for several unknowns) or one
+of its derived fields (:func:`observable_names`: ``flux_x``, ``von_mises``, a tensor's components as ``stress_xx``,
+``strain_xy``, ...). Each is read at the point by the element's shape functions (:mod:`diffnet.grid.points`), the
+derived ones from their values recovered to the nodes, as the evaluation reports them. Quantities with no coordinates
+(a stress concentration factor) are not observable: no differentiable family has one yet.
 """
 
 from __future__ import annotations
@@ -14,24 +17,91 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Observations", "read_observations", "MAX_OBSERVATIONS"]
+__all__ = ["Observations", "read_observations", "observable_names", "observable_fields", "scalar_parts", "predict",
+           "MAX_OBSERVATIONS"]
 
 MAX_OBSERVATIONS = 100_000
 
 
 @dataclass(frozen=True)
 class Observations:
-    """Values of a field's unknowns at points: ``points`` (P, d) x first, ``unknown`` (P,) the index of the observed
-    unknown, ``values`` and ``sigma`` (P,)."""
+    """Values of scalar fields at points: ``points`` (P, d) x first, ``names`` (P,) the observed field of each row
+    (:func:`observable_names`), ``values`` and ``sigma`` (P,)."""
 
     points: np.ndarray
-    unknown: np.ndarray
+    names: tuple[str, ...]
     values: np.ndarray
     sigma: np.ndarray
-    names: tuple[str, ...]  # the observed unknown of each row, as written
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def rows(self) -> dict[str, np.ndarray]:
+        """The rows observing each field, by name (in the order each first appears)."""
+        names = np.asarray(self.names)
+        return {name: np.flatnonzero(names == name) for name in dict.fromkeys(self.names)}
+
+
+def scalar_parts(derived: dict, dims: int) -> dict:
+    """A family's derived fields (name -> (S, *grid), or a symmetric tensor (S, K, *grid)) as scalar fields: a tensor's
+    components named ``NAME_xx``, ... (:data:`~diffnet.grid.material.COMPONENT_NAMES`), numpy or torch as given."""
+    from diffnet.grid.material import COMPONENT_NAMES
+
+    out = {}
+    for name, value in derived.items():
+        if value.ndim == 1 + dims:
+            out[name] = value
+        else:
+            out |= {f"{name}_{c}": value[:, k] for k, c in enumerate(COMPONENT_NAMES[dims])}
+    return out
+
+
+def observable_fields(family, instances, fields, wanted=None) -> dict:
+    """The scalar fields an observation may name (:func:`observable_names`) of ``instances`` and their nodal
+    ``fields`` ((S, *grid), or (S, C, *grid) for C unknowns): numpy in, numpy out; torch in, torch out,
+    differentiable in both where the family is ``differentiable``. The derived fields only when ``wanted`` (names)
+    asks for one of them (or is None)."""
+    unknowns = tuple(family.unknowns)
+    out = {unknowns[0]: fields} if len(unknowns) == 1 else {n: fields[:, k] for k, n in enumerate(unknowns)}
+    if family.has("derived") and (wanted is None or set(wanted) - set(unknowns)):
+        out |= scalar_parts(family.derived(instances, fields), len(family.resolution))
+    return out
+
+
+def observable_names(family) -> tuple[str, ...]:
+    """What an observation's ``output`` may name for ``family``: its unknowns, then its derived scalar fields (read
+    off the training range's centre with a zero field, which costs one derivation on the grid)."""
+    if not family.has("derived"):
+        return tuple(family.unknowns)
+    low, high = family.parameters.bounds()
+    centre = ((np.asarray(low, dtype=np.float64) + np.asarray(high, dtype=np.float64)) / 2)[None]
+    shape = tuple(family.resolution) if len(family.unknowns) == 1 else (len(family.unknowns), *family.resolution)
+    return tuple(observable_fields(family, centre, np.zeros((1, *shape))))
+
+
+def predict(family, observations: Observations, instances, fields):
+    """The predictions (S, P) of ``observations`` by the nodal ``fields`` of ``instances``: each row's field
+    (:func:`observable_fields`) read at its point by the element's shape functions; torch in, torch out,
+    differentiable in the fields and the instances."""
+    import torch
+
+    from diffnet.grid.points import point_weights, read_at
+
+    grid = tuple(family.resolution)
+    rows = observations.rows()
+    scalars = observable_fields(family, instances, fields, rows)
+    missing = [name for name in rows if name not in scalars]
+    if missing:
+        raise ValueError(f"the {family.name} family gives no field {', '.join(missing)} to observe")
+    parts = []
+    for name, index in rows.items():
+        value = scalars[name]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"the {family.name} family's derived field {name!r} is not a torch tensor of torch inputs: "
+                            f"its `derived` must take tensors to be observed (docs/families.md, `differentiable`)")
+        parts.append(read_at(value, grid, point_weights(grid, observations.points[index])))
+    order = np.concatenate(list(rows.values()))
+    return torch.cat(parts, dim=1)[:, torch.as_tensor(np.argsort(order))]
 
 
 def read_observations(path: Path, family) -> Observations:
@@ -40,7 +110,6 @@ def read_observations(path: Path, family) -> Observations:
     path = Path(path)
     dims = len(family.resolution)
     axes = ("x", "y", "z")[:dims]
-    unknowns = tuple(family.unknowns)
     if not path.is_file():
         raise ValueError(f"--observations: {path}: no such file")
     try:
@@ -57,15 +126,16 @@ def read_observations(path: Path, family) -> Observations:
                          f"{dims}-D family, got {','.join(str(h) for h in header)}")
     if len(rows) > MAX_OBSERVATIONS:
         raise ValueError(f"--observations: {path}: {len(rows)} rows, more than {MAX_OBSERVATIONS}")
-    points, unknown, values, sigma, names = [], [], [], [], []
+    observable = observable_names(family)
+    points, values, sigma, names = [], [], [], []
     for line, row in enumerate(rows, start=2):
         where = f"--observations: {path}, line {line}"
         name = (row["output"] or "").strip()
-        if name not in unknowns:
-            others = f"; derived fields and quantities ({name}) are not differentiable in the instances yet" \
-                if name and family.has("derived") else ""
+        if name not in observable:
+            derived = observable[len(family.unknowns):]
             raise ValueError(f"{where}: output {name!r} is not one of the field's unknowns "
-                             f"({', '.join(unknowns)}){others}")
+                             f"({', '.join(family.unknowns)})" + (f" nor its derived fields ({', '.join(derived)})"
+                                                                  if derived else ""))
         try:
             numbers = [float(row[k]) for k in (*axes, "value", "sigma")]
         except (TypeError, ValueError):
@@ -79,8 +149,7 @@ def read_observations(path: Path, family) -> Observations:
         if not noise > 0:
             raise ValueError(f"{where}: sigma must be > 0, got {noise:g}")
         points.append(point)
-        unknown.append(unknowns.index(name))
         values.append(value)
         sigma.append(noise)
         names.append(name)
-    return Observations(np.asarray(points), np.asarray(unknown), np.asarray(values), np.asarray(sigma), tuple(names))
+    return Observations(np.asarray(points), tuple(names), np.asarray(values), np.asarray(sigma))

@@ -69,15 +69,12 @@ class Outputs:
 
     def add(self, instances: np.ndarray, fields: np.ndarray) -> None:
         from deepfusion.analysis.derived import derived_fields, quantities
-        from deepfusion.files.fields import TENSOR_COMPONENTS
+        from deepfusion.analysis.observations import scalar_parts
 
-        grid = len(self.family.resolution)
         mask = None if self.inside is None else self.inside(instances)
-        for name, value in derived_fields(self.family, instances, fields).items():
-            parts = {name: value} if value.ndim == 1 + grid else \
-                {f"{name}_{c}": value[:, k] for k, c in enumerate(TENSOR_COMPONENTS[grid])}
-            for key, part in parts.items():
-                self.moments.setdefault(key, self._moments()).add(part, mask)
+        derived = derived_fields(self.family, instances, fields)
+        for key, part in scalar_parts(derived, len(self.family.resolution)).items():
+            self.moments.setdefault(key, self._moments()).add(part, mask)
         for name, value in quantities(self.family, instances, fields).items():
             self.values.setdefault(name, []).extend(np.asarray(value, dtype=np.float64).tolist())
 

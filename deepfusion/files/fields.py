@@ -10,11 +10,9 @@ from typing import Mapping, Sequence
 import h5py
 import numpy as np
 
-__all__ = ["TENSOR_COMPONENTS", "Layout", "write_statistics", "FieldFileError", "by_unknown", "write_fields", "read_fields"]
+from diffnet.grid.material import COMPONENT_NAMES
 
-# A symmetric tensor's stored components by the grid's dimension (XDMF's Tensor6 order in 3-D).
-TENSOR_COMPONENTS = {2: ("xx", "yy", "xy"), 3: ("xx", "yy", "zz", "xy", "yz", "xz")}
-
+__all__ = ["Layout", "write_statistics", "FieldFileError", "by_unknown", "write_fields", "read_fields"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ def write_fields(
     tensors = {}
     for name, value in (derived or {}).items():
         value = np.asarray(value, dtype=np.float64)
-        components = TENSOR_COMPONENTS.get(len(grid), ())
+        components = COMPONENT_NAMES.get(len(grid), ())
         if value.shape == (u.shape[0], *grid):
             datasets[name], nodal[name] = value, value.dtype
         elif value.shape == (u.shape[0], len(components), *grid):

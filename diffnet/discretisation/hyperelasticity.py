@@ -163,14 +163,15 @@ def smallest_jacobian(u: torch.Tensor, spacing: tuple[float, ...]) -> torch.Tens
 
 def cauchy_stress(grad: list[list[np.ndarray]], mu: np.ndarray, lam: np.ndarray) -> list[np.ndarray]:
     """The Cauchy stress σ = (1/J) P Fᵀ = mu/J (F Fᵀ - I) + lambda ln J / J I of the Neo-Hookean energy above, for a
-    displacement gradient ``grad[i][j]`` = du_i/dx_j (numpy arrays of one shape) and moduli of that shape: in 2-D
+    displacement gradient ``grad[i][j]`` = du_i/dx_j (numpy arrays or torch tensors of one shape) and moduli of that shape: in 2-D
     (plane strain, F₃₃ = 1) σ_xx, σ_yy, σ_zz, σ_xy; in 3-D the six of
     :data:`~diffnet.grid.material.SYMMETRIC`'s order. At F = I + ε it is linear elasticity's to first order."""
     dims = len(grad)
     F = [[grad[i][j] + (1.0 if i == j else 0.0) for j in range(dims)] for i in range(dims)]
     J = F[0][0] * F[1][1] - F[0][1] * F[1][0] if dims == 2 else \
         sum(F[0][j] * (F[1][(j + 1) % 3] * F[2][(j + 2) % 3] - F[1][(j + 2) % 3] * F[2][(j + 1) % 3]) for j in range(3))
-    volumetric = lam * np.log(np.maximum(J, J_GUARD)) / J
+    log = torch.log(J.clamp_min(J_GUARD)) if isinstance(J, torch.Tensor) else np.log(np.maximum(J, J_GUARD))
+    volumetric = lam * log / J
 
     def b(i: int, j: int) -> np.ndarray:  # (F Fᵀ)_ij
         return sum(F[i][k] * F[j][k] for k in range(dims))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["PLANES", "POISSON_RATIO", "lame", "SYMMETRIC", "strain_components", "stress_components", "plane_stress_tensor",
+__all__ = ["PLANES", "POISSON_RATIO", "lame", "SYMMETRIC", "COMPONENT_NAMES", "strain_components", "stress_components", "plane_stress_tensor",
            "von_mises", "principal_stresses"]
 
 Number = TypeVar("Number")  # a float, a numpy array or a torch tensor
@@ -41,6 +41,8 @@ def lame(nu: Number, plane: str = "strain") -> tuple[Number, Number]:
 
 # A symmetric tensor's stored components (i, j) by dimension, x first: 2-D xx, yy, xy; 3-D XDMF's Tensor6 order.
 SYMMETRIC = {2: ((0, 0), (1, 1), (0, 1)), 3: ((0, 0), (1, 1), (2, 2), (0, 1), (1, 2), (0, 2))}
+# Their names, as files, `uq` and observations write a tensor's components (``stress_xx``, ...).
+COMPONENT_NAMES = {d: tuple("xyz"[i] + "xyz"[j] for i, j in pairs) for d, pairs in SYMMETRIC.items()}
 
 
 def strain_components(grad) -> list:

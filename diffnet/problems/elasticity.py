@@ -23,7 +23,7 @@ from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.backend.constants import constant
 from diffnet.discretisation.elasticity import elasticity_energy, elasticity_stencil
 from diffnet.grid.material import PLANES, POISSON_RATIO, strain_components, stress_components, von_mises
-from diffnet.grid.recovery import at_gauss, gauss_gradients, to_nodes
+from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.problems.kl_family import kl_log_field
@@ -190,19 +190,21 @@ class Elasticity(ElasticBox, Family):
         """The energy's Hessian, the Q1 stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
         return elasticity_stencil(self.young(params.to(u.dtype)), params[:, -1].to(u.dtype), self.spacing, self.plane)
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def derived(self, params, fields) -> dict:
         """Strain and stress (symmetric tensors (S, K, *grid), :data:`~diffnet.grid.material.SYMMETRIC` order: 2-D xx,
         yy, xy; 3-D xx, yy, zz, xy, yz, xz) and von Mises (S, *grid) of displacements (S, d, *grid): the Q1
-        gradients and E at the Gauss points, recovered to the nodes (:mod:`diffnet.grid.recovery`)."""
-        p = np.asarray(params, dtype=np.float64)
-        grad = gauss_gradients(np.asarray(fields, dtype=np.float64), self.spacing)  # (S, d (i), d (j), Q, *cells)
+        gradients and E at the Gauss points, recovered to the nodes (:mod:`diffnet.grid.recovery`). numpy in, numpy
+        out; torch tensors in, tensors out, differentiable in both (``differentiable``)."""
+        u, back = as_tensors(fields)
+        p = torch.as_tensor(params, dtype=u.dtype, device=u.device)
+        grad = gauss_gradients(u, self.spacing)  # (S, d (i), d (j), Q, *cells)
         g = [[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)]
         nu = p[:, -1].reshape(-1, *([1] * (self.dims + 1)))
-        young = at_gauss(self.young(torch.as_tensor(p)).numpy(), self.dims)
-        strain = to_nodes(np.stack(strain_components(g), axis=1), self.dims)
-        stress = to_nodes(np.stack(stress_components(g, young, nu, self.plane), axis=1), self.dims)
-        return {"strain": strain, "stress": stress,
-                "von_mises": von_mises(*np.moveaxis(stress, 1, 0), nu=nu[:, 0, 0], plane=self.plane)}
+        young = at_gauss(self.young(p), self.dims)
+        strain = to_nodes(torch.stack(strain_components(g), dim=1), self.dims)
+        stress = to_nodes(torch.stack(stress_components(g, young, nu, self.plane), dim=1), self.dims)
+        return back({"strain": strain, "stress": stress,
+                     "von_mises": von_mises(*stress.unbind(1), nu=nu[:, 0, 0], plane=self.plane)})
 
     # -- references ---------------------------------------------------------------------
     def system(self, params: np.ndarray) -> ElasticitySystem:

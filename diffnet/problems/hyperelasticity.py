@@ -21,7 +21,7 @@ from diffnet.backend.constants import constant
 from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_energy, neo_hookean_stencil,
                                                    smallest_jacobian)
 from diffnet.grid.material import POISSON_RATIO, von_mises
-from diffnet.grid.recovery import at_gauss, gauss_gradients, to_nodes
+from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.instances.boundary import vector_side_check
 from diffnet.problems.elasticity import ElasticBox
 from diffnet.problems.kl_family import kl_log_field
@@ -154,14 +154,15 @@ class Hyperelasticity(ElasticBox, Family):
         """(S,) bool: no element inverted (det F > 0 at every Gauss point); the coarse correction's line search keeps it."""
         return smallest_jacobian(u, self.spacing) > 0
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def derived(self, params, fields) -> dict:
         """The Cauchy stress (a symmetric tensor (S, K, *grid): 2-D xx, yy, xy; 3-D xx, yy, zz, xy, yz, xz) and its von
         Mises stress (S, *grid) of displacements (S, d, *grid), plane strain's σ_zz in the latter: at the Gauss points
         from F = I + ∇u and mu there (:func:`~diffnet.discretisation.hyperelasticity.cauchy_stress`), recovered to the
-        nodes (:mod:`diffnet.grid.recovery`), as linear elasticity's."""
-        p = np.asarray(params, dtype=np.float64)
-        grad = gauss_gradients(np.asarray(fields, dtype=np.float64), self.spacing)  # (S, d (i), d (j), Q, *cells)
-        mu = at_gauss(self.shear_modulus(torch.as_tensor(p)).numpy(), self.dims)
+        nodes (:mod:`diffnet.grid.recovery`), as linear elasticity's; numpy or torch in, the same out (differentiable)."""
+        u, back = as_tensors(fields)
+        p = torch.as_tensor(params, dtype=u.dtype, device=u.device)
+        grad = gauss_gradients(u, self.spacing)  # (S, d (i), d (j), Q, *cells)
+        mu = at_gauss(self.shear_modulus(p), self.dims)
         sigma = cauchy_stress([[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)], mu,
                               2.0 * mu * self.nu / (1.0 - 2.0 * self.nu))
         if self.dims == 2:
@@ -169,7 +170,8 @@ class Hyperelasticity(ElasticBox, Family):
             components, mises = [sxx, syy, sxy], von_mises(sxx, syy, szz, sxy, 0.0 * sxy, 0.0 * sxy)
         else:
             components, mises = sigma, von_mises(*sigma)
-        return {"stress": to_nodes(np.stack(components, axis=1), self.dims), "von_mises": to_nodes(mises, self.dims)}
+        return back({"stress": to_nodes(torch.stack(components, dim=1), self.dims),
+                     "von_mises": to_nodes(mises, self.dims)})
 
     # -- references ---------------------------------------------------------------------
     def body(self, params: np.ndarray) -> NeoHookeanBody:

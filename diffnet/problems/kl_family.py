@@ -108,11 +108,15 @@ class KLFamily(SideFields, Q1Classical, Family):
                   for p in params]
         return np.log10(self.diffusivity_numpy(params)), labels
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def derived(self, params, fields) -> dict:
         """The flux -ν∇u per component (``flux_x``, ``flux_y``[, ``flux_z``], each (S, *grid)): Q1 gradients at the
-        Gauss points times ν there, recovered to the nodes (:func:`diffnet.grid.recovery.recovered_flux`)."""
+        Gauss points times ν there, recovered to the nodes (:func:`diffnet.grid.recovery.recovered_flux`). numpy in,
+        numpy out; torch tensors in, tensors out, differentiable in both (``differentiable``)."""
         spacing = tuple(1.0 / (n - 1) for n in reversed(self.resolution))
-        flux = recovered_flux(np.asarray(fields, dtype=np.float64), self.diffusivity_numpy(params), spacing)
+        if isinstance(fields, torch.Tensor):
+            flux = recovered_flux(fields, self.diffusivity(torch.as_tensor(params, dtype=fields.dtype)), spacing)
+        else:
+            flux = recovered_flux(np.asarray(fields, dtype=np.float64), self.diffusivity_numpy(params), spacing)
         return {f"flux_{axis}": flux[:, k] for k, axis in enumerate("xyz"[: len(spacing)])}
 
     def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from helpers import run_cli
 from deepfusion import Surrogate
 from deepfusion.analysis.inverse import classical_forward, jacobian, parameter_names, prior_of
 from deepfusion.analysis.mcmc import effective_sample_size, metropolis
-from deepfusion.analysis.observations import read_observations
+from deepfusion.analysis.observations import Observations, read_observations
 
 POINTS = [(x, y) for y in (0.2, 0.5, 0.8) for x in (0.15, 0.4, 0.65, 0.9)]
 
@@ -38,8 +38,15 @@ def wells(tiny_runs, tmp_path_factory):
 @pytest.mark.slow  # 5 s: both sides' MAP, Laplace and chains through the command (the parts have fast tests below)
 def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, wells, tmp_path):
     path, truth = wells
+    family = Surrogate.load(tiny_runs["poisson"]).family
+    flux = family.derived(truth, family.reference(truth))["flux_x"]  # and the flux at three of the wells
+    from diffnet.grid.points import values_at
+
+    mixed = tmp_path / "wells_and_flux.csv"
+    mixed.write_text(path.read_text() + "".join(f"{x},{y},flux_x,{v},0.05\n" for (x, y), v in
+                                                zip(POINTS[:3], values_at(flux, (16, 16), POINTS[:3])[0])))
     out = tmp_path / "inverse"
-    proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(path), "--out", str(out),
+    proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(mixed), "--out", str(out),
                    "--starts", "2", "--max-iterations", "10", "--samples", "40", "--chains", "4", "--classical")
     assert proc.returncode == 0, proc.stderr
     assert "MCMC" in proc.stdout and "acceptance" in proc.stdout and "effective sample size" in proc.stdout
@@ -59,14 +66,19 @@ def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, 
     with h5py.File(out / "posterior.h5") as f:
         assert json.loads(f.attrs["parameters"]) == names
         assert f["surrogate/samples"].shape == (4, 10 + 2, 6) and f["surrogate"].attrs["burn_in"] == 2 and f["classical/laplace_covariance"].shape == (6, 6)
-        np.testing.assert_array_equal(f["observed"][()].shape, (12,))
+        np.testing.assert_array_equal(f["observed"][()].shape, (15,))
     assert (out / "posterior.png").stat().st_size > 0
 
 
-def test_the_classical_adjoint_is_the_central_differences(tiny_runs, wells):
+@pytest.mark.parametrize("observed", ["heads", "heads and fluxes"])
+def test_the_classical_adjoint_is_the_central_differences(tiny_runs, wells, observed):
     path, truth = wells
     family = Surrogate.load(tiny_runs["poisson"]).family
     observations = read_observations(path, family)
+    if observed == "heads and fluxes":  # a derived field depends on the instance beside the field: -ν(p) ∇u_h(p)
+        observations = Observations(observations.points, tuple(("u", "flux_x", "flux_y")[i % 3] for i in
+                                                                range(len(observations))), observations.values,
+                                    observations.sigma)
     counter = [0, 0]
     forward = classical_forward(family, observations, counter)
     J = jacobian(forward, truth[0], copies=False)
@@ -98,7 +110,8 @@ def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
 
 @pytest.mark.parametrize("text, message", [
     ("x,y,output,value,sigma\n1.5,0.5,u,0.3,0.01\n", "line 2: the point (1.5, 0.5) lies outside the unit square"),
-    ("x,y,output,value,sigma\n0.5,0.5,head,0.3,0.01\n", "line 2: output 'head' is not one of the field's unknowns (u)"),
+    ("x,y,output,value,sigma\n0.5,0.5,head,0.3,0.01\n",
+     "line 2: output 'head' is not one of the field's unknowns (u) nor its derived fields (flux_x, flux_y)"),
     ("x,y,output,value,sigma\n0.5,0.5,u,0.3,0\n", "line 2: sigma must be > 0"),
     ("x,y,output,value,sigma\n0.5,0.5,u,nan,0.1\n", "line 2: NaN or Inf"),
     ("x,y,output,value,sigma\n0.5,0.5,u,abc,0.1\n", "line 2: x, y, value and sigma must be numbers"),
