@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["available_cores", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "mpiexec_mismatch",
+__all__ = ["available_cores", "peak_memory_bytes", "node_memory_bytes", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "mpiexec_mismatch",
            "mpi4py_vendor", "launcher_vendor", "DeviceError", "select_device", "configure_cuda"]
 
 
@@ -18,6 +18,23 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def peak_memory_bytes() -> int:
+    """This process's peak resident memory so far (its high-water mark, ``ru_maxrss``: KiB on Linux, bytes on
+    macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def node_memory_bytes() -> int | None:
+    """The node's physical memory, or None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def resolve_threads(requested: int, ranks_on_node: int, cores: int | None = None) -> int:

@@ -36,6 +36,10 @@ def test_tiny_training_lowers_loss_and_writes_run_dir(tiny_run):
     assert all(0 < e < 2 for e in report["rel_l2"])
     assert "rel. L2 vs reference   floor    ratio" in stdout and "plots:" in stdout
     assert "reference: Godunov" in stdout and report["ratio_to_floor"] > 0
+    # Each rank's peak memory, beside the node's: a few hundred MiB of a process that imported torch.
+    memory = next(line for line in stdout.splitlines() if line.startswith("peak memory per rank: "))
+    peak, node = float(memory.split("at most ")[1].split()[0]), float(memory.split("node has ")[1].split()[0])
+    assert 0.05 < peak < node, memory
     with h5py.File(run_dir / "test_prediction.h5") as f:
         assert f["u"].shape == (5, 16, 16)
         np.testing.assert_allclose(f["c"][()], report["c"])
