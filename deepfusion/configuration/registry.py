@@ -20,6 +20,7 @@ ENTRY_POINT_GROUP = "deepfusion.families"
 _BUILTIN = {
     "burgers": "diffnet.problems.burgers:BurgersProblem",
     "poisson": "diffnet.problems.poisson:PoissonProblem",
+    "groundwater": "diffnet.problems.groundwater:Groundwater",
     "poisson3d": "diffnet.problems.poisson3d:Poisson3D",
     "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
     "plate": "diffnet.problems.plate:PlateWithHole",

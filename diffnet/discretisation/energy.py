@@ -34,6 +34,7 @@ __all__ = [
     "dirichlet_energy",
     "dirichlet_stencil",
     "reaction_diffusion_energy",
+    "source_work",
     "reaction_diffusion_stencil",
 ]
 
@@ -319,9 +320,15 @@ def reaction_diffusion_energy(
     diffusion = quadratic_energy(u, nu, values, grads)
     # The mass term is the same quadratic form with the basis values and a unit coefficient.
     mass = quadratic_energy(u, torch.ones_like(u), values, [values])
+    return w * (diffusion + kappa**2 * mass) - source_work(u, f, *spacing)
+
+
+def source_work(u: torch.Tensor, f: torch.Tensor | float, *spacing: float) -> torch.Tensor:
+    """The source's work, the integral of f u over the Q1 elements, per sample (S,): f a constant or nodal values
+    (S, *grid), both interpolated multilinearly to the Gauss points (the load b^T u of the assembled system's
+    right-hand side, :func:`diffnet.solvers.fem.dirichlet_system`'s ``f``)."""
+    values, _, w = _basis(u, spacing)
     over = tuple(range(1, u.ndim + 1))  # the Gauss points and the elements
     if isinstance(f, torch.Tensor):
-        load = (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=over)
-    else:
-        load = f * at_gauss_points(u, values).sum(dim=over)
-    return w * (diffusion + kappa**2 * mass - load)
+        return w * (at_gauss_points(f, values) * at_gauss_points(u, values)).sum(dim=over)
+    return w * f * at_gauss_points(u, values).sum(dim=over)

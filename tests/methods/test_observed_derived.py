@@ -13,13 +13,14 @@ from deepfusion.analysis.observations import Observations, observable_names, pre
 from diffnet.grid.points import values_at
 from diffnet.multigrid.corrected import CoarseCorrected
 from diffnet.problems.elasticity import Elasticity, Elasticity3D
+from diffnet.problems.groundwater import Groundwater
 from diffnet.problems.hyperelasticity import Hyperelasticity
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
 
-FAMILIES = [(PoissonProblem((12, 13)), 4), (Poisson3D((5, 5, 5)), 3), (Elasticity((11, 10)), 4),
+FAMILIES = [(PoissonProblem((12, 13)), 4), (Groundwater((13, 13)), 4), (Poisson3D((5, 5, 5)), 3), (Elasticity((11, 10)), 4),
             (Elasticity3D((5, 5, 5)), 3), (Hyperelasticity((9, 9)), 4)]
-IDS = ["poisson", "poisson3d", "elasticity", "elasticity3d", "hyperelasticity"]
+IDS = ["poisson", "groundwater", "poisson3d", "elasticity", "elasticity3d", "hyperelasticity"]
 
 
 def _raw(family, scale):

@@ -14,6 +14,7 @@ from diffnet.multigrid.smoother import Smooth, prepared, sweep_sensitivity, swee
 from diffnet.multigrid.coarse import CoarseSpace
 from diffnet.multigrid.stencil import as_blocks
 from diffnet.problems.elasticity import Elasticity, Elasticity3D
+from diffnet.problems.groundwater import Groundwater
 from diffnet.problems.hyperelasticity import Hyperelasticity
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.problems.poisson3d import Poisson3D
@@ -45,11 +46,12 @@ def _agrees_with_central_differences(f, p: torch.Tensor, grad: torch.Tensor, h: 
 
 @pytest.mark.parametrize("family, nodes", [
     (PoissonProblem((14, 14)), 5),  # 13 intervals on 4: grids that do not nest
+    (Groundwater((13, 13)), 4),  # the wells' rates move the load b(p), not the operator
     (Poisson3D((5, 5, 5)), 3),
     (ReactionDiffusionProblem((11, 11)), 5),
     (Elasticity((11, 10)), 4),  # two unknowns: the block Hessian and 2x2 diagonal blocks in the sweeps
     (Elasticity3D((5, 5, 5)), 3),
-], ids=["poisson", "poisson3d", "reaction_diffusion", "elasticity", "elasticity3d"])
+], ids=["poisson", "groundwater", "poisson3d", "reaction_diffusion", "elasticity", "elasticity3d"])
 def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_differences(family, nodes):
     assert family.has("differentiable")
     f = _product(family, nodes, smoothing=2)
