@@ -154,3 +154,27 @@ def test_each_start_is_minimised_on_its_own_inside_the_box():
     expected = minimize(lambda x: rosenbrock(x[None])[0][0], [-1.2, 0.5], jac=lambda x: rosenbrock(x[None])[1][0],
                         method="L-BFGS-B", bounds=[(-3, 3), (-3, 0.5)]).x
     np.testing.assert_allclose(boxed.x[0], expected, atol=1e-4)
+
+
+@pytest.mark.slow  # 30 s: a small groundwater run trained, then the tutorial's two MAPs
+def test_the_pumping_test_tutorial_runs_as_written(tmp_path):
+    from helpers import ROOT
+
+    run_dir = tmp_path / "groundwater"
+    proc = run_cli("train", str(ROOT / "configs" / "groundwater.toml"), "--out", str(run_dir),
+                   "--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
+                   "--set", "data.n_train=64", "--set", "data.n_test=2", "--set", "model.coarse_correction=5",
+                   "--set", "model.channels=[8,16]", "--set", "output.plots=false")
+    assert proc.returncode == 0, proc.stderr
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    start = guide.index("### Tutorial: a pumping test")
+    snippet = guide[start:].split("```python\n", 1)[1].split("```")[0]
+    assert '"runs/groundwater"' in snippet
+    scope: dict = {}
+    # The tutorial's lines as written, on the small run, with two starts and eight L-BFGS iterations each.
+    assert snippet.count("observations, prior, starts)") == 2 and "prior.draw(4, seed=0)" in snippet
+    small = snippet.replace('"runs/groundwater"', repr(str(run_dir))).replace("prior.draw(4, seed=0)", "prior.draw(2, seed=0)")
+    exec(small.replace("observations, prior, starts)", "observations, prior, starts, max_iterations=8)"), scope)
+    for result in (scope["through_network"], scope["by_solver"]):
+        assert result.map.shape == (10,) and result.objective < result.initial.min()
+    assert np.isfinite(scope["judged"]) and scope["judged"] > 0  # the surrogate's MAP in the classical objective
