@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from diffnet.protocol.options import integer_in, interval, one_of, option, posit
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, free_rigid_motion, multigrid, to_dofs
 
-__all__ = ["ElasticBox", "Elasticity", "Elasticity3D"]
+__all__ = ["ElasticBox", "SolvedBox", "Elasticity", "Elasticity3D"]
 
 
 def _poisson_ratio(v: tuple[float, ...]) -> str | None:
@@ -98,10 +99,62 @@ class ElasticBox(SideFields):
         """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
         free, lift, _ = self._side_fields(raw)
         return lift + raw * free
+
+
+class SolvedBox:
+    """The references of a solid on the whole box, one solve per instance: on this grid (the floor) and on a grid
+    ``truth_refine`` times finer (the truth), and the classical sweep's grids. A family declares ``solution`` (what
+    its solve is called: "Q1 solution", "Newton solution") and :meth:`solve_instance` (shared by the linear and the
+    Neo-Hookean families; the plate with a hole has its own, on its cut domain)."""
+
+    solution: ClassVar[str]
+
+    def solve_instance(self, params: np.ndarray) -> np.ndarray:
+        """One instance's discrete solution on this grid (d, *resolution)."""
+        raise NotImplementedError
+
+    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
+        every = (slice(None),) + (slice(None, None, stride),) * self.dims
+        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
+        for k in range(len(params)):
+            out[k] = self.solve_instance(params[k])[every]
+            if progress is not None:
+                progress(k + 1, len(params))
+        return out
+
+    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The discrete solutions on this grid (S, d, *resolution) (:meth:`solve_instance`)."""
+        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+
+    def reference_name(self) -> str:
+        return f"the {self.solution} on this grid"
+
+    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The same-grid minimiser of the trained energy: the grid's floor."""
+        return self.reference(params), np.ones(len(params), dtype=bool)
+
+    def floor_name(self) -> str:
+        return f"the {self.solution} on this grid"
+
+    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+        """The solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
+        r = self.truth_refine
+        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
+        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
+
+    def truth_name(self) -> str:
+        r = self.truth_refine
+        return f"{self.solution[0].upper()}{self.solution[1:]} on " + "x".join(str(r * (n - 1) + 1) for n in
+                                                                              self.resolution) + f" ({r}x finer)"
+
+    def classical_configurations(self) -> dict[str, list[int]]:
+        """Nodes per side, coarse to fine, below the truth's grid (the Q1 families' sweep)."""
+        grids = q1_configurations(self)["fmg"]
+        return {method: grids for method in self.classical_methods}
+
+
 @dataclass(frozen=True)
-class Elasticity(ElasticBox, Family):
-
-
+class Elasticity(ElasticBox, SolvedBox, Family):
     """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -213,46 +266,14 @@ class Elasticity(ElasticBox, Family):
         young = self.young(torch.as_tensor(p[None]))[0].numpy()
         return elasticity_system(young, float(p[-1]), self.boundaries, self.plane, held=self.held())
 
-    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
-        """Q1 solutions on this grid (S, d, *resolution) by geometric-multigrid CG, to 1e-10 (at 65³, one
-        thread: 17 s an instance to 1e-8, against 50 s for smoothed aggregation to 1e-4)."""
-        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+    solution = "Q1 solution"
 
-    def reference_name(self) -> str:
-        return "the Q1 solution on this grid"
-
-    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
-        every = (slice(None),) + (slice(None, None, stride),) * self.dims
-        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
-        for k in range(len(params)):
-            out[k] = self.system(params[k]).solve("gmg")[every]
-            if progress is not None:
-                progress(k + 1, len(params))
-        return out
-
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The same-grid Q1 solution, the exact minimiser of the trained energy: the grid's floor."""
-        return self.reference(params), np.ones(len(params), dtype=bool)
-
-    def floor_name(self) -> str:
-        return "the Q1 solution on this grid"
-
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
-        """The Q1 solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
-        r = self.truth_refine
-        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
-        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
-
-    def truth_name(self) -> str:
-        r = self.truth_refine
-        return "Q1 solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+    def solve_instance(self, params: np.ndarray) -> np.ndarray:
+        """One instance's Q1 solution (d, *resolution) by geometric-multigrid CG, to 1e-10 (at 65³, one thread: 17 s
+        an instance to 1e-8, against 50 s for smoothed aggregation to 1e-4)."""
+        return self.system(params).solve("gmg")
 
     # -- the classical side and the polish ------------------------------------------------
-    def classical_configurations(self) -> dict[str, list[int]]:
-        """Nodes per side, coarse to fine, below the truth's grid (the scalar Q1 families' sweep)."""
-        grids = q1_configurations(self)["fmg"]
-        return {method: grids for method in self.classical_methods}
-
     def classical_solver(self, method: str, grid: int):
         """One instance's Q1 solution (d, *grid) on ``grid`` nodes per side; assembly and multigrid set-up inside the
         call."""

@@ -23,11 +23,11 @@ from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_e
 from diffnet.grid.material import POISSON_RATIO, von_mises
 from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.instances.boundary import vector_side_check
-from diffnet.problems.elasticity import ElasticBox
+from diffnet.problems.elasticity import ElasticBox, SolvedBox
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, option, positive
-from diffnet.solvers.classical import q1_configurations, q1_to_grid
+from diffnet.solvers.classical import q1_to_grid
 from diffnet.solvers.hyperelasticity import NeoHookeanBody, NewtonFailure, NewtonStats
 
 __all__ = ["Hyperelasticity", "Hyperelasticity3D"]
@@ -53,7 +53,7 @@ def _loads(v: tuple[float, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Hyperelasticity(ElasticBox, Family):
+class Hyperelasticity(ElasticBox, SolvedBox, Family):
     """A Neo-Hookean body in plane strain on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -190,45 +190,13 @@ class Hyperelasticity(ElasticBox, Family):
             values = ", ".join(f"{v:.3g}" for v in np.asarray(params, dtype=np.float64))
             raise ValueError(f"the {self.name} instance ({values}) on {'x'.join(map(str, self.resolution))}: {e}") from None
 
-    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
-        """The energy's minimisers on this grid (S, d, *resolution), Newton to 1e-10 of the load."""
-        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+    solution = "Newton solution"
 
-    def reference_name(self) -> str:
-        return "the Newton solution on this grid"
-
-    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
-        every = (slice(None),) + (slice(None, None, stride),) * self.dims
-        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
-        for k in range(len(params)):
-            out[k] = self.solve(params[k])[every]
-            if progress is not None:
-                progress(k + 1, len(params))
-        return out
-
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The same-grid minimiser of the trained energy: the grid's floor."""
-        return self.reference(params), np.ones(len(params), dtype=bool)
-
-    def floor_name(self) -> str:
-        return "the Newton solution on this grid"
-
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
-        """The Newton solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
-        r = self.truth_refine
-        fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
-        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
-
-    def truth_name(self) -> str:
-        r = self.truth_refine
-        return "Newton solution on " + "x".join(str(r * (n - 1) + 1) for n in self.resolution) + f" ({r}x finer)"
+    def solve_instance(self, params: np.ndarray) -> np.ndarray:
+        """One instance's minimiser of the energy on this grid (d, *resolution), Newton to 1e-10 of the load."""
+        return self.solve(params)
 
     # -- the classical side and the polish ------------------------------------------------
-    def classical_configurations(self) -> dict[str, list[int]]:
-        """Nodes per side, coarse to fine, below the truth's grid (the Q1 families' sweep)."""
-        grids = q1_configurations(self)["fmg"]
-        return {method: grids for method in self.classical_methods}
-
     def classical_solver(self, method: str, grid: int) -> "NewtonSolve":
         """One instance's solution (d, *grid) on ``grid`` nodes per side: every Newton step (assembly, AMG set-up,
         CG) inside the call; the call's cost (Newton steps, load steps) is the solver's ``last``."""
