@@ -100,6 +100,16 @@ class ElasticBox(SideFields):
         free, lift, _ = self._side_fields(raw)
         return lift + raw * free
 
+    def box_inputs(self, log_field: torch.Tensor, scalar: torch.Tensor) -> torch.Tensor:
+        """A solid's network input (S, 2 + d, *resolution): a material's nodal log field (S, *resolution), a scalar
+        parameter (S,) as a constant field, then the coordinates, outermost first."""
+        s = log_field.shape[0]
+        constant_field = scalar.reshape(s, *([1] * self.dims)).expand(s, *self.resolution)
+        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_field)
+                for k in self.coordinates()]
+        grids = torch.meshgrid(*axes, indexing="ij")
+        return torch.stack([log_field, constant_field, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+
 
 class SolvedBox:
     """The references of a solid on the whole box, one solve per instance: on this grid (the floor) and on a grid
@@ -225,12 +235,7 @@ class Elasticity(ElasticBox, SolvedBox, Family):
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """(S, 2 + d, *resolution): log E, nu as a constant field, then the coordinates, outermost first."""
-        log_e = torch.log(self.young(params))
-        s = params.shape[0]
-        nu = params[:, -1].reshape(s, *([1] * self.dims)).expand(s, *self.resolution)
-        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_e) for k in self.coordinates()]
-        grids = torch.meshgrid(*axes, indexing="ij")
-        return torch.stack([log_e, nu, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+        return self.box_inputs(torch.log(self.young(params)), params[:, -1])
 
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the strain energy less the tractions' work."""

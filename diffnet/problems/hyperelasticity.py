@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from diffnet.backend.constants import constant
 from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_energy, neo_hookean_stencil,
                                                    smallest_jacobian)
 from diffnet.grid.material import POISSON_RATIO, von_mises
@@ -131,12 +130,7 @@ class Hyperelasticity(ElasticBox, SolvedBox, Family):
 
     def inputs(self, params: torch.Tensor) -> torch.Tensor:
         """(S, 2 + d, *resolution): log mu, the load as a constant field, then the coordinates, outermost first."""
-        log_mu = torch.log(self.shear_modulus(params))
-        s = params.shape[0]
-        load = params[:, -1].reshape(s, *([1] * self.dims)).expand(s, *self.resolution)
-        axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], log_mu) for k in self.coordinates()]
-        grids = torch.meshgrid(*axes, indexing="ij")
-        return torch.stack([log_mu, load, *(g.expand(s, *self.resolution) for g in grids)], dim=1)
+        return self.box_inputs(torch.log(self.shear_modulus(params)), params[:, -1])
 
     # -- the loss ----------------------------------------------------------------------
     def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
