@@ -12,13 +12,27 @@ import numpy as np
 
 from deepfusion.analysis.inference import relative_l2
 
-__all__ = ["Derived", "derived_fields", "quantities", "truth_quantities", "energy_errors", "measure"]
+__all__ = ["Derived", "derived_fields", "scalar_parts", "quantities", "truth_quantities", "energy_errors", "measure"]
 
 
 def derived_fields(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
     """The family's derived fields of ``fields`` (name -> (S, *grid) or a tensor (S, K, *grid)); none without the
     ``derived`` capability."""
     return dict(family.derived(instances, fields)) if family.has("derived") else {}
+
+
+def scalar_parts(derived: dict, dims: int) -> dict:
+    """A family's derived fields (name -> (S, *grid), or a symmetric tensor (S, K, *grid)) as scalar fields: a tensor's
+    components named ``NAME_xx``, ... (:data:`~diffnet.grid.material.COMPONENT_NAMES`), numpy or torch as given."""
+    from diffnet.grid.material import COMPONENT_NAMES
+
+    out = {}
+    for name, value in derived.items():
+        if value.ndim == 1 + dims:
+            out[name] = value
+        else:
+            out |= {f"{name}_{c}": value[:, k] for k, c in enumerate(COMPONENT_NAMES[dims])}
+    return out
 
 
 def truth_derived(family, instances: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:

@@ -83,7 +83,8 @@ def surrogate_forward(surrogate, observations) -> Forward:
     (:func:`~deepfusion.analysis.observations.predict`), differentiable."""
     from deepfusion.analysis.observations import predict
 
-    return lambda p: predict(surrogate.family, observations, p, surrogate.evaluate(p))
+    weights = observations.weights(tuple(surrogate.family.resolution))
+    return lambda p: predict(surrogate.family, observations, p, surrogate.evaluate(p), weights)
 
 
 class ClassicalSolve(torch.autograd.Function):
@@ -128,7 +129,9 @@ def classical_forward(family, observations, counter: list | None = None) -> Forw
     from deepfusion.analysis.observations import predict
 
     counter = counter if counter is not None else [0, 0]
-    return lambda p: predict(family, observations, p.double(), ClassicalSolve.apply(p.double(), family, counter))
+    weights = observations.weights(tuple(family.resolution))
+    return lambda p: predict(family, observations, p.double(), ClassicalSolve.apply(p.double(), family, counter),
+                             weights)
 
 
 def objective(forward: Forward, observations, prior: Prior, p: torch.Tensor) -> torch.Tensor:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Observations", "read_observations", "observable_names", "observable_fields", "scalar_parts", "predict",
-           "MAX_OBSERVATIONS"]
+__all__ = ["Observations", "read_observations", "observable_names", "observable_fields", "predict", "MAX_OBSERVATIONS"]
 
 MAX_OBSERVATIONS = 100_000
 
@@ -41,19 +40,12 @@ class Observations:
         names = np.asarray(self.names)
         return {name: np.flatnonzero(names == name) for name in dict.fromkeys(self.names)}
 
+    def weights(self, resolution) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The shape functions' weights (:func:`diffnet.grid.points.point_weights`) of each field's rows (:meth:`rows`)
+        on the node grid ``resolution``: computed once per forward model, read at every evaluation."""
+        from diffnet.grid.points import point_weights
 
-def scalar_parts(derived: dict, dims: int) -> dict:
-    """A family's derived fields (name -> (S, *grid), or a symmetric tensor (S, K, *grid)) as scalar fields: a tensor's
-    components named ``NAME_xx``, ... (:data:`~diffnet.grid.material.COMPONENT_NAMES`), numpy or torch as given."""
-    from diffnet.grid.material import COMPONENT_NAMES
-
-    out = {}
-    for name, value in derived.items():
-        if value.ndim == 1 + dims:
-            out[name] = value
-        else:
-            out |= {f"{name}_{c}": value[:, k] for k, c in enumerate(COMPONENT_NAMES[dims])}
-    return out
+        return {name: point_weights(resolution, self.points[index]) for name, index in self.rows().items()}
 
 
 def observable_fields(family, instances, fields, wanted=None) -> dict:
@@ -61,6 +53,8 @@ def observable_fields(family, instances, fields, wanted=None) -> dict:
     ``fields`` ((S, *grid), or (S, C, *grid) for C unknowns): numpy in, numpy out; torch in, torch out,
     differentiable in both where the family is ``differentiable``. The derived fields only when ``wanted`` (names)
     asks for one of them (or is None)."""
+    from deepfusion.analysis.derived import scalar_parts
+
     unknowns = tuple(family.unknowns)
     out = {unknowns[0]: fields} if len(unknowns) == 1 else {n: fields[:, k] for k, n in enumerate(unknowns)}
     if family.has("derived") and (wanted is None or set(wanted) - set(unknowns)):
@@ -79,27 +73,29 @@ def observable_names(family) -> tuple[str, ...]:
     return tuple(observable_fields(family, centre, np.zeros((1, *shape))))
 
 
-def predict(family, observations: Observations, instances, fields):
+def predict(family, observations: Observations, instances, fields, weights=None):
     """The predictions (S, P) of ``observations`` by the nodal ``fields`` of ``instances``: each row's field
-    (:func:`observable_fields`) read at its point by the element's shape functions; torch in, torch out,
+    (:func:`observable_fields`) read at its point by the element's shape functions (``weights``: the observations'
+    :meth:`Observations.weights` on the family's grid, computed here when not given); torch in, torch out,
     differentiable in the fields and the instances."""
     import torch
 
-    from diffnet.grid.points import point_weights, read_at
+    from diffnet.grid.points import read_at
 
     grid = tuple(family.resolution)
     rows = observations.rows()
+    weights = observations.weights(grid) if weights is None else weights
     scalars = observable_fields(family, instances, fields, rows)
     missing = [name for name in rows if name not in scalars]
     if missing:
         raise ValueError(f"the {family.name} family gives no field {', '.join(missing)} to observe")
     parts = []
-    for name, index in rows.items():
+    for name in rows:
         value = scalars[name]
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"the {family.name} family's derived field {name!r} is not a torch tensor of torch inputs: "
                             f"its `derived` must take tensors to be observed (docs/families.md, `differentiable`)")
-        parts.append(read_at(value, grid, point_weights(grid, observations.points[index])))
+        parts.append(read_at(value, grid, weights[name]))
     order = np.concatenate(list(rows.values()))
     return torch.cat(parts, dim=1)[:, torch.as_tensor(np.argsort(order))]
 

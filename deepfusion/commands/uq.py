@@ -68,8 +68,7 @@ class Outputs:
         self.values: dict[str, list] = {}
 
     def add(self, instances: np.ndarray, fields: np.ndarray) -> None:
-        from deepfusion.analysis.derived import derived_fields, quantities
-        from deepfusion.analysis.observations import scalar_parts
+        from deepfusion.analysis.derived import derived_fields, quantities, scalar_parts
 
         mask = None if self.inside is None else self.inside(instances)
         derived = derived_fields(self.family, instances, fields)

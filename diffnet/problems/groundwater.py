@@ -15,7 +15,7 @@ from diffnet.discretisation.energy import source_work
 from diffnet.problems.poisson import PoissonProblem
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import interval, option, positive
-from diffnet.solvers.fem import FEMSystem, dirichlet_system
+from diffnet.solvers.fem import FEMSystem
 
 __all__ = ["Groundwater"]
 
@@ -121,9 +121,7 @@ class Groundwater(PoissonProblem):
     def fem_system(self, params: np.ndarray) -> FEMSystem:
         """The Q1 system of one instance (m + K,): the conductivity's stiffness, the wells' load."""
         p = torch.as_tensor(np.asarray(params, dtype=np.float64)[None])
-        nu = self.diffusivity(p)[0].numpy()
-        fixed, values = self.boundary.fixed(nu.shape)
-        return dirichlet_system(nu, fixed, values, 0.0, self.source(p)[0].numpy(), flux=self.boundary.flux_load(nu.shape))
+        return self._box_system(self.diffusivity(p)[0].numpy(), f=self.source(p)[0].numpy())
 
     def describe(self) -> str:
         wells = ", ".join(f"({x:g}, {y:g})" for x, y in zip(self.well_x, self.well_y))

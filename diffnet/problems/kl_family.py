@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.grid.recovery import recovered_flux
+from diffnet.grid.recovery import as_tensors, recovered_flux
 from diffnet.instances.boundary import SIDES, BoxBoundary, SideFields
 from diffnet.solvers.classical import Q1Classical
 from diffnet.backend.constants import constant
@@ -112,12 +112,9 @@ class KLFamily(SideFields, Q1Classical, Family):
         """The flux -ν∇u per component (``flux_x``, ``flux_y``[, ``flux_z``], each (S, *grid)): Q1 gradients at the
         Gauss points times ν there, recovered to the nodes (:func:`diffnet.grid.recovery.recovered_flux`). numpy in,
         numpy out; torch tensors in, tensors out, differentiable in both (``differentiable``)."""
-        spacing = tuple(1.0 / (n - 1) for n in reversed(self.resolution))
-        if isinstance(fields, torch.Tensor):
-            flux = recovered_flux(fields, self.diffusivity(torch.as_tensor(params, dtype=fields.dtype)), spacing)
-        else:
-            flux = recovered_flux(np.asarray(fields, dtype=np.float64), self.diffusivity_numpy(params), spacing)
-        return {f"flux_{axis}": flux[:, k] for k, axis in enumerate("xyz"[: len(spacing)])}
+        u, back = as_tensors(fields)
+        flux = recovered_flux(u, self.diffusivity(torch.as_tensor(params, dtype=u.dtype, device=u.device)), self.spacing)
+        return back({f"flux_{axis}": flux[:, k] for k, axis in enumerate("xyz"[: self.dims])})
 
     def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
         """``diffusivity`` in float64 numpy, for the reference solver."""
