@@ -1,8 +1,9 @@
 """The user guide's pumping test at full size, timed: a groundwater aquifer (conductivity and well rates) recovered
-from heads at nine observation wells and fluxes at three, the truth solved on 129² as the tutorial's (finer than the
-run's: no inverse crime), through the trained surrogate and through the classical solve with its adjoint, the same starts and
-prior for both. Prints JSON: each side's MAP, seconds, forward evaluations, its Laplace standard deviations, the
-surrogate's MAP judged by the classical objective, and the two MAPs' difference in classical standard deviations.
+from heads at nine observation wells and four beside the pumping wells and fluxes at three, the truth solved on 129²
+as the tutorial's (finer than the run's: no inverse crime), through the trained surrogate and through the classical
+solve with its adjoint, the same starts and prior for both. Prints JSON: each side's MAP, seconds, forward
+evaluations, its Laplace standard deviations, the surrogate's MAP judged by the classical objective, and the two
+MAPs' difference in classical standard deviations.
 
     python benchmarks/pumping_test.py RUN_DIR [--starts 4] [--seed 0] [--out FILE.json]
 """
@@ -25,7 +26,7 @@ TRUTH = [1.2, -0.8, 0.5, 0.3, -1.0, 0.6, -0.7, 0.4, 0.1, -0.3]  # the tutorial's
 
 
 def observations_of(family, truth: np.ndarray, seed: int):
-    """The tutorial's twelve observations of ``truth``, solved on 129²."""
+    """The tutorial's sixteen observations of ``truth``, solved on 129²."""
     from deepfusion.analysis.observations import Observations
     from diffnet.grid.points import values_at
 
@@ -33,11 +34,12 @@ def observations_of(family, truth: np.ndarray, seed: int):
     heads = fine.reference(truth)
     flux_x = fine.derived(truth, heads)["flux_x"]
     wells = [(x, y) for x in (0.15, 0.5, 0.85) for y in (0.15, 0.5, 0.85)]
+    wells += [(0.36, 0.3), (0.76, 0.3), (0.36, 0.7), (0.76, 0.7)]  # beside the pumping wells: their drawdown
     exact = np.concatenate([values_at(heads, fine.resolution, wells)[0],
                             values_at(flux_x, fine.resolution, wells[3:6])[0]])
-    sigma = np.array([0.01] * 9 + [0.05] * 3)
+    sigma = np.array([0.01] * 13 + [0.05] * 3)
     noisy = exact + sigma * np.random.default_rng(seed).standard_normal(len(exact))
-    return Observations(np.array(wells + wells[3:6]), ("u",) * 9 + ("flux_x",) * 3, noisy, sigma), fine.resolution
+    return Observations(np.array(wells + wells[3:6]), ("u",) * 13 + ("flux_x",) * 3, noisy, sigma), fine.resolution
 
 
 def main() -> None:

@@ -164,6 +164,9 @@ def _add_invert(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the starts and the chains (default 0)")
     p.add_argument("--classical", action="store_true",
                    help="also the same by the family's classical solve with adjoint gradients")
+    p.add_argument("--classical-samples", type=int, default=None, metavar="N",
+                   help="MCMC samples of the classical side (default: --samples); its chains cost a solve a step, "
+                        "so fewer of them time it and check the surrogate's posterior")
     p.set_defaults(func=_command("invert"))
 
 

@@ -5,10 +5,12 @@ The posterior of the instance p given observations d_j = y_j(p) + noise (indepen
 
     Φ(p) = ½ Σ_j ((y_j(p) - d_j) / σ_j)² - log π(p),
 
-with y_j(p) the observed field (an unknown, or a derived field such as a flux) read at the observation's point. A forward model is a function of a batch of
-instances (S, *shape) to their predictions (S, P), differentiable in them: the surrogate's exact gradients
-(:meth:`deepfusion.surrogate.Surrogate.evaluate`) or the classical solve of the grid's system with its adjoint
-(:class:`ClassicalSolve`: the same implicit-function-theorem term as the surrogate's correction, with V = I).
+with y_j(p) the observed field (an unknown, or a derived field such as a flux) read at the observation's point. A
+forward model is a function of a batch of instances (S, *shape) to their predictions (S, P), differentiable in them:
+the surrogate's exact gradients (:meth:`deepfusion.surrogate.Surrogate.evaluate`) or the classical solve of the
+grid's system with its adjoint (:class:`ClassicalSolve`: the same implicit-function-theorem term as the surrogate's
+correction, with V = I). A family that is not differentiable in its instances (the plate, whose cut geometry moves
+with the hole) gets its gradients by central differences of either side's values (:func:`differenced_forward`).
 
 * **MAP** (:func:`map_estimate`): L-BFGS from several starts at once, each its own minimisation, their
   evaluations one batched forward and backward (:mod:`deepfusion.analysis.minimise`), inside the training range
@@ -28,7 +30,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "objective",
+__all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "CentralDifferences",
+           "differenced_forward", "objective",
            "MapResult", "map_estimate", "jacobian", "laplace", "parameter_names"]
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -80,11 +83,16 @@ def prior_of(family, kind: str) -> Prior:
 
 def surrogate_forward(surrogate, observations) -> Forward:
     """The surrogate's predictions of ``observations``: its fields, or what is derived from them, read at their points
-    (:func:`~deepfusion.analysis.observations.predict`), differentiable."""
+    (:func:`~deepfusion.analysis.observations.predict`), differentiable: exactly, or by central differences where
+    the family is not ``differentiable`` (:func:`differenced_forward`)."""
     from deepfusion.analysis.observations import predict
 
-    weights = observations.weights(tuple(surrogate.family.resolution))
-    return lambda p: predict(surrogate.family, observations, p, surrogate.evaluate(p), weights)
+    family = surrogate.family
+    weights = observations.weights(tuple(family.resolution))
+    if not family.has("differentiable"):
+        return differenced_forward(lambda p: predict(family, observations, p, surrogate.fields(surrogate.instances(p)),
+                                                     weights), prior_of(family, "uniform"))
+    return lambda p: predict(family, observations, p, surrogate.evaluate(p), weights)
 
 
 class ClassicalSolve(torch.autograd.Function):
@@ -124,14 +132,60 @@ class ClassicalSolve(torch.autograd.Function):
 
 
 def classical_forward(family, observations, counter: list | None = None) -> Forward:
-    """The classical solve's predictions of ``observations`` with adjoint gradients (:class:`ClassicalSolve`);
-    ``counter`` [forward solves, adjoint solves], counted as they happen."""
+    """The classical solve's predictions of ``observations`` with adjoint gradients (:class:`ClassicalSolve`), or by
+    central differences where the family is not ``differentiable`` (:func:`differenced_forward`); ``counter``
+    [forward solves, adjoint solves], counted as they happen."""
     from deepfusion.analysis.observations import predict
 
     counter = counter if counter is not None else [0, 0]
     weights = observations.weights(tuple(family.resolution))
+    if not family.has("differentiable"):
+        def values(p: np.ndarray) -> np.ndarray:
+            counter[0] += len(p)
+            return predict(family, observations, p, family.discrete_optimum(p)[0], weights)
+
+        return differenced_forward(values, prior_of(family, "uniform"))
     return lambda p: predict(family, observations, p.double(), ClassicalSolve.apply(p.double(), family, counter),
                              weights)
+
+
+class CentralDifferences(torch.autograd.Function):
+    """Predictions (S, P) of ``values`` (numpy (S', m) -> (S', P)) forward; when a gradient is wanted, the Jacobian by
+    central differences in the same batch (the 2m + 1 instances of each point), kept for the backward pass. At the
+    prior's bounds the stencil is one-sided (p ± h clipped into the box; the difference divided by the clipped
+    width): instances outside the training range are never asked for."""
+
+    @staticmethod
+    def forward(ctx, params: torch.Tensor, values: Callable, steps: np.ndarray, low: np.ndarray,
+                high: np.ndarray) -> torch.Tensor:
+        p = params.detach().cpu().numpy().reshape(len(params), -1)
+        if not params.requires_grad:
+            return torch.as_tensor(np.asarray(values(p.reshape(params.shape)), dtype=np.float64))
+        s, m = p.shape
+        shifted = p[:, None, :] + np.eye(m) * steps                      # (S, m, m): entry i moved by its step
+        plus = np.minimum(shifted, high)
+        minus = np.maximum(p[:, None, :] - np.eye(m) * steps, low)
+        out = np.asarray(values(np.concatenate([p, plus.reshape(-1, m), minus.reshape(-1, m)]).reshape(
+            -1, *params.shape[1:])), dtype=np.float64)
+        width = (np.einsum("sii->si", plus) - np.einsum("sii->si", minus))[:, :, None]  # (S, m, 1)
+        ctx.save_for_backward(torch.as_tensor((out[s:s + s * m].reshape(s, m, -1) - out[s + s * m:].reshape(s, m, -1))
+                                              / width))
+        return torch.as_tensor(out[:s])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (jac,) = ctx.saved_tensors  # (S, m, P)
+        return torch.einsum("smp,sp->sm", jac, grad.to(jac.dtype)), None, None, None, None
+
+
+def differenced_forward(values: Callable[[np.ndarray], np.ndarray], prior: Prior, step: float = 1e-3) -> Forward:
+    """A forward whose gradients are central differences of ``values`` (numpy instances (S, *shape) -> predictions
+    (S, P); the surrogate's or the classical solve's) with steps of ``step`` times the prior box's width per entry
+    (1e-3: the float32 network's rounding, ~1e-7, stays 1e-4 of the difference; the stencil spans a fraction of a
+    cell for a hole's position): 2m + 1 evaluations per gradient, in one batch (:class:`CentralDifferences`)."""
+    low, high = prior.low.reshape(-1), prior.high.reshape(-1)
+    steps = step * (high - low)
+    return lambda p: CentralDifferences.apply(p.double(), values, steps, low, high)
 
 
 def objective(forward: Forward, observations, prior: Prior, p: torch.Tensor) -> torch.Tensor:

@@ -77,7 +77,7 @@ def predict(family, observations: Observations, instances, fields, weights=None)
     """The predictions (S, P) of ``observations`` by the nodal ``fields`` of ``instances``: each row's field
     (:func:`observable_fields`) read at its point by the element's shape functions (``weights``: the observations'
     :meth:`Observations.weights` on the family's grid, computed here when not given); torch in, torch out,
-    differentiable in the fields and the instances."""
+    differentiable in the fields and the instances; numpy in, numpy out."""
     import torch
 
     from diffnet.grid.points import read_at
@@ -89,6 +89,9 @@ def predict(family, observations: Observations, instances, fields, weights=None)
     missing = [name for name in rows if name not in scalars]
     if missing:
         raise ValueError(f"the {family.name} family gives no field {', '.join(missing)} to observe")
+    order = np.argsort(np.concatenate(list(rows.values())))
+    if not isinstance(fields, torch.Tensor):
+        return np.concatenate([read_at(np.asarray(scalars[name]), grid, weights[name]) for name in rows], axis=1)[:, order]
     parts = []
     for name in rows:
         value = scalars[name]
@@ -96,8 +99,7 @@ def predict(family, observations: Observations, instances, fields, weights=None)
             raise TypeError(f"the {family.name} family's derived field {name!r} is not a torch tensor of torch inputs: "
                             f"its `derived` must take tensors to be observed (docs/families.md, `differentiable`)")
         parts.append(read_at(value, grid, weights[name]))
-    order = np.concatenate(list(rows.values()))
-    return torch.cat(parts, dim=1)[:, torch.as_tensor(np.argsort(order))]
+    return torch.cat(parts, dim=1)[:, torch.as_tensor(order)]
 
 
 def read_observations(path: Path, family) -> Observations:

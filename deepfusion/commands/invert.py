@@ -23,17 +23,21 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--out: {args.out} is a file; invert writes a directory (map.json, posterior.h5, posterior.png)")
     if not 1 <= args.starts <= 1024:
         raise InputError(f"--starts: must be in 1..1024, got {args.starts}")
-    if not (args.samples == 0 or 10 <= args.samples <= 10_000_000):
-        raise InputError(f"--samples: must be 0 (no MCMC) or in 10..10000000, got {args.samples}")
+    for flag, samples in (("--samples", args.samples), ("--classical-samples", args.classical_samples)):
+        if not (samples is None or samples == 0 or 10 <= samples <= 10_000_000):
+            raise InputError(f"{flag}: must be 0 (no MCMC) or in 10..10000000, got {samples}")
+    if args.classical_samples is not None and not args.classical:
+        raise InputError("--classical-samples: only with --classical")
     if not 1 <= args.chains <= 4096:
         raise InputError(f"--chains: must be in 1..4096, got {args.chains}")
     if not 1 <= args.max_iterations <= 100_000:
         raise InputError(f"--max-iterations: must be in 1..100000, got {args.max_iterations}")
 
 
-def _side(name: str, forward, observations, prior, starts, args, names, calls) -> dict:
-    """One side's MAP, Laplace posterior and (``args.samples``) chains, printed as it goes. The surrogate's Jacobian by
-    a batch of copies, the classical one by an adjoint solve per observation (:func:`~deepfusion.analysis.inverse.jacobian`)."""
+def _side(name: str, forward, observations, prior, starts, args, names, calls, samples: int, exact: bool) -> dict:
+    """One side's MAP, Laplace posterior and (``samples``) chains, printed as it goes. With ``exact`` gradients the
+    surrogate's Jacobian by a batch of copies, the classical one by an adjoint solve per observation
+    (:func:`~deepfusion.analysis.inverse.jacobian`); central differences carry their Jacobian already."""
     import torch
 
     from deepfusion.analysis.inverse import laplace, map_estimate, objective
@@ -45,7 +49,7 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls) -
 
     t0 = time.perf_counter()
     result = map_estimate(forward, observations, prior, starts, args.max_iterations, progress)
-    post = laplace(forward, observations, prior, result.map.reshape(-1), copies=name == "surrogate")
+    post = laplace(forward, observations, prior, result.map.reshape(-1), copies=name == "surrogate" and exact)
     seconds_map = time.perf_counter() - t0
     out = {"map": dict(zip(names, result.map.reshape(-1).tolist())), "objective": result.objective,
            "misfit_rms": result.misfit_rms, "seconds": seconds_map, "iterations": result.iterations,
@@ -60,10 +64,10 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls) -
     arrays = {"map": result.map, "laplace_covariance": post["covariance"], "starts": starts, "ends": result.ends}
     with torch.no_grad():
         arrays["predicted"] = forward(torch.as_tensor(result.map[None]))[0].numpy()
-    if args.samples:
+    if samples:
         shape = result.map.shape
         chains = args.chains
-        steps = -(-args.samples // chains)
+        steps = -(-samples // chains)
         burn_in = max(1, steps // 5)
         rng = np.random.default_rng(args.seed + 1)
         jitter = rng.multivariate_normal(np.zeros(post["std"].size), post["covariance"], chains) * 0.1
@@ -82,15 +86,15 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls) -
                          lambda x: prior.inside(x.reshape(-1, *shape)), args.seed, report)
         kept = run.samples[:, burn_in:]
         ess = effective_sample_size(kept)
-        samples = kept.reshape(-1, kept.shape[2])
-        out["mcmc"] = {"samples": int(len(samples)), "chains": chains, "burn_in": burn_in,
+        drawn = kept.reshape(-1, kept.shape[2])
+        out["mcmc"] = {"samples": int(len(drawn)), "chains": chains, "burn_in": burn_in,
                        "acceptance": float(run.accepted.mean()), "seconds": time.perf_counter() - t1,
-                       "mean": dict(zip(names, samples.mean(0).tolist())),
-                       "std": dict(zip(names, samples.std(0, ddof=1).tolist())),
+                       "mean": dict(zip(names, drawn.mean(0).tolist())),
+                       "std": dict(zip(names, drawn.std(0, ddof=1).tolist())),
                        "effective_sample_size": dict(zip(names, ess.tolist()))}
         finite = ess[np.isfinite(ess)]
         spread = f"{finite.min():.0f} (the least) .. {finite.max():.0f}" if finite.size else "none (no move accepted)"
-        print(f"  {name}: MCMC {len(samples)} samples ({chains} chains after {burn_in} steps of burn-in), acceptance "
+        print(f"  {name}: MCMC {len(drawn)} samples ({chains} chains after {burn_in} steps of burn-in), acceptance "
               f"{run.accepted.mean():.1%}, effective sample size {spread}, {out['mcmc']['seconds']:.1f} s", flush=True)
         arrays["samples"] = run.samples  # every step; the first burn_in of each chain are not the posterior's
         arrays["burn_in"] = burn_in
@@ -114,7 +118,7 @@ def command(args: argparse.Namespace, comm) -> int:
     for w in caught:
         warn(str(w.message))
     family = surrogate.family
-    require(family, "differentiable", "deepfusion invert")
+    exact_gradients = family.has("differentiable")
     if args.classical:
         require(family, "floor", "--classical")
     try:
@@ -127,7 +131,9 @@ def command(args: argparse.Namespace, comm) -> int:
     print(f"deepfusion invert: {args.run_dir} ({family.name}, {'x'.join(map(str, family.resolution))}), checkpoint "
           f"{surrogate.checkpoint}; {len(observations)} observations of {', '.join(sorted(set(observations.names)))}; "
           f"prior {args.prior} on the training range; {len(names)} parameters ({', '.join(names[:6])}"
-          f"{', …' if len(names) > 6 else ''})", flush=True)
+          f"{', …' if len(names) > 6 else ''}); gradients "
+          f"{'exact' if exact_gradients else 'by central differences (not differentiable in its instances)'}",
+          flush=True)
 
     calls = [0]
     forward = surrogate_forward(surrogate, observations)
@@ -137,15 +143,17 @@ def command(args: argparse.Namespace, comm) -> int:
         return forward(p)
 
     sides = {"surrogate": _side("surrogate", counted, observations, prior, starts, args, names,
-                                lambda: {"surrogate_calls": calls[0]})}
+                                lambda: {"surrogate_calls": calls[0]}, args.samples, exact_gradients)}
     if args.classical:
         solves = [0, 0]
-        exact = classical_forward(family, observations, solves)
-        sides["classical"] = _side("classical", exact, observations, prior, starts, args, names,
-                                   lambda: {"solves": solves[0], "adjoint_solves": solves[1]})
+        solver = classical_forward(family, observations, solves)
+        sides["classical"] = _side("classical", solver, observations, prior, starts, args, names,
+                                   lambda: {"solves": solves[0], "adjoint_solves": solves[1]},
+                                   args.samples if args.classical_samples is None else args.classical_samples,
+                                   exact_gradients)
     report = {"run_dir": str(args.run_dir), "checkpoint": str(surrogate.checkpoint), "family": family.name,
               "observations": len(observations), "prior": args.prior, "parameters": names,
-              **sides["surrogate"]["report"]}
+              "gradients": "exact" if exact_gradients else "central differences", **sides["surrogate"]["report"]}
     if args.classical:
         report["classical"] = sides["classical"]["report"]
         import torch
@@ -154,7 +162,7 @@ def command(args: argparse.Namespace, comm) -> int:
 
         a, b = (np.asarray(list(sides[k]["report"]["map"].values())) for k in ("surrogate", "classical"))
         with torch.no_grad():  # the surrogate's answer judged by the classical model
-            judged = float(objective(exact, observations, prior, torch.as_tensor(sides["surrogate"]["arrays"]["map"][None]))[0])
+            judged = float(objective(solver, observations, prior, torch.as_tensor(sides["surrogate"]["arrays"]["map"][None]))[0])
         report["map_difference"] = {"max_abs": float(np.abs(a - b).max()),
                                     "in_classical_std": float(np.max(np.abs(a - b) / sides["classical"]["std"])),
                                     "classical_objective_at_surrogate_map": judged,

@@ -84,6 +84,10 @@ CASES = [
     (["compare", "{poisson}", "--out", "r.json", "--resolution", "64"], "unrecognized arguments: --resolution"),
     (["compare", "{burgers}", "--out", "r.json", "--samples", "9"], "this run holds out 1 instance"),
     (["compare", "no_such_run", "--out", "r.json"], "not a run directory"),
+    (["invert", "{poisson}", "--observations", "o.csv", "--out", "inv", "--classical-samples", "20"],
+     "--classical-samples: only with --classical"),
+    (["invert", "{poisson}", "--observations", "o.csv", "--out", "inv", "--classical", "--classical-samples", "5"],
+     "--classical-samples: must be 0 (no MCMC) or in 10..10000000, got 5"),
     # instance files
     (["infer", "{poisson}", "--param", "a={in}/a5.npy", "--out", "x.h5"], "each instance must have shape (6,)"),
     (["infer", "{poisson}", "--param", "a={in}/anan.npy", "--out", "x.h5"], "NaN or Inf"),

@@ -47,15 +47,16 @@ def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, 
                                                 zip(POINTS[:3], values_at(flux, (16, 16), POINTS[:3])[0])))
     out = tmp_path / "inverse"
     proc = run_cli("invert", str(tiny_runs["poisson"]), "--observations", str(mixed), "--out", str(out),
-                   "--starts", "2", "--max-iterations", "10", "--samples", "40", "--chains", "4", "--classical")
+                   "--starts", "2", "--max-iterations", "10", "--samples", "40", "--chains", "4", "--classical",
+                   "--classical-samples", "20")  # the classical chains are the costly ones: fewer of them
     assert proc.returncode == 0, proc.stderr
     assert "MCMC" in proc.stdout and "acceptance" in proc.stdout and "effective sample size" in proc.stdout
     report = json.loads((out / "map.json").read_text())
     names = parameter_names(Surrogate.load(tiny_runs["poisson"]).family)
     assert names == [f"a[{i}]" for i in range(6)] and list(report["map"]) == names == list(report["classical"]["map"])
-    for side in (report, report["classical"]):
+    for side, samples in ((report, 40), (report["classical"], 20)):
         assert {"objective", "misfit_rms", "seconds", "laplace_std", "mcmc"} <= set(side)
-        assert side["mcmc"]["samples"] == 40 and 0 <= side["mcmc"]["acceptance"] < 1, proc.stdout
+        assert side["mcmc"]["samples"] == samples and 0 <= side["mcmc"]["acceptance"] < 1, proc.stdout
     # The two-epoch network may leave its chains where they start; the classical posterior is a real one.
     assert report["classical"]["mcmc"]["acceptance"] > 0.05, proc.stdout
     assert report["map_difference"]["classical_objective_at_surrogate_map"] > 0
@@ -66,6 +67,7 @@ def test_invert_writes_the_map_its_posterior_and_the_classical_route(tiny_runs, 
     with h5py.File(out / "posterior.h5") as f:
         assert json.loads(f.attrs["parameters"]) == names
         assert f["surrogate/samples"].shape == (4, 10 + 2, 6) and f["surrogate"].attrs["burn_in"] == 2 and f["classical/laplace_covariance"].shape == (6, 6)
+        assert f["classical/samples"].shape == (4, 5 + 1, 6) and f["classical"].attrs["burn_in"] == 1
         np.testing.assert_array_equal(f["observed"][()].shape, (15,))
     assert (out / "posterior.png").stat().st_size > 0
 
@@ -90,6 +92,37 @@ def test_the_classical_adjoint_is_the_central_differences(tiny_runs, wells, obse
             plus, minus = (forward(torch.as_tensor((truth[0] + s * e)[None]))[0].numpy() for s in (1, -1))
         np.testing.assert_allclose(J[:, j], (plus - minus) / (2 * h), rtol=1e-5, atol=1e-9)
     assert counter[1] == len(observations)  # one adjoint solve per observation's row
+
+
+def test_central_differences_are_the_exact_gradient_and_stay_in_the_box(tiny_runs, wells):
+    """A family not differentiable in its instances (the plate) gets its gradients by central differences of its
+    values: on the Poisson surrogate, whose exact gradients exist, the two agree; at the prior's bound the stencil is
+    one-sided and asks for no instance outside the training range."""
+    from deepfusion.analysis.inverse import differenced_forward, surrogate_forward
+    from deepfusion.analysis.observations import predict
+
+    path, truth = wells
+    surrogate = Surrogate.load(tiny_runs["poisson"])
+    family = surrogate.family
+    observations = read_observations(path, family)
+    prior = prior_of(family, "uniform")
+    asked = []
+
+    def values(p: np.ndarray) -> np.ndarray:
+        asked.append(p.copy())
+        return predict(family, observations, p, surrogate.fields(surrogate.instances(p)))
+
+    at = np.vstack([truth, np.r_[prior.high[:1], truth[0, 1:]][None]])  # S = 2: inside, and on the upper bound of a_1
+    exact = jacobian(surrogate_forward(surrogate, observations), at[0])
+    for k, p in enumerate(at):
+        differenced = jacobian(differenced_forward(values, prior), p, copies=False)
+        reference = exact if k == 0 else jacobian(surrogate_forward(surrogate, observations), p)
+        np.testing.assert_allclose(differenced, reference, rtol=2e-3, atol=2e-3 * np.abs(reference).max())
+    everything = np.concatenate(asked)
+    assert len(everything) == 2 * (2 * 6 + 1) and ((everything >= prior.low) & (everything <= prior.high)).all()
+    with torch.no_grad():  # no gradient wanted: one evaluation, no stencil
+        differenced_forward(values, prior)(torch.as_tensor(at))
+    assert len(asked) == 3 and len(asked[-1]) == 2
 
 
 def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
@@ -178,3 +211,34 @@ def test_the_pumping_test_tutorial_runs_as_written(tmp_path):
     for result in (scope["through_network"], scope["by_solver"]):
         assert result.map.shape == (10,) and result.objective < result.initial.min()
     assert np.isfinite(scope["judged"]) and scope["judged"] > 0  # the surrogate's MAP in the classical objective
+
+
+@pytest.mark.slow  # 45-60 s: a small Kirsch run trained, then the tutorial's gauges and both sides' MAP by differences
+def test_the_hole_from_strain_gauges_tutorial_runs_as_written(tmp_path, monkeypatch):
+    from helpers import ROOT
+
+    run_dir = tmp_path / "kirsch"
+    proc = run_cli("train", str(ROOT / "configs" / "kirsch.toml"), "--out", str(run_dir),
+                   "--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
+                   "--set", "data.n_train=32", "--set", "data.n_test=2", "--set", "model.coarse_correction=9",
+                   "--set", "model.channels=[8,16]", "--set", "output.plots=false")
+    assert proc.returncode == 0, proc.stderr
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    section = guide[guide.index("### Tutorial: where is the hole?"):]
+    snippet = section.split("```python\n", 1)[1].split("```")[0]
+    line = section.split("```bash\n", 1)[1].split("```")[0].strip()
+    assert '"runs/kirsch"' in snippet and "(127, 127)" in snippet
+    monkeypatch.chdir(tmp_path)  # the snippet writes gauges.csv where it runs
+    exec(snippet.replace('"runs/kirsch"', repr(str(run_dir))).replace("(127, 127)", "(65, 65)"), {})
+    assert len((tmp_path / "gauges.csv").read_text().splitlines()) == 1 + 16
+    words = line.replace("runs/kirsch", str(run_dir)).split()
+    assert words[:2] == ["deepfusion", "invert"] and "--classical" in words
+    proc = run_cli(*words[1:], "--starts", "2", "--max-iterations", "4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "gradients by central differences" in proc.stdout
+    report = json.loads((run_dir / "hole" / "map.json").read_text())
+    assert report["gradients"] == "central differences" and list(report["map"]) == [
+        "p[0] (hole_x)", "p[1] (hole_y)", "p[2] (hole_r)", "p[3] (nu)"]
+    for side in (report, report["classical"]):  # each side's MAP explains the gauges better than its starts
+        assert side["objective"] == min(side["end_objectives"]) < min(side["start_objectives"])
+    assert report["classical"]["solves"] > 0 and report["classical"]["adjoint_solves"] == 0
