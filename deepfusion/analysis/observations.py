@@ -5,8 +5,9 @@ Each row observes one scalar field at a point of the unit square or cube, with i
 of its Gaussian noise: an unknown of the family's field (``u``, or ``u_x``, ``u_y``, ... for several unknowns) or one
 of its derived fields (:func:`observable_names`: ``flux_x``, ``von_mises``, a tensor's components as ``stress_xx``,
 ``strain_xy``, ...). Each is read at the point by the element's shape functions (:mod:`diffnet.grid.points`), the
-derived ones from their values recovered to the nodes, as the evaluation reports them. Quantities with no coordinates
-(a stress concentration factor) are not observable: no differentiable family has one yet.
+derived ones from their values recovered to the nodes, as the evaluation reports them. A row may also observe one of
+the family's quantities (:func:`quantity_names`: the plate's stress concentration factor ``K_t``), which has no
+coordinates: its x, y[, z] are left empty and its points are NaN.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Observations", "read_observations", "observable_names", "observable_fields", "predict", "MAX_OBSERVATIONS"]
+__all__ = ["Observations", "read_observations", "observable_names", "quantity_names", "observable_fields", "predict",
+           "MAX_OBSERVATIONS"]
 
 MAX_OBSERVATIONS = 100_000
 
@@ -42,10 +44,12 @@ class Observations:
 
     def weights(self, resolution) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The shape functions' weights (:func:`diffnet.grid.points.point_weights`) of each field's rows (:meth:`rows`)
-        on the node grid ``resolution``: computed once per forward model, read at every evaluation."""
+        on the node grid ``resolution``: computed once per forward model, read at every evaluation. A quantity's rows
+        (no coordinates) have none."""
         from diffnet.grid.points import point_weights
 
-        return {name: point_weights(resolution, self.points[index]) for name, index in self.rows().items()}
+        return {name: point_weights(resolution, self.points[index]) for name, index in self.rows().items()
+                if np.isfinite(self.points[index]).all()}
 
 
 def observable_fields(family, instances, fields, wanted=None) -> dict:
@@ -62,15 +66,28 @@ def observable_fields(family, instances, fields, wanted=None) -> dict:
     return out
 
 
-def observable_names(family) -> tuple[str, ...]:
-    """What an observation's ``output`` may name for ``family``: its unknowns, then its derived scalar fields (read
-    off the training range's centre with a zero field, which costs one derivation on the grid)."""
-    if not family.has("derived"):
-        return tuple(family.unknowns)
+def _centre(family) -> tuple[np.ndarray, np.ndarray]:
+    """The training range's centre (1, *shape) and a zero field for it: enough to learn the names a family gives."""
     low, high = family.parameters.bounds()
     centre = ((np.asarray(low, dtype=np.float64) + np.asarray(high, dtype=np.float64)) / 2)[None]
     shape = tuple(family.resolution) if len(family.unknowns) == 1 else (len(family.unknowns), *family.resolution)
-    return tuple(observable_fields(family, centre, np.zeros((1, *shape))))
+    return centre, np.zeros((1, *shape))
+
+
+def observable_names(family) -> tuple[str, ...]:
+    """What an observation at a point may name for ``family``: its unknowns, then its derived scalar fields (read
+    off the training range's centre with a zero field, which costs one derivation on the grid)."""
+    if not family.has("derived"):
+        return tuple(family.unknowns)
+    return tuple(observable_fields(family, *_centre(family)))
+
+
+def quantity_names(family) -> tuple[str, ...]:
+    """What an observation with no coordinates may name for ``family``: its quantities (``K_t``), none without the
+    ``quantities`` capability."""
+    if not family.has("quantities"):
+        return ()
+    return tuple(family.quantities(*_centre(family)))
 
 
 def predict(family, observations: Observations, instances, fields, weights=None):
@@ -85,13 +102,20 @@ def predict(family, observations: Observations, instances, fields, weights=None)
     grid = tuple(family.resolution)
     rows = observations.rows()
     weights = observations.weights(grid) if weights is None else weights
-    scalars = observable_fields(family, instances, fields, rows)
+    scalars = observable_fields(family, instances, fields, [name for name in rows if name in weights])
+    if set(rows) - set(weights):  # quantities: one value per instance, however many rows observe it
+        if isinstance(fields, torch.Tensor):
+            raise TypeError(f"the {family.name} family's quantities are not differentiable: observed through its "
+                            "values (deepfusion.analysis.inverse.differenced_forward)")
+        scalars |= {name: np.repeat(np.asarray(value, dtype=np.float64)[:, None], len(rows[name]), axis=1)
+                    for name, value in family.quantities(instances, fields).items() if name in rows}
     missing = [name for name in rows if name not in scalars]
     if missing:
         raise ValueError(f"the {family.name} family gives no field {', '.join(missing)} to observe")
     order = np.argsort(np.concatenate(list(rows.values())))
     if not isinstance(fields, torch.Tensor):
-        return np.concatenate([read_at(np.asarray(scalars[name]), grid, weights[name]) for name in rows], axis=1)[:, order]
+        return np.concatenate([read_at(np.asarray(scalars[name]), grid, weights[name]) if name in weights
+                               else scalars[name] for name in rows], axis=1)[:, order]
     parts = []
     for name in rows:
         value = scalars[name]
@@ -124,24 +148,29 @@ def read_observations(path: Path, family) -> Observations:
                          f"{dims}-D family, got {','.join(str(h) for h in header)}")
     if len(rows) > MAX_OBSERVATIONS:
         raise ValueError(f"--observations: {path}: {len(rows)} rows, more than {MAX_OBSERVATIONS}")
-    observable = observable_names(family)
+    observable, scalar = observable_names(family), quantity_names(family)
     points, values, sigma, names = [], [], [], []
     for line, row in enumerate(rows, start=2):
         where = f"--observations: {path}, line {line}"
         name = (row["output"] or "").strip()
-        if name not in observable:
+        if name not in observable + scalar:
             derived = observable[len(family.unknowns):]
             raise ValueError(f"{where}: output {name!r} is not one of the field's unknowns "
                              f"({', '.join(family.unknowns)})" + (f" nor its derived fields ({', '.join(derived)})"
-                                                                  if derived else ""))
+                                                                  if derived else "")
+                             + (f" nor its quantities ({', '.join(scalar)})" if scalar else ""))
+        blank = [not (row[k] or "").strip() for k in axes]
+        if name in scalar and not all(blank):
+            raise ValueError(f"{where}: {name} is a quantity of the whole field: leave {', '.join(axes)} empty")
         try:
-            numbers = [float(row[k]) for k in (*axes, "value", "sigma")]
+            numbers = [float("nan") if name in scalar else float(row[k]) for k in axes] + \
+                [float(row[k]) for k in ("value", "sigma")]
         except (TypeError, ValueError):
             raise ValueError(f"{where}: {', '.join(axes)}, value and sigma must be numbers") from None
-        if not np.isfinite(numbers).all():
+        if not np.isfinite(numbers[len(axes) if name in scalar else 0:]).all():
             raise ValueError(f"{where}: NaN or Inf")
         *point, value, noise = numbers
-        if not all(0.0 <= c <= 1.0 for c in point):
+        if name not in scalar and not all(0.0 <= c <= 1.0 for c in point):
             raise ValueError(f"{where}: the point ({', '.join(f'{c:g}' for c in point)}) lies outside the unit "
                              f"{'square' if dims == 2 else 'cube'}")
         if not noise > 0:

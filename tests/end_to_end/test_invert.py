@@ -5,13 +5,14 @@ line with nothing written."""
 from __future__ import annotations
 
 import json
+import re
 
 import h5py
 import numpy as np
 import pytest
 import torch
 
-from helpers import run_cli
+from helpers import ROOT, run_cli
 from deepfusion import Surrogate
 from deepfusion.analysis.inverse import classical_forward, jacobian, parameter_names, prior_of
 from deepfusion.analysis.mcmc import effective_sample_size, metropolis
@@ -123,6 +124,35 @@ def test_central_differences_are_the_exact_gradient_and_stay_in_the_box(tiny_run
     with torch.no_grad():  # no gradient wanted: one evaluation, no stencil
         differenced_forward(values, prior)(torch.as_tensor(at))
     assert len(asked) == 3 and len(asked[-1]) == 2
+
+
+def test_a_quantity_is_observed_with_no_coordinates(tmp_path):
+    """The plate's K_t: a row with x, y empty, predicted as the family's quantity of the fields (one per instance,
+    however many rows observe it), beside a strain at a gauge; coordinates on a quantity, or none on a field, refused."""
+    from deepfusion import load_family
+    from deepfusion.analysis.observations import predict, quantity_names
+
+    plate = load_family(str(ROOT / "configs" / "kirsch.toml"), ["problem.resolution=[33, 33]", "multigrid.levels=[]"])
+    assert quantity_names(plate) == ("K_t",)
+    path = tmp_path / "plate.csv"
+    path.write_text("x,y,output,value,sigma\n,,K_t,3.1,0.05\n0.2,0.2,strain_xx,1.0,0.01\n, ,K_t,3.0,0.05\n")
+    observations = read_observations(path, plate)
+    assert observations.names == ("K_t", "strain_xx", "K_t") and np.isnan(observations.points[[0, 2]]).all()
+    rows = np.array([[0.5, 0.5, 0.1, 0.3], [0.45, 0.55, 0.12, 0.25]])  # S = C = 2
+    fields = plate.discrete_optimum(rows)[0]
+    predicted = predict(plate, observations, rows, fields)
+    k_t = plate.quantities(rows, fields)["K_t"]
+    from diffnet.grid.points import values_at
+
+    np.testing.assert_allclose(predicted[:, [0, 2]], np.stack([k_t, k_t], 1), rtol=0, atol=0)
+    strain = plate.derived(rows, fields)["strain"][:, 0]
+    np.testing.assert_allclose(predicted[:, 1], values_at(strain, (33, 33), [(0.2, 0.2)])[:, 0], rtol=1e-12)
+    for text, message in (("0.5,0.5,K_t,3.0,0.05", "K_t is a quantity of the whole field: leave x, y empty"),
+                          (",,strain_xx,1.0,0.01", "x, y, value and sigma must be numbers"),
+                          (",,sigma_max,1.0,0.01", "nor its quantities (K_t)")):
+        path.write_text("x,y,output,value,sigma\n" + text + "\n")
+        with pytest.raises(ValueError, match=re.escape(message)):
+            read_observations(path, plate)
 
 
 def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
