@@ -30,7 +30,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "CentralDifferences",
+__all__ = ["Prior", "prior_of", "surrogate_forward", "classical_forward", "ClassicalSolve", "WarmStarts",
+           "CentralDifferences",
            "differenced_forward", "objective",
            "MapResult", "map_estimate", "jacobian", "laplace", "parameter_names"]
 
@@ -95,14 +96,45 @@ def surrogate_forward(surrogate, observations) -> Forward:
     return lambda p: predict(family, observations, p, surrogate.evaluate(p), weights)
 
 
+@dataclass
+class WarmStarts:
+    """The last ``size`` solved instances and their fields: each new instance's solve starts from the field of its
+    nearest one (distance in units of the prior box's width), as a classical inverse solver would (a chain's
+    proposal, a line search's trial lie near an instance already solved). The families whose ``discrete_optimum``
+    iterates (Newton: the Neo-Hookean solids, 2-3 steps instead of 6-7) use it; a direct solve ignores it. ``size``
+    0 for a family whose optimum depends on its start (``unique_optimum`` False: Burgers' roots)."""
+
+    scale: np.ndarray
+    size: int = 64
+    params: np.ndarray | None = None
+    fields: np.ndarray | None = None
+
+    def solve(self, family, params: np.ndarray) -> np.ndarray:
+        """``family.discrete_optimum`` of ``params`` (S, *shape) from the nearest kept fields; again from its own
+        start where a warm-started one is not a root."""
+        flat = params.reshape(len(params), -1)
+        initial = None
+        if self.params is not None and self.size:
+            distance = (((flat[:, None, :] - self.params[None]) / self.scale) ** 2).sum(-1)
+            initial = self.fields[distance.argmin(1)]
+        fields, roots = family.discrete_optimum(params, initial=initial)
+        fields = np.asarray(fields, dtype=np.float64)
+        if initial is not None and not np.all(roots):
+            fields[~roots] = np.asarray(family.discrete_optimum(params[~roots])[0], dtype=np.float64)
+        kept = (flat, fields) if self.params is None else (np.concatenate([self.params, flat]),
+                                                           np.concatenate([self.fields, fields]))
+        self.params, self.fields = kept[0][-self.size:], kept[1][-self.size:]
+        return fields
+
+
 class ClassicalSolve(torch.autograd.Function):
-    """The grid's own solution u_h(p) (the family's ``discrete_optimum``: the minimiser of its energy on this grid)
-    forward; backward the adjoint: w with H w = ḡ on the free nodes (a sparse Cholesky of the Hessian H at u_h), then
-    -∂_p [w · ∇E(u_h; p)] (:func:`diffnet.multigrid.sensitivity.parameter_vjp`)."""
+    """The grid's own solution u_h(p) (the family's ``discrete_optimum``: the minimiser of its energy on this grid,
+    from :class:`WarmStarts`) forward; backward the adjoint: w with H w = ḡ on the free nodes (a sparse Cholesky of
+    the Hessian H at u_h), then -∂_p [w · ∇E(u_h; p)] (:func:`diffnet.multigrid.sensitivity.parameter_vjp`)."""
 
     @staticmethod
-    def forward(ctx, params: torch.Tensor, family, counter: list) -> torch.Tensor:
-        fields, _ = family.discrete_optimum(params.detach().cpu().numpy())
+    def forward(ctx, params: torch.Tensor, family, counter: list, warm: WarmStarts) -> torch.Tensor:
+        fields = warm.solve(family, params.detach().cpu().numpy())
         counter[0] += len(params)
         ctx.family, ctx.counter = family, counter
         u = torch.as_tensor(np.asarray(fields, dtype=np.float64))
@@ -128,25 +160,27 @@ class ClassicalSolve(torch.autograd.Function):
             flat[index] = cholesky_solve(matrix, rhs[index])
             w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
         ctx.counter[1] += len(u)
-        return parameter_vjp(ctx.family, [u], [w], p64).to(params.dtype), None, None
+        return parameter_vjp(ctx.family, [u], [w], p64).to(params.dtype), None, None, None
 
 
 def classical_forward(family, observations, counter: list | None = None) -> Forward:
     """The classical solve's predictions of ``observations`` with adjoint gradients (:class:`ClassicalSolve`), or by
-    central differences where the family is not ``differentiable`` (:func:`differenced_forward`); ``counter``
-    [forward solves, adjoint solves], counted as they happen."""
+    central differences where the family is not ``differentiable`` (:func:`differenced_forward`), each solve warm
+    started (:class:`WarmStarts`); ``counter`` [forward solves, adjoint solves], counted as they happen."""
     from deepfusion.analysis.observations import predict
 
     counter = counter if counter is not None else [0, 0]
     weights = observations.weights(tuple(family.resolution))
+    box = prior_of(family, "uniform")
+    warm = WarmStarts((box.high - box.low).reshape(-1), size=64 if family.unique_optimum else 0)
     if not family.has("differentiable"):
         def values(p: np.ndarray) -> np.ndarray:
             counter[0] += len(p)
-            return predict(family, observations, p, family.discrete_optimum(p)[0], weights)
+            return predict(family, observations, p, warm.solve(family, p), weights)
 
-        return differenced_forward(values, prior_of(family, "uniform"))
-    return lambda p: predict(family, observations, p.double(), ClassicalSolve.apply(p.double(), family, counter),
-                             weights)
+        return differenced_forward(values, box)
+    return lambda p: predict(family, observations, p.double(),
+                             ClassicalSolve.apply(p.double(), family, counter, warm), weights)
 
 
 class CentralDifferences(torch.autograd.Function):

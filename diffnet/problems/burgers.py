@@ -164,6 +164,8 @@ class BurgersProblem(Family):
             terms["boundary"] = self.penalty * (ic + bc)
         return terms
 
+    unique_optimum = False  # the central stencils' residual has several roots: ``initial`` picks one
+
     def discrete_optimum(self, c: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The best field on this grid under the trained residual, (S, N_t, N_x), and whether each is a root.
 

@@ -275,6 +275,11 @@ class Family:
         The optional parts the family provides (a subset of :data:`CAPABILITIES`).
     samplings : tuple[str, ...]
         The ``data.sampling`` values :meth:`sample` knows.
+    unique_optimum : bool
+        Whether ``discrete_optimum`` (the ``floor`` capability) gives the same field from any ``initial``, which then
+        changes its cost only (an energy's unique minimiser: default True). An inverse problem's classical solves
+        then start from the nearest instance already solved (:class:`deepfusion.analysis.inverse.WarmStarts`).
+        Burgers' central stencils have several roots, and ``initial`` picks one: False.
     """
 
     name: ClassVar[str]
@@ -288,6 +293,7 @@ class Family:
     # or the preconditioned loss (named in their refusals), e.g. "burgers.preconditioner".
     smooth_error_lever: ClassVar[str] = ""
     samplings: ClassVar[tuple[str, ...]] = ("uniform", "random", "sobol")  # data.sampling values :meth:`sample` knows
+    unique_optimum: ClassVar[bool] = True
     # Members a family defined under an earlier version of a base class, by name -> what replaced them
     # (:func:`retired_members`; the configuration refuses a family that still defines one).
     retired: ClassVar[Mapping[str, str]] = {}

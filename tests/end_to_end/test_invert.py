@@ -155,6 +155,32 @@ def test_a_quantity_is_observed_with_no_coordinates(tmp_path):
             read_observations(path, plate)
 
 
+def test_warm_starts_change_the_cost_not_the_answer():
+    """The classical side's Newton solves start from the nearest instance already solved (a chain's proposal lies near
+    its state): the same fields as from the family's own start; a family whose optimum depends on its start keeps none."""
+    from deepfusion import load_family
+    from deepfusion.analysis.inverse import WarmStarts
+
+    solid = load_family(str(ROOT / "configs" / "hyperelasticity.toml"),
+                        ["problem.resolution=[17, 17]", "multigrid.levels=[]", "model.coarse_correction=9"])
+    rows = np.array([[0.2, -0.3, 0.1, 0.4, 0.15], [0.9, 0.9, -0.9, -0.9, 0.11]])  # S = C = 2
+    warm = WarmStarts(np.array([2.0, 2.0, 2.0, 2.0, 0.1]))
+    solved = warm.solve(solid, rows)
+    starts = []
+
+    class Spy:  # the family, with the starts it is given recorded
+        def discrete_optimum(self, params, initial=None):
+            starts.append(initial)
+            return solid.discrete_optimum(params, initial)
+
+    near = (rows + np.array([0.02, -0.02, 0.01, 0.0, 0.002]))[::-1]  # each near the other's row: reversed
+    fields = warm.solve(Spy(), near)
+    np.testing.assert_array_equal(starts[0], solved[::-1])
+    cold = solid.discrete_optimum(near)[0]
+    np.testing.assert_allclose(fields, cold, rtol=0, atol=1e-9 * np.abs(cold).max())
+    assert solid.unique_optimum and not load_family(str(ROOT / "configs" / "burgers.toml")).unique_optimum
+
+
 def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():
     mean, std = np.array([1.0, -2.0]), np.array([0.5, 2.0])
     chains = metropolis(lambda x: -0.5 * (((x - mean) / std) ** 2).sum(1), np.tile(mean, (8, 1)), np.diag(std**2),
