@@ -102,6 +102,16 @@ class Surrogate:
         return self.family.coordinates()
 
     @property
+    def exact_gradients(self) -> bool:
+        """Whether :meth:`evaluate` gives exact gradients in the instances: the family is ``differentiable`` and its
+        product has them (not the Neo-Hookean solids' sweeps after their coarse minimiser, whose linearisation moves
+        with the instance). Without them ``deepfusion invert`` takes central differences of the fields."""
+        from diffnet.multigrid.corrected import CoarseCorrected
+
+        corrected = self._generator if isinstance(self._generator, CoarseCorrected) else None
+        return self.family.has("differentiable") and (corrected is None or corrected.exact_parameter_gradients)
+
+    @property
     def parameter_name(self) -> str:
         """The keyword the family's instances go by, its parameter's own name (:class:`~diffnet.protocol.family.ParameterSpec`):
         ``"c"`` for Burgers, ``"a"`` for the KL families' coefficient rows, ``"hole"`` for a plugin's; ``surrogate(**{name:
@@ -214,6 +224,10 @@ class Surrogate:
             raise InputError(f"instances: evaluate takes a torch tensor (surrogate(...) takes arrays), got "
                              f"{type(instances).__name__}")
         require(self.family, "differentiable", "Surrogate.evaluate")
+        if not self.exact_gradients:
+            raise InputError(f"Surrogate.evaluate: this run's product ({self._generator.describe_correction()}) has no "
+                             "exact gradients in the instances (the sweeps' linearisation moves with them); take "
+                             "central differences of surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
         self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
         weights = None if points is None else self._point_weights(points)
         p = instances.to(torch.float64)

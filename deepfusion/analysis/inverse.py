@@ -85,12 +85,13 @@ def prior_of(family, kind: str) -> Prior:
 def surrogate_forward(surrogate, observations) -> Forward:
     """The surrogate's predictions of ``observations``: its fields, or what is derived from them, read at their points
     (:func:`~deepfusion.analysis.observations.predict`), differentiable: exactly, or by central differences where
-    the family is not ``differentiable`` (:func:`differenced_forward`)."""
+    the surrogate has no exact gradients (:attr:`~deepfusion.surrogate.Surrogate.exact_gradients`:
+    :func:`differenced_forward`)."""
     from deepfusion.analysis.observations import predict
 
     family = surrogate.family
     weights = observations.weights(tuple(family.resolution))
-    if not family.has("differentiable"):
+    if not surrogate.exact_gradients:
         return differenced_forward(lambda p: predict(family, observations, p, surrogate.fields(surrogate.instances(p)),
                                                      weights), prior_of(family, "uniform"))
     return lambda p: predict(family, observations, p, surrogate.evaluate(p), weights)

@@ -98,6 +98,7 @@ def _side(name: str, forward, observations, prior, starts, args, names, calls, s
               f"{run.accepted.mean():.1%}, effective sample size {spread}, {out['mcmc']['seconds']:.1f} s", flush=True)
         arrays["samples"] = run.samples  # every step; the first burn_in of each chain are not the posterior's
         arrays["burn_in"] = burn_in
+    out["gradients"] = "exact" if exact else "central differences"
     out["seconds_total"] = time.perf_counter() - t0
     out.update(calls())
     return {"report": out, "arrays": arrays, "std": post["std"]}
@@ -118,7 +119,7 @@ def command(args: argparse.Namespace, comm) -> int:
     for w in caught:
         warn(str(w.message))
     family = surrogate.family
-    exact_gradients = family.has("differentiable")
+    exact_gradients = {"surrogate": surrogate.exact_gradients, "classical": family.has("differentiable")}
     if args.classical:
         require(family, "floor", "--classical")
     try:
@@ -131,9 +132,9 @@ def command(args: argparse.Namespace, comm) -> int:
     print(f"deepfusion invert: {args.run_dir} ({family.name}, {'x'.join(map(str, family.resolution))}), checkpoint "
           f"{surrogate.checkpoint}; {len(observations)} observations of {', '.join(sorted(set(observations.names)))}; "
           f"prior {args.prior} on the training range; {len(names)} parameters ({', '.join(names[:6])}"
-          f"{', …' if len(names) > 6 else ''}); gradients "
-          f"{'exact' if exact_gradients else 'by central differences (not differentiable in its instances)'}",
-          flush=True)
+          f"{', …' if len(names) > 6 else ''}); gradients " + ", ".join(
+              f"{side}'s {'exact' if exact else 'by central differences (none exact in the instances)'}"
+              for side, exact in exact_gradients.items() if side == "surrogate" or args.classical), flush=True)
 
     calls = [0]
     forward = surrogate_forward(surrogate, observations)
@@ -143,17 +144,17 @@ def command(args: argparse.Namespace, comm) -> int:
         return forward(p)
 
     sides = {"surrogate": _side("surrogate", counted, observations, prior, starts, args, names,
-                                lambda: {"surrogate_calls": calls[0]}, args.samples, exact_gradients)}
+                                lambda: {"surrogate_calls": calls[0]}, args.samples, exact_gradients["surrogate"])}
     if args.classical:
         solves = [0, 0]
         solver = classical_forward(family, observations, solves)
         sides["classical"] = _side("classical", solver, observations, prior, starts, args, names,
                                    lambda: {"solves": solves[0], "adjoint_solves": solves[1]},
                                    args.samples if args.classical_samples is None else args.classical_samples,
-                                   exact_gradients)
+                                   exact_gradients["classical"])
     report = {"run_dir": str(args.run_dir), "checkpoint": str(surrogate.checkpoint), "family": family.name,
               "observations": len(observations), "prior": args.prior, "parameters": names,
-              "gradients": "exact" if exact_gradients else "central differences", **sides["surrogate"]["report"]}
+              **sides["surrogate"]["report"]}
     if args.classical:
         report["classical"] = sides["classical"]["report"]
         import torch

@@ -45,9 +45,15 @@ class CoarseCorrected:
     smoothing: int = 0
 
     def __getattr__(self, name: str) -> object:
-        if name in ("problem", "family", "nodes", "clock", "quadratic", "smoothing"):
+        if name in ("problem", "family", "nodes", "clock", "quadratic", "smoothing", "exact_parameter_gradients"):
             raise AttributeError(name)
         return getattr(self.problem, name)
+
+    @property
+    def exact_parameter_gradients(self) -> bool:
+        """Whether the corrected fields have exact gradients in the instances: not through sweeps with a nonlinear
+        energy's linearisation at its coarse minimiser, which moves with the instance (a third derivative: not built)."""
+        return self.quadratic or not self.smoothing
 
     def coarse_text(self) -> str:
         """The coarse grid on the field's grid, as '17x17'."""
