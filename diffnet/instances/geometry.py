@@ -24,7 +24,7 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 
 __all__ = ["Shape", "Disc", "Box", "HalfSpace", "Star", "Union", "Intersection", "Difference", "Occupancy",
-           "grid_points", "hole_range_problem", "hole_problem"]
+           "grid_points", "check_hole_range", "hole_problem"]
 
 
 _ROUNDING = 4 * np.finfo(float).eps  # a distance's rounding, coordinates of order 1
@@ -309,15 +309,13 @@ class Occupancy(Shape):
         return look(p[..., ::-1].reshape(-1, self.dims)).reshape(p.shape[:-1])  # the image's axes, outermost first
 
 
-def hole_range_problem(hole_x: tuple[float, float], hole_y: tuple[float, float],
-                       hole_r: tuple[float, float]) -> tuple[str, str] | None:
-    """(key, message) when a hole of radius up to ``hole_r[1]`` centred in the ranges ``hole_x`` and ``hole_y`` can
-    leave the unit square, else None (a family's ``check_options`` of its holes' ranges)."""
+def check_hole_range(hole_x: tuple[float, float], hole_y: tuple[float, float], hole_r: tuple[float, float]) -> None:
+    """A hole of radius up to ``hole_r[1]`` centred in the ranges ``hole_x`` and ``hole_y`` must stay inside the unit
+    square: else the configuration's one-line ``ValueError("hole_x: ...")`` (the plates' ``check_options``)."""
     for axis, (lo, hi) in (("x", hole_x), ("y", hole_y)):
         if not (lo - hole_r[1] > 0 and hi + hole_r[1] < 1):
-            return (f"hole_{axis}", f"a hole of radius up to {hole_r[1]} centred in [{lo}, {hi}] leaves the plate; "
-                    "every hole must lie inside the unit square")
-    return None
+            raise ValueError(f"hole_{axis}: a hole of radius up to {hole_r[1]} centred in [{lo}, {hi}] leaves the "
+                             "plate; every hole must lie inside the unit square")
 
 
 def hole_problem(x: float, y: float, r: float, resolution: Sequence[int]) -> str | None:

@@ -28,8 +28,8 @@ from diffnet.grid.material import PLANES, POISSON_RATIO, lame, plane_stress_tens
 from diffnet.grid.recovery import gauss_gradients, to_nodes
 from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vector_side_check
 from diffnet.instances.cutcell import cut_cells
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
-from diffnet.problems.elasticity import ElasticBox
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_problem
+from diffnet.problems.elasticity import ElasticBox, poisson_ratio_range
 from diffnet.problems.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, inside_fraction
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
@@ -44,14 +44,6 @@ BODY_FITTED = "body-fitted"
 # fitted there on a grid's field (a centred hole's is modes 0, 2, 4; the finite plate adds a few).
 EDGE_POINTS = 2000
 EDGE_MODES = 4
-
-
-def _poisson_ratio(v: tuple[float, ...]) -> str | None:
-    bad = interval(v)
-    lower, upper = POISSON_RATIO
-    if bad is None and not (lower < v[0] and v[1] < upper):
-        return f"need {lower:g} < low < high < {upper:g}, got {list(v)}"
-    return bad
 
 
 def hoop_stress(stress: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -70,7 +62,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     hole_x: tuple[float, ...] = option((0.4, 0.6), "range of the hole's centre x", interval)
     hole_y: tuple[float, ...] = option((0.4, 0.6), "range of the hole's centre y", interval)
     hole_r: tuple[float, ...] = option((0.05, 0.15), "range of the hole's radius", interval)
-    nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", _poisson_ratio)
+    nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", poisson_ratio_range)
     young: float = option(1.0, "Young's modulus E (constant)", positive)
     plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
     x0: str = option("u=0,free", "the side x = 0: \"u=V_X,V_Y\" (held; a component \"free\": a roller), "
@@ -104,9 +96,7 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
-        problem = hole_range_problem(options.hole_x, options.hole_y, options.hole_r)
-        if problem is not None:
-            raise ValueError(f"{problem[0]}: {problem[1]}")
+        check_hole_range(options.hole_x, options.hole_y, options.hole_r)
 
     def describe(self) -> str:
         sides = self.sides_text()

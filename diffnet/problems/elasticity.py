@@ -30,10 +30,11 @@ from diffnet.protocol.options import integer_in, interval, one_of, option, posit
 from diffnet.problems.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, free_rigid_motion, multigrid, to_dofs
 
-__all__ = ["ElasticBox", "SolvedBox", "Elasticity", "Elasticity3D"]
+__all__ = ["ElasticBox", "SolvedBox", "Elasticity", "Elasticity3D", "poisson_ratio_range"]
 
 
-def _poisson_ratio(v: tuple[float, ...]) -> str | None:
+def poisson_ratio_range(v: tuple[float, ...]) -> str | None:
+    """What is wrong with a range of Poisson ratios (an option's check), or None."""
     bad = interval(v)
     lower, upper = POISSON_RATIO
     if bad is None and not (lower < v[0] and v[1] < upper):
@@ -171,7 +172,7 @@ class Elasticity(ElasticBox, SolvedBox, Family):
     kl_terms: int = option(4, "m, KL terms of log E", integer_in(1, 64))
     eta: float = option(0.5, "correlation length η of log E", positive, key="kl_eta")
     coeff_range: tuple[float, ...] = option((-1.5, 1.5), "range of each coefficient a_i of log E", interval)
-    nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", _poisson_ratio)
+    nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", poisson_ratio_range)
     plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
     x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
                      vector_side_check(2))

@@ -18,7 +18,7 @@ import torch
 
 from diffnet.instances.boundary import BoxBoundary, Side, parse_side, side_check
 from diffnet.protocol.family import Family, ParameterSpec
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points, hole_problem, hole_range_problem
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_problem
 from diffnet.discretisation.immersed import immersed_energy
 from diffnet.instances.kl import kl_modes
 from diffnet.protocol.options import integer_in, interval, option
@@ -56,9 +56,7 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)
-        problem = hole_range_problem(options.hole_x, options.hole_y, options.hole_r)
-        if problem is not None:
-            raise ValueError(f"{problem[0]}: {problem[1]}")
+        check_hole_range(options.hole_x, options.hole_y, options.hole_r)
 
     def describe(self) -> str:
         return (f"{super().describe()} hole x in {list(self.hole_x)}, y in {list(self.hole_y)}, r in "

@@ -59,6 +59,12 @@ CASES = [
     (["train", POISSON, "--set", "problem.t_final=5.0"], "problem.t_final: not a key of [problem] (family, resolution) "
                                                         "nor of the poisson family"),
     (["train", POISSON, "--set", "burgers.residual=scharr"], "burgers: the table of another family"),
+    (["train", str(ROOT / "configs" / "kirsch.toml"), "--set", "elastic_plate.hole_r=[0.05,0.45]"],
+     "hole_x: a hole of radius up to 0.45 centred in [0.4, 0.6] leaves the plate"),
+    (["train", str(ROOT / "configs" / "plate.toml"), "--set", "plate.hole_y=[0.1,0.6]"],
+     "hole_y: a hole of radius up to"),
+    (["train", str(ROOT / "configs" / "kirsch.toml"), "--set", "elastic_plate.nu_range=[0.2,0.5]"],
+     "nu_range: need"),
     (["train", BURGERS, "--set", "problem.viscosity=0.1"], "problem.viscosity: a key of the burgers family; set it in "
                                                          "its table [burgers]"),
     (["reference", "poisson", "--param", "a={in}/a5.npy", "--set", "burgers.viscosity=0", "--out", "x.h5"],

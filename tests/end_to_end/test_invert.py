@@ -259,19 +259,28 @@ def test_each_start_is_minimised_on_its_own_inside_the_box():
     np.testing.assert_allclose(boxed.x[0], expected, atol=1e-4)
 
 
+def _small_run(tmp_path, name: str, nodes: int, coarse: int, n_train: int):
+    """A two-epoch run of ``configs/NAME.toml`` on nodes² (no levels, a small network), for a tutorial's lines."""
+    run_dir = tmp_path / name
+    proc = run_cli("train", str(ROOT / "configs" / f"{name}.toml"), "--out", str(run_dir),
+                   "--set", f"problem.resolution=[{nodes},{nodes}]", "--set", "multigrid.levels=[]",
+                   "--set", "train.epochs=2", "--set", f"data.n_train={n_train}", "--set", "data.n_test=2",
+                   "--set", f"model.coarse_correction={coarse}", "--set", "model.channels=[8,16]",
+                   "--set", "output.plots=false")
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+def _tutorial(heading: str, fence: str = "python") -> str:
+    """The first ``fence`` block of the user guide's section ``heading``."""
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    return guide[guide.index(heading):].split(f"```{fence}\n", 1)[1].split("```")[0]
+
+
 @pytest.mark.slow  # 30 s: a small groundwater run trained, then the tutorial's two MAPs
 def test_the_pumping_test_tutorial_runs_as_written(tmp_path):
-    from helpers import ROOT
-
-    run_dir = tmp_path / "groundwater"
-    proc = run_cli("train", str(ROOT / "configs" / "groundwater.toml"), "--out", str(run_dir),
-                   "--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
-                   "--set", "data.n_train=64", "--set", "data.n_test=2", "--set", "model.coarse_correction=5",
-                   "--set", "model.channels=[8,16]", "--set", "output.plots=false")
-    assert proc.returncode == 0, proc.stderr
-    guide = (ROOT / "docs" / "user-guide.md").read_text()
-    start = guide.index("### Tutorial: a pumping test")
-    snippet = guide[start:].split("```python\n", 1)[1].split("```")[0]
+    run_dir = _small_run(tmp_path, "groundwater", 17, 5, 64)
+    snippet = _tutorial("### Tutorial: a pumping test")
     assert '"runs/groundwater"' in snippet
     scope: dict = {}
     # The tutorial's lines as written, on the small run, with two starts and eight L-BFGS iterations each.
@@ -285,18 +294,9 @@ def test_the_pumping_test_tutorial_runs_as_written(tmp_path):
 
 @pytest.mark.slow  # 45-60 s: a small Kirsch run trained, then the tutorial's gauges and both sides' MAP by differences
 def test_the_hole_from_strain_gauges_tutorial_runs_as_written(tmp_path, monkeypatch):
-    from helpers import ROOT
-
-    run_dir = tmp_path / "kirsch"
-    proc = run_cli("train", str(ROOT / "configs" / "kirsch.toml"), "--out", str(run_dir),
-                   "--set", "problem.resolution=[33,33]", "--set", "multigrid.levels=[]", "--set", "train.epochs=2",
-                   "--set", "data.n_train=32", "--set", "data.n_test=2", "--set", "model.coarse_correction=9",
-                   "--set", "model.channels=[8,16]", "--set", "output.plots=false")
-    assert proc.returncode == 0, proc.stderr
-    guide = (ROOT / "docs" / "user-guide.md").read_text()
-    section = guide[guide.index("### Tutorial: where is the hole?"):]
-    snippet = section.split("```python\n", 1)[1].split("```")[0]
-    line = section.split("```bash\n", 1)[1].split("```")[0].strip()
+    run_dir = _small_run(tmp_path, "kirsch", 33, 9, 32)  # 33²: the smallest hole is more than a cell
+    snippet = _tutorial("### Tutorial: where is the hole?")
+    line = _tutorial("### Tutorial: where is the hole?", "bash").strip()
     assert '"runs/kirsch"' in snippet and "(127, 127)" in snippet
     monkeypatch.chdir(tmp_path)  # the snippet writes gauges.csv where it runs
     exec(snippet.replace('"runs/kirsch"', repr(str(run_dir))).replace("(127, 127)", "(65, 65)"), {})
