@@ -61,7 +61,7 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     model = run.build_model()
     params = run.heldout_first(samples)
     clock = PartClock()
-    generator = run.generator(clock)
+    generator = run.product(clock)
     predict(model, generator, params[:1], 1)  # thread pools, kernel selection: a process's one-off
     generator.clear_caches()
 
@@ -108,7 +108,7 @@ def product_seconds(config: Path, overrides: list[str], batch: int, samples: int
 
     run = Run.from_config(load_config(config, overrides))
     torch.manual_seed(0)
-    model, generator = run.build_model(), run.generator()
+    model, generator = run.build_model(), run.product()
     params = run.heldout_first(samples)
     clear = getattr(generator, "clear_caches", run.family.clear_caches)
     predict(model, generator, params[:1], 1)

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     from deepfusion.training.rundir import trained_model
 
     run, model, path = trained_model(args.run_dir)
-    base = run.generator()
+    base = run.product()
     if base is run.family:
         raise SystemExit(f"{args.run_dir}: the run's generator has no coarse correction (model.coarse_correction)")
     instances = run.heldout_first(args.samples)

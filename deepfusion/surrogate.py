@@ -53,7 +53,7 @@ class Surrogate:
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
         self.run, self.config, self.family = run, run.cfg, run.family
-        self._generator = run.generator()  # the fields, with the generator's coarse correction
+        self._product = run.product()  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
         self._model = model.to(device).eval().requires_grad_(False)  # gradients in the instances only (evaluate)
@@ -108,7 +108,7 @@ class Surrogate:
         with the instance). Without them ``deepfusion invert`` takes central differences of the fields."""
         from diffnet.multigrid.corrected import CoarseCorrected
 
-        corrected = self._generator if isinstance(self._generator, CoarseCorrected) else None
+        corrected = self._product if isinstance(self._product, CoarseCorrected) else None
         return self.family.has("differentiable") and (corrected is None or corrected.exact_parameter_gradients)
 
     @property
@@ -225,14 +225,14 @@ class Surrogate:
                              f"{type(instances).__name__}")
         require(self.family, "differentiable", "Surrogate.evaluate")
         if not self.exact_gradients:
-            raise InputError(f"Surrogate.evaluate: this run's product ({self._generator.describe_correction()}) has no "
+            raise InputError(f"Surrogate.evaluate: this run's product ({self._product.describe_correction()}) has no "
                              "exact gradients in the instances (the sweeps' linearisation moves with them); take "
                              "central differences of surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
         self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
         weights = None if points is None else self._point_weights(points)
         p = instances.to(torch.float64)
         p = p if p.ndim > len(self.family.parameters.shape) else p[None]  # one instance without its batch axis
-        u = differentiable_fields(self._model, self._generator, p)
+        u = differentiable_fields(self._model, self._product, p)
         return u if weights is None else read_at(u, tuple(self.family.resolution), weights)
 
     def jacobian(self, instances, points=None):
@@ -301,7 +301,7 @@ class Surrogate:
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
-        u = predict(self._model, self._generator, instances, self.chunk, tiling=tiling)
+        u = predict(self._model, self._product, instances, self.chunk, tiling=tiling)
         if polish:
             require(self.family, "polish", "polish")
             try:
@@ -313,7 +313,7 @@ class Surrogate:
     def clear_caches(self) -> None:
         """Forget what the product keeps per instance (coarse spaces, a cut domain's quadrature): the next fields pay
         their own set-up, as a timed comparison needs."""
-        self._generator.clear_caches()
+        self._product.clear_caches()
 
     def by_name(self, fields: np.ndarray) -> dict[str, np.ndarray]:
         """Fields from :meth:`fields` by unknown: ``{"u": (S, *grid)}`` for one, ``{"u_x": ..., "u_y": ...}`` for

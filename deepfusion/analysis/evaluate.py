@@ -53,23 +53,23 @@ class Assessment:
                 **({"fields": self.per_field} if self.per_field else {})}
 
 
-def assess(run, generator, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
+def assess(run, product, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
            infer_seconds: float, parts: dict | None = None, newton_steps: float | None = None) -> Assessment:
     """The held-out fields ``pred`` of ``test`` against the family's truth and floor, and the error's structure
-    and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``generator``: the problem the model's
-    fields come from, :meth:`~deepfusion.configuration.run.Run.generator`; ``parts``: the inference's seconds per
+    and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``product``: the family the model's
+    fields come from, :meth:`~deepfusion.configuration.run.Run.product`; ``parts``: the inference's seconds per
     instance by part; ``newton_steps``: a nonlinear coarse correction's Newton iterations per instance)."""
     cfg, family = run.cfg, run.family
     acc = against_floor(family, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, model, test, pred.shape[1:]),
                                 dims=len(family.coordinates()))
     return Assessment(test, acc, structure, _per_field(family, pred, acc),
-                      _estimated_error(cfg, family, test, pred, acc), _first_stage(generator, model, test, acc),
+                      _estimated_error(cfg, family, test, pred, acc), _first_stage(product, model, test, acc),
                       infer_seconds, dict(parts or {}), newton_steps,
                       measure(family, test, pred, acc.truth, acc.optimum))
 
 
-def print_assessment(run, generator, found: Assessment, names: list[str]) -> None:
+def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
     """The evaluation's table and its lines, as a run prints them."""
     cfg, family = run.cfg, run.family
     acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
@@ -105,7 +105,7 @@ def print_assessment(run, generator, found: Assessment, names: list[str]) -> Non
     seconds, count = found.infer_seconds, len(found.test)
     correction = total(found.parts, CORRECTION_PARTS) * count
     print(f"inference {seconds:.3f} s for {count} instances"
-          + (f" ({generator.describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
+          + (f" ({product.describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
              if cfg.model.coarse_correction and seconds > 0 else "")
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if found.parts:
@@ -152,10 +152,10 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     cfg, family, test = run.cfg, run.family, run.heldout  # the run's family, built once (run.Run)
     pname = family.parameters.name
     clock = PartClock()
-    generator = run.generator(clock)  # the fields are the generator's, with its coarse correction
+    product = run.product(clock)  # the fields are the generator's, with its coarse correction
     if pred is None:
         t0 = time.perf_counter()
-        pred = (predict(model, generator, test, clock=clock), time.perf_counter() - t0)
+        pred = (predict(model, product, test, clock=clock), time.perf_counter() - t0)
     pred, infer_seconds = pred
     parts, newton = clock.per(len(test)), clock.newton_steps()  # read now: the assessment runs the generator again
     coords, domain = family.coordinates(), domain_of(family, test)
@@ -166,7 +166,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
         return _loss_only(family, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {family.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{family.floor_name() if family.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
-    found = assess(run, generator, model, test, pred, infer_seconds, parts, newton)
+    found = assess(run, product, model, test, pred, infer_seconds, parts, newton)
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
                  layout, found.derived.fields)
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
@@ -174,7 +174,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
                  layout, found.derived.truth_fields)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
     names = instance_labels(family, test)
-    print_assessment(run, generator, found, names)
+    print_assessment(run, product, found, names)
     if cfg.output.plots:
         _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived)
     print(f"run directory: {run_dir}")

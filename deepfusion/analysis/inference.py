@@ -46,7 +46,7 @@ def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch
     model : torch.nn.Module
         The generator.
     family : Family
-        The family whose ``inputs`` and ``field`` make the fields (the Run's ``generator()``, corrected where so
+        The family whose ``inputs`` and ``field`` make the fields (the Run's ``product()``, corrected where so
         configured).
     instances : numpy.ndarray
         One row per instance.

@@ -55,8 +55,8 @@ def command(args: argparse.Namespace, comm) -> int:
     cfg, family = run.cfg, run.family
     instances = run.heldout_first(args.samples)
     clock = PartClock()  # where the product's time goes, part by part
-    generator = run.generator(clock)  # the network's fields, with its coarse correction if it has one
-    product = _product(family, generator)
+    product_family = run.product(clock)  # the network's fields, with its coarse correction if it has one
+    product = _product(family, product_family)
     for capability in ("reference", "floor", "classical"):
         require(family, capability, "compare")
     if args.polish and not family.has("polish"):
@@ -80,15 +80,16 @@ def command(args: argparse.Namespace, comm) -> int:
         for t in threads:
             apply_threads(t)
             print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-            pred, inference[("cpu", t)] = time_inference(lambda p, b: predict(network, generator, p, b, clock=clock),
-                                                         instances, args.batch, fresh=generator.clear_caches, clock=clock)
+            pred, inference[("cpu", t)] = time_inference(
+                lambda p, b: predict(network, product_family, p, b, clock=clock), instances, args.batch,
+                fresh=product_family.clear_caches, clock=clock)
         if torch.cuda.is_available():
             name = torch.cuda.get_device_name(0)
             print(f"  {label}, GPU ({name}, a different machine's figure):", flush=True)
             gpu = network.to("cuda")
-            _, inference[(f"cuda: {name}", 1)] = time_inference(lambda p, b: predict(gpu, generator, p, b, clock=clock),
-                                                               instances, args.batch, fresh=generator.clear_caches,
-                                                               clock=clock)
+            _, inference[(f"cuda: {name}", 1)] = time_inference(
+                lambda p, b: predict(gpu, product_family, p, b, clock=clock), instances, args.batch,
+                fresh=product_family.clear_caches, clock=clock)
             network.to("cpu")
         print(f"  reference: {family.truth_name()}; floor: {family.floor_name()} ...", flush=True)
         acc = against_floor(family, instances, pred)
@@ -113,7 +114,7 @@ def command(args: argparse.Namespace, comm) -> int:
                              train_seconds=train_seconds, derived=derived) | {"product": label}
                  for (device, t), timing in inference.items()]
         for k in args.polish:
-            rows += _polished_rows(family, (network, generator), instances, acc, k, (threads, args.batch),
+            rows += _polished_rows(family, (network, product_family), instances, acc, k, (threads, args.batch),
                                    (label, train_seconds))
     points = list({(p.method, p.grid): p for p in reversed(sweeps)}.values())[::-1]  # each configuration once
     report = {
@@ -136,22 +137,22 @@ def command(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _product(family, generator) -> str:
+def _product(family, product_family) -> str:
     """What the network product is called in the rows: the network, with its coarse solve (and the sweeps after it)
     if it has one."""
-    if generator is family:
+    if product_family is family:
         return "DiffNet"
-    sweeps = f", {generator.smoothing} sweeps" if generator.smoothing else ""
-    return f"DiffNet + coarse solve ({generator.coarse_text()}{sweeps})"
+    sweeps = f", {product_family.smoothing} sweeps" if product_family.smoothing else ""
+    return f"DiffNet + coarse solve ({product_family.coarse_text()}{sweeps})"
 
 
 def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: tuple[list[int], int],
                    product: tuple[str, float | None]) -> list[dict]:
-    """"``product`` + k cycles": the network's fields (``network`` = (model, generator): the generator's field,
+    """"``product`` + k cycles": the network's fields (``network`` = (model, product_family): the run's product,
     with its coarse correction) then ``cycles`` classical iterations, timed together (``timing``: the thread
     counts and the batch), measured against the same truth and floor, and matched to its own cheapest classical
     solve (``product``: its name and the training seconds)."""
-    model, generator = network
+    model, product_family = network
     threads, batch = timing
     product, train_seconds = product
     from deepfusion.analysis.compare import classical_sweep, compare_row, time_inference
@@ -160,13 +161,13 @@ def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: 
     from deepfusion.parallel.runtime import apply_threads
 
     label = f"{product} + {cycles} {family.polish_step}{'s' if cycles != 1 else ''}"
-    family.polish(instances[:1], predict(model, generator, instances[:1]), cycles)
+    family.polish(instances[:1], predict(model, product_family, instances[:1]), cycles)
     timings = {}
     for t in threads:
         apply_threads(t)
         print(f"  {label}, CPU, {t} thread{'s' if t > 1 else ''}:", flush=True)
-        fields, timings[t] = time_inference(lambda p, b: family.polish(p, predict(model, generator, p, b), cycles),
-                                            instances, batch, fresh=generator.clear_caches)
+        fields, timings[t] = time_inference(lambda p, b: family.polish(p, predict(model, product_family, p, b), cycles),
+                                            instances, batch, fresh=product_family.clear_caches)
     polished = against_floor(family, instances, fields, truth=acc.truth)
     derived = measure(family, instances, fields, acc.truth, polished.optimum)
     target = float(polished.error.mean())

@@ -248,7 +248,7 @@ def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
         say(notice)
     if cfg.model.coarse_correction:
         say(f"coarse correction: the generator's field u~ becomes u~ - P A_c^-1 P^T g(u~), the energy's minimiser over "
-            f"u~ + range(P), P from {run.generator().coarse_text()} (model.coarse_correction = "
+            f"u~ + range(P), P from {run.product().coarse_text()} (model.coarse_correction = "
             f"{cfg.model.coarse_correction}; at most half each level's intervals)")
     if len(visits) < len(stages):
         s = stages[-1]

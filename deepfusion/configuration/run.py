@@ -119,10 +119,10 @@ class Run:
         return attrs
 
     # -- what the generator is trained and evaluated on -------------------------------------------------------
-    def generator(self, clock: PartClock | None = None, family: Family | None = None) -> Family:
-        """The family whose ``field`` is the generator's product: the family itself, corrected on a coarse space
-        when ``model.coarse_correction`` says so (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything
-        that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
+    def product(self, clock: PartClock | None = None, family: Family | None = None) -> Family:
+        """The family whose ``field`` is the run's product, the fields a user gets (not the generator, which is the
+        network): the family itself, corrected on a coarse space when ``model.coarse_correction`` says so
+        (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
         through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
         correction's parts. ``family``: the family on another grid (default: the run's). With ``model.smoothing``
         its field ends with that many Gauss-Seidel sweeps: the product's, at inference and in a second stage's
@@ -131,6 +131,11 @@ class Run:
         corrected without them."""
         family = self.family if family is None else family
         return self._corrected(family, family, clock, self.cfg.model.smoothing)
+
+    def generator(self, *args, **kwargs) -> None:
+        """Retired: :meth:`product` (the generator is the network; the family its fields come from is the product)."""
+        raise AttributeError("Run.generator() is now Run.product(): the generator is the network, the family whose "
+                             "field makes the fields a user gets is the product")
 
     def trained(self, family: Family, clock: PartClock | None = None) -> Family:
         """What the generator trains on for ``family`` (on one level's grid): the family itself, or its
@@ -251,7 +256,7 @@ class Schedule:
 
         finest = tuple(self.run.family.resolution)  # the last level's grid (a configuration check)
         if stage.second:
-            return Target(*self.model.pair(self.run.generator(self.clock), self._on_grid(finest), self.clock))
+            return Target(*self.model.pair(self.run.product(self.clock), self._on_grid(finest), self.clock))
         first = self.model.first if isinstance(self.model, TwoStage) else self.model
         family = self._on_grid(stage.grid)
         if self.run.cfg.multigrid.coarse_loss == "galerkin" and tuple(stage.grid) != finest:

@@ -45,7 +45,7 @@ def _unmasked(run_dir: Path, params: np.ndarray) -> np.ndarray:
         run, model, _ = trained_model(run_dir)
         p = torch.as_tensor(params, dtype=torch.float32)
         with torch.no_grad():
-            return run.generator().field(model.eval()(run.family.inputs(p)), p).double().numpy()
+            return run.product().field(model.eval()(run.family.inputs(p)), p).double().numpy()
     finally:
         sys.path.remove(str(PLUGINS))
 

@@ -75,6 +75,6 @@ def test_the_sweeps_end_the_product_at_inference_and_a_trained_run_gains_them_by
     small = [a for a in SMALL if a != "--set" and not a.startswith(("model.coarse_correction", "model.smoothing"))]
     cfg = load_config(ROOT / "configs" / "poisson.toml", [*small, "model.coarse_correction=5", "model.smoothing=3"])
     run = Run.from_config(cfg)
-    assert run.generator().smoothing == 3 and run.trained(run.family).smoothing == 0
+    assert run.product().smoothing == 3 and run.trained(run.family).smoothing == 0
     plain = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, smoothing=0))
     assert _architecture(plain) == _architecture(cfg)

@@ -511,7 +511,7 @@ def float64_surrogate(corrected_run):
 
 
 def test_a_trained_runs_product_is_differentiable_in_its_instances(float64_surrogate):
-    assert float64_surrogate._generator.smoothing == 8  # the correction and its sweeps are in the product
+    assert float64_surrogate._product.smoothing == 8  # the correction and its sweeps are in the product
     points = [[0.3, 0.6], [0.71, 0.22], [0.5, 0.5]]
     a0 = torch.as_tensor(np.random.default_rng(0).uniform(-2, 2, (2, 6)))
     w = torch.as_tensor(np.random.default_rng(1).standard_normal((2, 3)))
