@@ -12,6 +12,7 @@ MAP + Laplace per dataset, timed on this one. Training is the run's own wall tim
 
     python benchmarks/inverse_race.py RUN_DIR --outputs u_x u_y [--lattice 4] [--noise 0.01] [--samples 10000]
         [--classical-samples 1000] [--datasets 100] [--starts 4] [--seed 0] [--out FILE.json]
+    python benchmarks/inverse_race.py RUN_DIR --observations OBS.csv ...   # observations of one's own
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +89,8 @@ def race(report: dict, training: float, samples: int, datasets: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--outputs", nargs="+", required=True)
+    parser.add_argument("--outputs", nargs="+", help="what to observe at the lattice (or --observations)")
+    parser.add_argument("--observations", type=Path, help="a CSV of observations to use instead (invert's format)")
     parser.add_argument("--lattice", type=int, default=4)
     parser.add_argument("--noise", type=float, default=0.01)
     parser.add_argument("--samples", type=int, default=10_000)
@@ -103,9 +106,16 @@ def main() -> None:
     surrogate = Surrogate.load(args.run_dir)
     work = (args.out.parent if args.out else args.run_dir) / "inverse_race"
     work.mkdir(parents=True, exist_ok=True)
-    data = write_observations(surrogate.family, args.outputs, args.lattice, args.noise, args.seed, work / "observations.csv")
-    print(f"{data['observations']} observations of {', '.join(args.outputs)} from one instance solved on "
-          f"{'x'.join(map(str, data['truth_grid']))}", file=sys.stderr, flush=True)
+    if args.observations:
+        shutil.copyfile(args.observations, work / "observations.csv")
+        data = {"observations_file": str(args.observations)}
+    else:
+        if not args.outputs:
+            parser.error("--outputs or --observations")
+        data = write_observations(surrogate.family, args.outputs, args.lattice, args.noise, args.seed,
+                                  work / "observations.csv")
+        print(f"{data['observations']} observations of {', '.join(args.outputs)} from one instance solved on "
+              f"{'x'.join(map(str, data['truth_grid']))}", file=sys.stderr, flush=True)
     command = [sys.executable, "-m", "deepfusion", "invert", str(args.run_dir), "--observations",
                str(work / "observations.csv"), "--out", str(work / "invert"), "--starts", str(args.starts),
                "--seed", str(args.seed), "--classical", "--samples", str(args.samples),

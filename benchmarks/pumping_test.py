@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--csv", type=Path, help="also write the observations as invert's CSV (for inverse_race.py)")
     args = parser.parse_args()
 
     import torch
@@ -60,6 +61,10 @@ def main() -> None:
     family = surrogate.family
     truth = np.array([TRUTH])
     observations, truth_grid = observations_of(family, truth, args.seed)
+    if args.csv:
+        args.csv.write_text("x,y,output,value,sigma\n" + "".join(
+            f"{x},{y},{name},{value!r},{sigma!r}\n" for (x, y), name, value, sigma in
+            zip(observations.points, observations.names, observations.values, observations.sigma)))
     prior = prior_of(family, "uniform")
     starts = prior.draw(args.starts, args.seed)
     counter = [0, 0]
