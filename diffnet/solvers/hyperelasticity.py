@@ -113,8 +113,11 @@ class NeoHookeanBody:
         return stored - t * self.scale * float(self.traction @ x)
 
     def gradient(self, x: np.ndarray, t: float = 1.0) -> np.ndarray:
-        u = self._field(x).requires_grad_(True)
-        (g,) = torch.autograd.grad(neo_hookean_energy(u, self._shear, self._nu, self.spacing).sum(), u)
+        # Under any grad mode: a solve may run inside an autograd Function's forward (an inverse problem's classical
+        # side), where grad is off.
+        with torch.inference_mode(False), torch.enable_grad():
+            u = self._field(x).requires_grad_(True)
+            (g,) = torch.autograd.grad(neo_hookean_energy(u, self._shear, self._nu, self.spacing).sum(), u)
         return to_dofs(g[0].numpy()) - t * self.scale * self.traction
 
     def tangent(self, x: np.ndarray) -> sp.csr_matrix:

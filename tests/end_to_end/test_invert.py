@@ -181,6 +181,29 @@ def test_warm_starts_change_the_cost_not_the_answer():
     assert solid.unique_optimum and not load_family(str(ROOT / "configs" / "burgers.toml")).unique_optimum
 
 
+def test_the_classical_adjoint_of_a_nonlinear_solid_is_the_central_differences():
+    """The Neo-Hookean solid's classical route: Newton inside the autograd Function's forward (where grad is off), the
+    adjoint with the tangent at the solution; its gradient of displacements and a stress at gauges is the central
+    differences' of the same solves."""
+    from deepfusion import load_family
+    from deepfusion.analysis.inverse import classical_forward
+
+    solid = load_family(str(ROOT / "configs" / "hyperelasticity.toml"),
+                        ["problem.resolution=[17, 17]", "multigrid.levels=[]", "model.coarse_correction=9"])
+    points = np.array([(0.3, 0.5), (0.7, 0.5), (0.7, 0.2)])
+    observations = Observations(np.vstack([points, points[:1]]), ("u_x", "u_y", "u_x", "stress_xy"), np.zeros(4),
+                                np.full(4, 0.01))
+    forward = classical_forward(solid, observations)
+    at = np.array([0.2, -0.3, 0.1, 0.4, 0.15])
+    J = jacobian(forward, at, copies=False)
+    for j, h in ((0, 1e-5), (4, 1e-6)):
+        e = np.zeros(5)
+        e[j] = h
+        with torch.no_grad():
+            plus, minus = (forward(torch.as_tensor((at + s * e)[None]))[0].numpy() for s in (1, -1))
+        np.testing.assert_allclose(J[:, j], (plus - minus) / (2 * h), rtol=1e-4, atol=1e-7 * np.abs(J).max())
+
+
 def test_sweeps_on_a_nonlinear_energy_are_differenced_not_differentiated():
     """The Neo-Hookean product's sweeps use the tangent at the coarse minimiser, which moves with the instance: no
     exact gradient in the instances through them (a third derivative), so invert takes central differences there;
