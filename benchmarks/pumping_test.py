@@ -63,7 +63,7 @@ def main() -> None:
     observations, truth_grid = observations_of(family, truth, args.seed)
     if args.csv:
         args.csv.write_text("x,y,output,value,sigma\n" + "".join(
-            f"{x},{y},{name},{value!r},{sigma!r}\n" for (x, y), name, value, sigma in
+            f"{float(x)!r},{float(y)!r},{name},{float(value)!r},{float(sigma)!r}\n" for (x, y), name, value, sigma in
             zip(observations.points, observations.names, observations.values, observations.sigma)))
     prior = prior_of(family, "uniform")
     starts = prior.draw(args.starts, args.seed)
