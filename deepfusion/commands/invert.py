@@ -9,6 +9,7 @@ import json
 import time
 import warnings
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -34,11 +35,24 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--max-iterations: must be in 1..100000, got {args.max_iterations}")
 
 
-def _side(name: str, forward, observations, prior, starts, args, names, calls, samples: int, exact: bool) -> dict:
-    """One side's MAP, Laplace posterior and (``samples``) chains, printed as it goes. With ``exact`` gradients the
+class Side(NamedTuple):
+    """One side of the inversion: its ``name``, its ``forward`` model, ``calls()`` its count of forward evaluations
+    for the report, its chains' ``samples`` and whether its gradients are ``exact``."""
+
+    name: str
+    forward: Callable
+    calls: Callable[[], dict]
+    samples: int
+    exact: bool
+
+
+def _side(side: Side, observations, prior, starts, args, names) -> dict:
+    """One side's MAP, Laplace posterior and (``side.samples``) chains, printed as it goes. With exact gradients the
     surrogate's Jacobian by a batch of copies, the classical one by an adjoint solve per observation
     (:func:`~deepfusion.analysis.inverse.jacobian`); central differences carry their Jacobian already."""
     import torch
+
+    name, forward, calls, samples, exact = side
 
     from deepfusion.analysis.inverse import laplace, map_estimate, objective
     from deepfusion.analysis.mcmc import effective_sample_size, metropolis
@@ -143,15 +157,14 @@ def command(args: argparse.Namespace, comm) -> int:
         calls[0] += len(p)
         return forward(p)
 
-    sides = {"surrogate": _side("surrogate", counted, observations, prior, starts, args, names,
-                                lambda: {"surrogate_calls": calls[0]}, args.samples, exact_gradients["surrogate"])}
+    sides = {"surrogate": _side(Side("surrogate", counted, lambda: {"surrogate_calls": calls[0]}, args.samples,
+                                     exact_gradients["surrogate"]), observations, prior, starts, args, names)}
     if args.classical:
         solves = [0, 0]
         solver = classical_forward(family, observations, solves)
-        sides["classical"] = _side("classical", solver, observations, prior, starts, args, names,
-                                   lambda: {"solves": solves[0], "adjoint_solves": solves[1]},
-                                   args.samples if args.classical_samples is None else args.classical_samples,
-                                   exact_gradients["classical"])
+        sides["classical"] = _side(Side("classical", solver, lambda: {"solves": solves[0], "adjoint_solves": solves[1]},
+                                        args.samples if args.classical_samples is None else args.classical_samples,
+                                        exact_gradients["classical"]), observations, prior, starts, args, names)
     report = {"run_dir": str(args.run_dir), "checkpoint": str(surrogate.checkpoint), "family": family.name,
               "observations": len(observations), "prior": args.prior, "parameters": names,
               **sides["surrogate"]["report"]}
