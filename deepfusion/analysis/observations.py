@@ -85,9 +85,9 @@ def observable_names(family) -> tuple[str, ...]:
 def quantity_names(family) -> tuple[str, ...]:
     """What an observation with no coordinates may name for ``family``: its quantities (``K_t``), none without the
     ``quantities`` capability."""
-    if not family.has("quantities"):
-        return ()
-    return tuple(family.quantities(*_centre(family)))
+    from deepfusion.analysis.derived import quantities
+
+    return tuple(quantities(family, *_centre(family)))
 
 
 def predict(family, observations: Observations, instances, fields, weights=None):
@@ -107,8 +107,10 @@ def predict(family, observations: Observations, instances, fields, weights=None)
         if isinstance(fields, torch.Tensor):
             raise TypeError(f"the {family.name} family's quantities are not differentiable: observed through its "
                             "values (deepfusion.analysis.inverse.differenced_forward)")
-        scalars |= {name: np.repeat(np.asarray(value, dtype=np.float64)[:, None], len(rows[name]), axis=1)
-                    for name, value in family.quantities(instances, fields).items() if name in rows}
+        from deepfusion.analysis.derived import quantities
+
+        scalars |= {name: np.repeat(value[:, None], len(rows[name]), axis=1)
+                    for name, value in quantities(family, instances, fields).items() if name in rows}
     missing = [name for name in rows if name not in scalars]
     if missing:
         raise ValueError(f"the {family.name} family gives no field {', '.join(missing)} to observe")
