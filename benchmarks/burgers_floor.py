@@ -5,7 +5,7 @@ implicit conservative scheme (``diffnet.solvers.conservative.solve_scheme``, God
 flux) is compared with the converged Godunov reference on the same nodes, on the
 held-out c of the configs. A network trained on that residual cannot do better than
 this. With ``--sobel`` the central Sobel residual's nodal optimum
-(``BurgersProblem.discrete_optimum``: its root nearest the reference, or the
+(``BurgersFamily.discrete_optimum``: its root nearest the reference, or the
 least-squares optimum where it has none) is measured too. Prints one JSON object.
 
     python benchmarks/burgers_floor.py [--resolutions 32 64 128] [--viscosities 0 0.01] [--sobel]
@@ -34,15 +34,15 @@ def main() -> None:
     parser.add_argument("--orders", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--sobel", action="store_true", help="also the Sobel residual's nodal optimum")
     args = parser.parse_args()
-    from diffnet.problems.burgers import BurgersProblem
+    from diffnet.families.burgers import BurgersFamily
 
     c = np.array(HELD_OUT)
     rows = []
     for nu in args.viscosities:
         for n in args.resolutions:
-            ref = BurgersProblem((n, n), viscosity=nu).reference(c)
+            ref = BurgersFamily((n, n), viscosity=nu).reference(c)
             for order in args.orders:
-                problem = BurgersProblem((n, n), viscosity=nu, stencil="conservative", scheme_order=order)
+                problem = BurgersFamily((n, n), viscosity=nu, stencil="conservative", scheme_order=order)
                 t0 = time.perf_counter()
                 u = problem.scheme_solution(c)
                 seconds = time.perf_counter() - t0
@@ -53,7 +53,7 @@ def main() -> None:
                 print(f"nu={nu} {n}^2 order {order}: mean {row['mean_rel_l2']}", file=sys.stderr, flush=True)
             if args.sobel:
                 t0 = time.perf_counter()
-                u, roots = BurgersProblem((n, n), viscosity=nu, stencil="sobel").discrete_optimum(c, initial=ref)
+                u, roots = BurgersFamily((n, n), viscosity=nu, stencil="sobel").discrete_optimum(c, initial=ref)
                 seconds = time.perf_counter() - t0
                 err = np.linalg.norm(u - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
                 rows.append({"viscosity": nu, "resolution": n, "residual": "sobel",

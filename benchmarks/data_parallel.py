@@ -52,11 +52,11 @@ def _setup(case: str, threads: int, batch: int | None = None):
 
     torch.set_num_threads(threads)
     from diffnet.generators.networks import UNet
-    from diffnet.problems.burgers import BurgersProblem
+    from diffnet.families.burgers import BurgersFamily
 
     spec = CASES[case]
     torch.manual_seed(0)
-    problem = BurgersProblem(spec["resolution"], viscosity=0.01)
+    problem = BurgersFamily(spec["resolution"], viscosity=0.01)
     model = UNet(problem.in_channels, 1, spec["channels"])
     with torch.no_grad():  # a non-trivial head, so every layer gets gradients
         model.head.weight.normal_(0, 0.01)

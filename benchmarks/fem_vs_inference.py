@@ -73,10 +73,10 @@ def race(grid: int, a, say, dims: int = 2) -> dict:
     import numpy as np
 
     from deepfusion.analysis.equal_accuracy import best_time
-    from diffnet.problems.poisson import PoissonProblem
-    from diffnet.problems.poisson3d import Poisson3D
+    from diffnet.families.poisson import PoissonFamily
+    from diffnet.families.poisson3d import Poisson3DFamily
 
-    problem = PoissonProblem((grid, grid)) if dims == 2 else Poisson3D((grid,) * 3)
+    problem = PoissonFamily((grid, grid)) if dims == 2 else Poisson3DFamily((grid,) * 3)
     system, assembly = best_time(problem.fem_system, a)
     csr = best_time(lambda: problem.fem_system(a).A)[1]  # assembly with the CSR matrix pyamg needs
     exact = _exact(system).ravel()
@@ -124,11 +124,11 @@ def race(grid: int, a, say, dims: int = 2) -> dict:
 def scaling(grids: list[int], coeffs, say) -> list[dict]:
     """Seconds per unknown of the whole multigrid pipeline per grid: the median over instances of the best of repeats."""
     from deepfusion.analysis.equal_accuracy import best_time
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
 
     rows = []
     for grid in grids:
-        problem = PoissonProblem((grid, grid))
+        problem = PoissonFamily((grid, grid))
         pipeline(problem, coeffs[0])  # compilation and first-touch, once
         seconds = statistics.median(best_time(pipeline, problem, a, budget_s=1.0)[1] for a in coeffs)
         rows.append({"grid": grid, "seconds": seconds, "seconds_per_unknown": seconds / grid**2})

@@ -25,7 +25,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
     from diffnet.multigrid.hessian import loss_gradient
     from diffnet.multigrid.vcycle import VCycle
 
@@ -36,7 +36,7 @@ def main() -> None:
     if args.resolution < 16 or args.instances < 1:
         raise SystemExit("residual_precision.py: need --resolution >= 16 and --instances >= 1")
     n = args.resolution
-    family = PoissonProblem((n, n))
+    family = PoissonFamily((n, n))
     params = torch.as_tensor(family.sample(args.instances, "random", 3))
     solution = torch.as_tensor(np.stack([family.fem_system(p).solve(tol=1e-13) for p in params.numpy()]))
     x = torch.linspace(0, 1, n, dtype=torch.float64)

@@ -27,7 +27,7 @@ def load_family(config: str | Path, overrides: Sequence[str] = ()):
         Its classical side where it has one: ``discrete_optimum(rows)`` (the same-grid solve: fields and whether
         each converged), ``reference(rows)`` (the converged reference on this grid's nodes),
         ``classical_solver(method, grid)(row)`` with ``classical_to_grid`` (``classical_methods`` lists them),
-        ``derived(rows, fields)``; ``parameters`` (the instances' names and ranges) and ``loss_terms(u, params)``.
+        ``derived(rows, fields)``; ``parameters`` (the instances' names and ranges) and ``loss_terms(u, instances)``.
 
     Raises
     ------

@@ -43,7 +43,7 @@ _EXPORTS = {
     "gauss_point_stencils": "diffnet.discretisation.energy",
     "dirichlet_system": "diffnet.solvers.fem",
     "FEMSystem": "diffnet.solvers.fem",
-    "ImmersedFamily": "diffnet.problems.immersed_family",
+    "ImmersedFamily": "diffnet.families.immersed_family",
     "Side": "diffnet.instances.boundary",
     "BoxBoundary": "diffnet.instances.boundary",
     "Shape": "diffnet.instances.geometry",

@@ -22,7 +22,7 @@ __all__ = ["Timings", "time_inference", "measure_classical", "classical_sweep", 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], instances: np.ndarray, batch: int,
                    say=print, fresh: Callable[[], None] | None = None,
                    clock: PartClock | None = None) -> tuple[np.ndarray, dict]:
-    """Time ``predict(params, batch)``, DiffNet's whole solve from instance parameters to field.
+    """Time ``predict(instances, batch)``, DiffNet's whole solve from instance parameters to field.
 
     The first call (one instance: thread pools, kernel selection) is timed on its own;
     then every instance is solved alone (median reported), then all of them in batches of
@@ -88,7 +88,7 @@ def measure_classical(family, instances: np.ndarray, method: str, grid: int) -> 
 
 def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print,
                     derived=None) -> list[Point]:
-    """The refinement sweep of the family's ``classical_configurations()`` on ``params`` against ``truth``.
+    """The refinement sweep of the family's ``classical_configurations()`` on ``instances`` against ``truth``.
 
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
     compilation are a one-off cost of the process, not of a solve. ``derived``: the network's

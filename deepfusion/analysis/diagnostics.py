@@ -48,7 +48,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def coarse_imprint(run, model, instances: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The coarsest multigrid level's fields for ``params``, prolonged to ``shape`` (None for one level);
+    """The coarsest multigrid level's fields for ``instances``, prolonged to ``shape`` (None for one level);
     ``run`` a :class:`~deepfusion.configuration.run.Run` (its level 0, the family on that grid built once)."""
     if len(run.cfg.multigrid.levels) < 2:
         return None

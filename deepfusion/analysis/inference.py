@@ -85,16 +85,16 @@ def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch
     return on_domain(family, seen, np.concatenate(out, axis=0))
 
 
-def differentiable_fields(model: torch.nn.Module, family: Family, params: torch.Tensor) -> torch.Tensor:
-    """The fields (S, [C,] *grid) of the instances ``params`` (a float64 tensor, one row each) as :func:`predict` makes
-    them, float64 and differentiable in ``params``: through the network (its inputs are the family's torch functions
+def differentiable_fields(model: torch.nn.Module, family: Family, instances: torch.Tensor) -> torch.Tensor:
+    """The fields (S, [C,] *grid) of the instances ``instances`` (a float64 tensor, one row each) as :func:`predict` makes
+    them, float64 and differentiable in ``instances``: through the network (its inputs are the family's torch functions
     of the parameters), the coarse correction and the sweeps (their exact sensitivities, :mod:`diffnet.multigrid.sensitivity`).
     One batch: the caller chunks. A family on a cut domain gets zero outside it (its geometry held)."""
     if isinstance(model, TwoStage):
         model, family = model.pair(family)
     weight = next(model.parameters())
     with torch.inference_mode(False), torch.enable_grad():
-        p = params.to(device=weight.device, dtype=weight.dtype)
+        p = instances.to(device=weight.device, dtype=weight.dtype)
         u = family.field(model(channels_last(family.inputs(p))), p).double()
     domain = domain_of(family, p.detach().double().cpu().numpy())
     if domain is None:
@@ -111,11 +111,11 @@ def domain_of(family, instances: np.ndarray) -> np.ndarray | None:
     if not family.has("domain"):
         return None
     instances = np.asarray(instances)
-    return node_data(family.domain(instances), len(instances), tuple(family.resolution), f"{family.name}.domain(params)")
+    return node_data(family.domain(instances), len(instances), tuple(family.resolution), f"{family.name}.domain(instances)")
 
 
 def on_domain(family, instances: np.ndarray, fields: np.ndarray, domain: np.ndarray | None = None) -> np.ndarray:
-    """``fields`` (S, *grid) or (S, C, *grid) of ``params`` with every unknown zero at the nodes outside each
+    """``fields`` (S, *grid) or (S, C, *grid) of ``instances`` with every unknown zero at the nodes outside each
     instance's own domain (a family with the ``domain`` capability; ``domain``: its signed distance when already
     at hand), else as they are. Every field a report or file shows goes through here: the network's, the
     truth, the floor, a classical solve's, a polished one."""

@@ -108,24 +108,24 @@ class WarmStarts:
 
     scale: np.ndarray
     size: int = 64
-    params: np.ndarray | None = None
+    instances: np.ndarray | None = None
     fields: np.ndarray | None = None
 
-    def solve(self, family, params: np.ndarray) -> np.ndarray:
-        """``family.discrete_optimum`` of ``params`` (S, *shape) from the nearest kept fields; again from its own
+    def solve(self, family, instances: np.ndarray) -> np.ndarray:
+        """``family.discrete_optimum`` of ``instances`` (S, *shape) from the nearest kept fields; again from its own
         start where a warm-started one is not a root."""
-        flat = params.reshape(len(params), -1)
+        flat = instances.reshape(len(instances), -1)
         initial = None
-        if self.params is not None and self.size:
-            distance = (((flat[:, None, :] - self.params[None]) / self.scale) ** 2).sum(-1)
+        if self.instances is not None and self.size:
+            distance = (((flat[:, None, :] - self.instances[None]) / self.scale) ** 2).sum(-1)
             initial = self.fields[distance.argmin(1)]
-        fields, roots = family.discrete_optimum(params, initial=initial)
+        fields, roots = family.discrete_optimum(instances, initial=initial)
         fields = np.asarray(fields, dtype=np.float64)
         if initial is not None and not np.all(roots):
-            fields[~roots] = np.asarray(family.discrete_optimum(params[~roots])[0], dtype=np.float64)
-        kept = (flat, fields) if self.params is None else (np.concatenate([self.params, flat]),
+            fields[~roots] = np.asarray(family.discrete_optimum(instances[~roots])[0], dtype=np.float64)
+        kept = (flat, fields) if self.instances is None else (np.concatenate([self.instances, flat]),
                                                            np.concatenate([self.fields, fields]))
-        self.params, self.fields = kept[0][-self.size:], kept[1][-self.size:]
+        self.instances, self.fields = kept[0][-self.size:], kept[1][-self.size:]
         return fields
 
 
@@ -135,12 +135,12 @@ class ClassicalSolve(torch.autograd.Function):
     the Hessian H at u_h), then -∂_p [w · ∇E(u_h; p)] (:func:`diffnet.multigrid.sensitivity.parameter_vjp`)."""
 
     @staticmethod
-    def forward(ctx, params: torch.Tensor, family, counter: list, warm: WarmStarts) -> torch.Tensor:
-        fields = warm.solve(family, params.detach().cpu().numpy())
-        counter[0] += len(params)
+    def forward(ctx, instances: torch.Tensor, family, counter: list, warm: WarmStarts) -> torch.Tensor:
+        fields = warm.solve(family, instances.detach().cpu().numpy())
+        counter[0] += len(instances)
         ctx.family, ctx.counter = family, counter
         u = torch.as_tensor(np.asarray(fields, dtype=np.float64))
-        ctx.save_for_backward(params.detach(), u)
+        ctx.save_for_backward(instances.detach(), u)
         return u
 
     @staticmethod
@@ -150,8 +150,8 @@ class ClassicalSolve(torch.autograd.Function):
         from diffnet.multigrid.stencil import sparse_operator
         from diffnet.solvers.cholesky import cholesky_solve
 
-        params, u = ctx.saved_tensors
-        p64 = params.double()
+        instances, u = ctx.saved_tensors
+        p64 = instances.double()
         w = torch.zeros_like(u)
         for k in range(len(u)):
             with torch.enable_grad():
@@ -162,7 +162,7 @@ class ClassicalSolve(torch.autograd.Function):
             flat[index] = cholesky_solve(matrix, rhs[index])
             w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
         ctx.counter[1] += len(u)
-        return parameter_vjp(ctx.family, [u], [w], p64).to(params.dtype), None, None, None
+        return parameter_vjp(ctx.family, [u], [w], p64).to(instances.dtype), None, None, None
 
 
 def classical_forward(family, observations, counter: list | None = None) -> Forward:
@@ -192,17 +192,17 @@ class CentralDifferences(torch.autograd.Function):
     width): instances outside the training range are never asked for."""
 
     @staticmethod
-    def forward(ctx, params: torch.Tensor, values: Callable, steps: np.ndarray, low: np.ndarray,
+    def forward(ctx, instances: torch.Tensor, values: Callable, steps: np.ndarray, low: np.ndarray,
                 high: np.ndarray) -> torch.Tensor:
-        p = params.detach().cpu().numpy().reshape(len(params), -1)
-        if not params.requires_grad:
-            return torch.as_tensor(np.asarray(values(p.reshape(params.shape)), dtype=np.float64))
+        p = instances.detach().cpu().numpy().reshape(len(instances), -1)
+        if not instances.requires_grad:
+            return torch.as_tensor(np.asarray(values(p.reshape(instances.shape)), dtype=np.float64))
         s, m = p.shape
         shifted = p[:, None, :] + np.eye(m) * steps                      # (S, m, m): entry i moved by its step
         plus = np.minimum(shifted, high)
         minus = np.maximum(p[:, None, :] - np.eye(m) * steps, low)
         out = np.asarray(values(np.concatenate([p, plus.reshape(-1, m), minus.reshape(-1, m)]).reshape(
-            -1, *params.shape[1:])), dtype=np.float64)
+            -1, *instances.shape[1:])), dtype=np.float64)
         width = (np.einsum("sii->si", plus) - np.einsum("sii->si", minus))[:, :, None]  # (S, m, 1)
         ctx.save_for_backward(torch.as_tensor((out[s:s + s * m].reshape(s, m, -1) - out[s + s * m:].reshape(s, m, -1))
                                               / width))

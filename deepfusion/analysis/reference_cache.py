@@ -84,12 +84,12 @@ def _cached(family, what: str, instances: np.ndarray, compute: Callable[[], dict
 
 
 def truth(family, instances: np.ndarray, progress=None) -> np.ndarray:
-    """``problem.truth(params)``, from the cache where it holds it."""
+    """``problem.truth(instances)``, from the cache where it holds it."""
     return _cached(family, "truth", instances, lambda: {"u": family.truth(instances, progress)})["u"]
 
 
 def discrete_optimum(family, instances: np.ndarray, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``problem.discrete_optimum(params, initial=initial)``, from the cache where it holds it (the start
+    """``problem.discrete_optimum(instances, initial=initial)``, from the cache where it holds it (the start
     ``initial`` is part of the key: where the loss has several optima it selects one)."""
     key = np.concatenate([np.asarray(instances, dtype=np.float64).ravel(), np.asarray(initial, dtype=np.float64).ravel()])
 

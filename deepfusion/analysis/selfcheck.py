@@ -74,7 +74,7 @@ def check_grid(resolution: tuple[int, ...], levels: tuple[int, ...]) -> tuple[in
 
 def stationarity(family, instances: np.ndarray, u: np.ndarray) -> float:
     """|g(u)| / |g(0)|: the loss's gradient, in the directions the network's output moves the field, at the field
-    ``u`` (1, *grid) or (1, C, *grid) over that at the field of a zero output, for the instances ``params`` (1, ...).
+    ``u`` (1, *grid) or (1, C, *grid) over that at the field of a zero output, for the instances ``instances`` (1, ...).
 
     The directions are those of ``field``: g(u) = d/dδ L(u + field(δ) - field(0)) at δ = 0 (exact for a field affine
     in the output, as a held boundary value and a mask make it), so held nodes, where an energy's gradient is a
@@ -107,7 +107,7 @@ def _interior(family, instances: np.ndarray) -> np.ndarray:
     grid = tuple(family.resolution)
     if not family.has("domain"):
         return np.ones((len(instances), *grid), dtype=bool)
-    outside = node_data(family.domain(instances), len(instances), grid, f"{family.name}.domain(params)") > 0
+    outside = node_data(family.domain(instances), len(instances), grid, f"{family.name}.domain(instances)") > 0
     padded = np.pad(outside, [(0, 0)] + [(1, 1)] * len(grid))
     near = np.zeros_like(outside)
     for offset in itertools.product(range(3), repeat=len(grid)):  # a node next to an outside one, itself included
@@ -132,7 +132,7 @@ def _fields(family, name: str, value, count: int = 1) -> np.ndarray:
 
 def check_family(small, instances: np.ndarray) -> SelfCheck:
     """Check the family ``small`` (on the check's grid, :func:`check_grid`) against itself for the one instance
-    ``params`` (1, ...): every member of its ``reference``, ``floor``, ``polish`` and ``input_fields`` capabilities
+    ``instances`` (1, ...): every member of its ``reference``, ``floor``, ``polish`` and ``input_fields`` capabilities
     runs and gives fields of the declared shape, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
     same-grid solution. Raises :class:`FamilyMismatch` (one line) on the first disagreement."""
     t0 = time.perf_counter()

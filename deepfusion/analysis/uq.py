@@ -116,7 +116,7 @@ class Study:
 def run_study(solve_batch: Callable[[np.ndarray], tuple[np.ndarray, float]], instances: np.ndarray, batch: int,
               label: str, keep: int = 0, say=print,
               inside: Callable[[np.ndarray], np.ndarray] | None = None) -> Study:
-    """Solve ``params`` ``batch`` at a time and merge the moments, with a progress line every 5 s.
+    """Solve ``instances`` ``batch`` at a time and merge the moments, with a progress line every 5 s.
 
     ``solve_batch`` returns the batch's fields and the seconds its solves took (so that
     carrying a classical solution onto the network's grid is not counted); the first

@@ -237,7 +237,7 @@ def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
            f"over {ctx.domain.tiles} ranks, {ctx.domain.data_size} data-parallel group{'s' if ctx.domain.data_size > 1 else ''}")
         + (f" | resuming from {resume_from} (step {ckpt.step})" if resume_from else "")
     )
-    visits = [s for s in stages if s.level < s.levels]
+    visits = [s for s in stages if s.kind == "level"]
     if len(visits) > 1:
         mg = cfg.multigrid
         how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"

@@ -73,9 +73,9 @@ def _build_section(section: str, values: dict[str, object], cls: type | None = N
             raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(known))})")
         value = _coerce(name, value, hints[key])
         check = known[key].metadata.get("check")
-        problem = check(value) if check else None
-        if problem:
-            raise ConfigError(f"{name}: {problem} (got {_show(value)})")
+        error = check(value) if check else None
+        if error:
+            raise ConfigError(f"{name}: {error} (got {_show(value)})")
         kwargs[key] = value
     return cls(**kwargs)
 
@@ -164,22 +164,22 @@ def _family(data: dict[str, object]) -> type:
     return family
 
 
-def _sort_problem_keys(data: dict[str, object], family: type, saved: bool) -> None:
+def _move_family_keys(data: dict[str, object], family: type, saved: bool) -> None:
     """Keys of the family found in ``[problem]`` move to the family's table when the file is of the
     flat layout before families had tables (``problem.name``); in a file of that layout stored by
     a run (``saved``) the other families' keys, which it listed too, are dropped. Any key left in
     ``[problem]`` that is not a common one is refused by name."""
-    problem, table = data["problem"], data.setdefault(family.name, {})
+    section, table = data["problem"], data.setdefault(family.name, {})
     own = {f.name for f in dataclasses.fields(family.Options)}
-    legacy = "name" in problem
-    for key in [k for k in problem if k not in _COMMON]:
+    legacy = "name" in section
+    for key in [k for k in section if k not in _COMMON]:
         if legacy and key in own and key in table and not saved:  # never one of two places in silence
             raise ConfigError(f"problem.{key}: the older layout's place of {family.name}.{key}, which is given "
                               f"too; set only {family.name}.{key}")
         if legacy and key in own:
-            table.setdefault(key, problem.pop(key))
+            table.setdefault(key, section.pop(key))
         elif legacy and (saved or key == "name"):
-            problem.pop(key)
+            section.pop(key)
         elif key in own:
             raise ConfigError(f"problem.{key}: a key of the {family.name} family; set it in its table "
                               f"[{family.name}] ({family.name}.{key})")
@@ -209,7 +209,7 @@ def config_from_dict(data: dict[str, object], *, saved: bool = False) -> Config:
     if "name" in problem and "family" not in problem:
         problem["family"] = problem["name"]
     family = _family(data)
-    _sort_problem_keys(data, family, saved)
+    _move_family_keys(data, family, saved)
     sections = {}
     for section, values in data.items():
         if section == family.name:

@@ -138,11 +138,11 @@ def _first_inputs(configured: Family) -> None:
     instances = 0.5 * (low + high)
     if configured.has("domain"):
         node_data(configured.domain(instances[None]), 1, tuple(configured.resolution),
-                  f"{configured.name}.domain(params)")
+                  f"{configured.name}.domain(instances)")
     x = configured.inputs(torch.as_tensor(instances, dtype=torch.float64)[None])
     expected = (1, configured.in_channels, *configured.resolution)
     if tuple(x.shape) != expected:
-        raise ValueError(f"in_channels: inputs(params) returned shape {list(x.shape)} for one instance; the network "
+        raise ValueError(f"in_channels: inputs(instances) returned shape {list(x.shape)} for one instance; the network "
                          f"is built for in_channels = {configured.in_channels}, {list(expected)}")
 
 

@@ -18,18 +18,18 @@ ENTRY_POINT_GROUP = "deepfusion.families"
 
 # name -> "module:Class"; imported only when a run asks for the family.
 _BUILTIN = {
-    "burgers": "diffnet.problems.burgers:BurgersProblem",
-    "poisson": "diffnet.problems.poisson:PoissonProblem",
-    "groundwater": "diffnet.problems.groundwater:Groundwater",
-    "poisson3d": "diffnet.problems.poisson3d:Poisson3D",
-    "reaction_diffusion": "diffnet.problems.reaction_diffusion:ReactionDiffusionProblem",
-    "plate": "diffnet.problems.plate:PlateWithHole",
-    "elastic_plate": "diffnet.problems.elastic_plate:ElasticPlate",
-    "torsion": "diffnet.problems.torsion:StarTorsion",
-    "elasticity": "diffnet.problems.elasticity:Elasticity",
-    "elasticity3d": "diffnet.problems.elasticity:Elasticity3D",
-    "hyperelasticity": "diffnet.problems.hyperelasticity:Hyperelasticity",
-    "hyperelasticity3d": "diffnet.problems.hyperelasticity:Hyperelasticity3D",
+    "burgers": "diffnet.families.burgers:BurgersFamily",
+    "poisson": "diffnet.families.poisson:PoissonFamily",
+    "groundwater": "diffnet.families.groundwater:GroundwaterFamily",
+    "poisson3d": "diffnet.families.poisson3d:Poisson3DFamily",
+    "reaction_diffusion": "diffnet.families.reaction_diffusion:ReactionDiffusionFamily",
+    "plate": "diffnet.families.plate:PlateWithHoleFamily",
+    "elastic_plate": "diffnet.families.elastic_plate:ElasticPlateFamily",
+    "torsion": "diffnet.families.torsion:StarTorsionFamily",
+    "elasticity": "diffnet.families.elasticity:ElasticityFamily",
+    "elasticity3d": "diffnet.families.elasticity:Elasticity3DFamily",
+    "hyperelasticity": "diffnet.families.hyperelasticity:HyperelasticityFamily",
+    "hyperelasticity3d": "diffnet.families.hyperelasticity:Hyperelasticity3DFamily",
 }
 
 DEFAULT_FAMILY = "burgers"
@@ -61,9 +61,10 @@ def _load(target: str, what: str) -> type:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except ImportError as e:
-        from diffnet.protocol.moved import moved_text
+        from diffnet.protocol.moved import moved_text, renamed_text
 
-        moved = moved_text(e.name or "")  # a plugin written against diffnet's module paths of before
+        # a plugin written against diffnet's module paths or class names of before
+        moved = moved_text(e.name or "") or renamed_text(str(e))
         raise FamilyError(f"{what}: cannot import {module!r} ({e})" + (f"; {moved}" if moved else "")) from None
     except AttributeError:
         raise FamilyError(f"{what}: {module!r} has no {attr!r}") from None

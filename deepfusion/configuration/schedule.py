@@ -14,15 +14,21 @@ from deepfusion.configuration.schema import Config, TrainConfig
 from deepfusion.configuration.schema import first_order, has_lbfgs
 from deepfusion.parallel.partition import steps_per_epoch
 
-__all__ = ["Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
+__all__ = ["KINDS", "Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
+
+# What a stage trains: a visit of one grid level (the generator, or its level of a deepened stack), or the second
+# network of a two-stage model (on the finest level).
+KINDS = ("level", "second")
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One visit of one level: optimiser steps ``first_step`` .. ``first_step + steps - 1``."""
+    """One stage of the schedule, optimiser steps ``first_step`` .. ``first_step + steps - 1``: a visit of one level
+    (``kind = "level"``) or the second stage (``kind = "second"``, on the finest level)."""
 
     index: int  # position in the schedule
-    level: int  # 0 = the coarsest grid; ``levels``: the second stage (on the finest grid)
+    kind: str  # one of KINDS
+    level: int  # the grid level trained on, counted from the coarsest (0) as everywhere
     levels: int  # how many grid levels the run has
     grid: tuple[int, int]
     epochs: int
@@ -34,7 +40,7 @@ class Stage:
     @property
     def second(self) -> bool:
         """Whether this is the second stage (the second network, on the finest grid) rather than a visit of a level."""
-        return self.level == self.levels
+        return self.kind == "second"
 
     @property
     def end(self) -> int:
@@ -99,12 +105,13 @@ def build_schedule(cfg: Config) -> list[Stage]:
     stages, first = [], 0
     for index, level in enumerate(cycle_visits(mg.cycle, n) if n > 1 else [0]):
         steps = steps_per_epoch(cfg.data.n_train, batches[level]) * epochs[level]
-        stages.append(Stage(index, level, n, grids[level], epochs[level], lrs[level], batches[level], first, steps))
+        stages.append(Stage(index, "level", level, n, grids[level], epochs[level], lrs[level], batches[level], first,
+                            steps))
         first += steps
     if t.second_stage_epochs:  # the second network, on the finest grid at its batch
         steps = steps_per_epoch(cfg.data.n_train, batches[-1]) * t.second_stage_epochs
-        stages.append(Stage(len(stages), n, n, grids[-1], t.second_stage_epochs, t.second_stage_lr, batches[-1],
-                            first, steps))
+        stages.append(Stage(len(stages), "second", n - 1, n, grids[-1], t.second_stage_epochs, t.second_stage_lr,
+                            batches[-1], first, steps))
     return stages
 
 

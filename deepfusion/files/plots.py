@@ -57,7 +57,7 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
 def _loss_figure(records: list[dict]):
     plt = _pyplot()
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
-            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "level", "grid",
+            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "kind", "level", "grid",
             "evaluations_per_iteration", "line_search_failures", "skipped_pairs", "stop_reason", "dtype"}
     fig, ax = plt.subplots(figsize=(6, 4))
     terms = [k for k in records[0] if k not in skip and k != "loss"]

@@ -103,23 +103,23 @@ class _FullBatchIteration:
         return loss, float(starts[0].abs().max()), float(state.get("t", 0.0)) if moved else 0.0
 
 
-def lbfgs_phase(model, family, all_params, cfg: TrainConfig, ctx: TrainingContext, *, step: int,
+def lbfgs_phase(model, family, all_instances, cfg: TrainConfig, ctx: TrainingContext, *, step: int,
                 resume: Checkpoint | None) -> tuple[int, float, bool]:
     """L-BFGS iterations ``step`` .. the run's last on the global objective, in ``train.lbfgs_dtype``
     (the run's recorder, ``ctx.recorder``, knows the schedule: Adam's steps come first)."""
     comm, rec, stop = ctx.comm, ctx.recorder, ctx.stop
     total, adam_steps = rec.total, first_order_steps(cfg, rec.stages)
-    n = all_params.shape[0]
+    n = all_instances.shape[0]
     precision = cfg.dtype if cfg.lbfgs_dtype == "train" else cfg.lbfgs_dtype
     dtype = getattr(torch, precision)
     # The phase works on its own copy when its precision differs from the run's (float64
     # for a float32 run: Xu et al. 2025 report float32 line searches stopping early);
     # `model` gets the values cast back before every checkpoint and at the end.
     work = model if next(model.parameters()).dtype == dtype else copy.deepcopy(model).to(dtype)
-    all_params = all_params.to(dtype)
+    all_instances = all_instances.to(dtype)
 
     def local_sum(idx: np.ndarray) -> torch.Tensor:
-        return loss_sum(work, family, all_params[idx])[0]
+        return loss_sum(work, family, all_instances[idx])[0]
 
     chunk = cfg.lbfgs_chunk or cfg.batch_size
     objective = GlobalObjective(list(work.parameters()), local_sum, comm, chunk)

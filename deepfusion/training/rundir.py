@@ -118,7 +118,8 @@ def extension(saved: Config, cfg: Config, step: int) -> str:
                          f"choose another --out")
     k = min(stage_at(old, step), len(old) - 1)
     same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
-    here_ok = same_before and (new[k].level, new[k].lr, new[k].batch_size) == (old[k].level, old[k].lr, old[k].batch_size) \
+    here_ok = same_before and (new[k].kind, new[k].level, new[k].lr, new[k].batch_size) == \
+        (old[k].kind, old[k].level, old[k].lr, old[k].batch_size) \
         and new[k].end >= min(step, old[k].end) and new[-1].end >= old[-1].end
     if not here_ok:
         raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
@@ -183,7 +184,7 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def _architecture(cfg: Config) -> tuple:
-    """What a checkpoint's weights depend on: the problem, the model (not the sweeps that end its product at
+    """What a checkpoint's weights depend on: the family on its grid, the model (not the sweeps that end its product at
     inference, ``model.smoothing``: a trained run gains them by its config alone), the multigrid levels it deepened
     and whether it has a second stage."""
     mg = cfg.multigrid
@@ -198,7 +199,7 @@ def trained_model(source: Path, checkpoint: str | Path | None = None, warn: Call
 
     A run directory gives its ``config.toml`` and, unless ``checkpoint`` names one, its newest
     valid checkpoint (damaged ones are skipped with a line to ``warn``); a checkpoint file
-    alone gives the config stored in it. The checkpoint must belong to the config's problem
+    alone gives the config stored in it. The checkpoint must belong to the config's family
     and model.
     """
     from deepfusion.configuration.run import Run

@@ -57,8 +57,8 @@ def make_local_step(model, family, sync, b_eff: int, *, autocast: str = "none", 
 
     Parameters
     ----------
-    model, problem
-        The replica and the PDE family.
+    model, family
+        The replica and the family it trains on.
     sync : deepfusion.parallel.gradsync.GradSync
         Owner of the gradients; with ``cuda_graph`` it must be in ``flat`` mode (no hooks
         may run inside a captured graph).

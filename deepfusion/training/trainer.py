@@ -139,7 +139,7 @@ def train(
     total = total_steps(cfg, list(stages))
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
-    all_params = torch.as_tensor(run.training, dtype=dtype, device=device)
+    all_instances = torch.as_tensor(run.training, dtype=dtype, device=device)
     resume_lbfgs = resume is not None and resume.attrs.get("optimizer", "adam") == "lbfgs"
     start_step = 0 if resume is None else resume.step
     if resume is not None:
@@ -160,13 +160,13 @@ def train(
         try:
             for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
                 target = schedule.target(stage)
-                module, family = target.generator, target.family
-                module.train()
-                opt = _first_order(module.parameters(), cfg, stage.lr)
+                generator, family = target.generator, target.family
+                generator.train()
+                opt = _first_order(generator.parameters(), cfg, stage.lr)
                 if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
                     resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
                 done = step
-                step, loss_value, stopped = _first_order_phase(module, family, all_params, cfg, opt, stage,
+                step, loss_value, stopped = _first_order_phase(generator, family, all_instances, cfg, opt, stage,
                                                                step, ctx)
                 groups = ctx.data_group[1]
                 samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
@@ -174,8 +174,8 @@ def train(
                     break
             if step < total and not stopped:
                 target = schedule.target(stages[-1])
-                module, family = target.generator, target.family
-                step, loss_value, stopped = lbfgs_phase(module, family, all_params, cfg, ctx, step=step,
+                generator, family = target.generator, target.family
+                step, loss_value, stopped = lbfgs_phase(generator, family, all_instances, cfg, ctx, step=step,
                                                         resume=resume if resume_lbfgs else None)
         finally:
             rec.close()
@@ -197,12 +197,12 @@ def _stage_seed(seed: int, stage: Stage) -> int:
     return seed if stage.index == 0 else seed + 1_000_003 * stage.index
 
 
-def _first_order_phase(model, family: Family, all_params, cfg: TrainConfig, opt, stage: Stage, step: int,
+def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, opt, stage: Stage, step: int,
                        ctx: TrainingContext) -> tuple[int, float, bool]:
     """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
     comm, parallel, domain, rec = ctx.comm, ctx.parallel, ctx.domain, ctx.recorder
     name = first_order(cfg.optimizer) or "adam"
-    n, b = all_params.shape[0], stage.batch_size
+    n, b = all_instances.shape[0], stage.batch_size
     # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
     data_rank, groups = ctx.data_group
     tiling = None if domain is None else domain.tiling(family.resolution)
@@ -215,7 +215,7 @@ def _first_order_phase(model, family: Family, all_params, cfg: TrainConfig, opt,
                     parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
     b_loc = local_batch_size(b, groups)
     local_step = make_local_step(model, family, sync, b_eff, autocast=parallel.autocast,
-                                 cuda_graph=parallel.cuda_graphs, example=all_params[:b_loc], tiling=tiling)
+                                 cuda_graph=parallel.cuda_graphs, example=all_instances[:b_loc], tiling=tiling)
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
     stopping = False
@@ -228,7 +228,7 @@ def _first_order_phase(model, family: Family, all_params, cfg: TrainConfig, opt,
             for group in opt.param_groups:
                 group["lr"] = learning_rate(step - stage.first_step, stage.steps, schedule)
             idx = local_indices(seed, epoch, k, data_rank, groups, n, b)
-            terms = local_step(all_params[idx])
+            terms = local_step(all_instances[idx])
             t1 = time.perf_counter()
             # The loss terms' sums and this rank's stop flag, summed beside the gradients: one
             # synchronisation per step, as DDP has (a blocking Allreduce of its own was a second).
@@ -258,6 +258,7 @@ def _first_order_phase(model, family: Family, all_params, cfg: TrainConfig, opt,
                     "optimizer": name,
                     "stage": stage.index,
                     "level": stage.level,
+                    "kind": stage.kind,
                     "loss": loss_value,
                     **{name: float(s) / b_eff for name, s in zip(terms, sums)},
                     "lr": opt.param_groups[0]["lr"],

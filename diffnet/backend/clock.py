@@ -2,7 +2,7 @@
 
 A product of the networks and the coarse correction spends its time in a few parts: the network(s), the
 fine Hessian the correction and the V-cycle read, the coarse operator A_c, its factorisation, the coarse
-solves, the loss's gradient, a second stage's V-cycle. The generator's problems accumulate each part's
+solves, the loss's gradient, a second stage's V-cycle. The generator's families accumulate each part's
 seconds in one :class:`PartClock` (handed to them, never a global), which training, the evaluation and
 ``compare`` read and report.
 

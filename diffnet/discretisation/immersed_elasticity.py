@@ -9,7 +9,7 @@ over the nodal displacements (S, 2, N_y, N_x) on the active nodes, with the cut-
 twin, term for term: its ν is E here). The cut boundary carries no term: a hole's edge is traction-free, the
 natural condition of the energy, so no Nitsche terms are needed. Its assembled matrix is
 :func:`diffnet.solvers.immersed_elasticity.immersed_elasticity_matrix`; the tractions on the box's sides and
-their held components are the family's (:class:`diffnet.problems.elastic_plate.ElasticPlate`).
+their held components are the family's (:class:`diffnet.families.elastic_plate.ElasticPlateFamily`).
 """
 
 from __future__ import annotations

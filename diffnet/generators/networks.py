@@ -275,7 +275,7 @@ class LevelStack(_Levels):
     base : UNet
         The coarsest level's generator.
     in_channels : int
-        Input channels of the problem.
+        Input channels of the family's inputs.
     ratios : sequence of float
         For each finer level, coarse nodes per side over fine nodes per side (about 1/2).
     width : int

@@ -13,10 +13,10 @@ and its field v (with the family's homogeneous boundary conditions) is of order 
 It trains on the same loss as the first stage (the loss of u) with the first network frozen.
 
 :class:`TwoStage` holds both networks (one checkpoint); :meth:`TwoStage.pair` gives the second
-network and the problem it runs under (:class:`SecondStage`): its ``inputs`` run the first
+network and the family it runs under (:class:`SecondStage`): its ``inputs`` run the first
 network and the V-cycle and carry u1 and eps to ``field`` as two more channels, which the
-network passes through untouched (:class:`Correction`), so the usual ``model(problem.inputs(p))``
-then ``problem.field(raw, p)`` works for training and inference alike.
+network passes through untouched (:class:`Correction`), so the usual ``model(family.inputs(p))``
+then ``family.field(raw, p)`` works for training and inference alike.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from diffnet.backend.clock import NETWORK, VCYCLE, PartClock
 from diffnet.backend.layout import channels_last
 from diffnet.multigrid.preconditioned import correction
 from diffnet.multigrid.stencil import components
+from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
 
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
@@ -64,7 +65,7 @@ class TwoStage(nn.Module):
     """A two-stage generator: ``first`` (any generator of the finest grid, e.g. a
     :class:`~diffnet.generators.networks.LevelStack`) and ``second`` (a :class:`Correction`).
 
-    Not called itself: :meth:`pair` gives the module and the problem a forward pass runs.
+    Not called itself: :meth:`pair` gives the module and the family a forward pass runs.
 
     Parameters
     ----------
@@ -81,10 +82,10 @@ class TwoStage(nn.Module):
         self.cycles = cycles
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        raise TypeError("a TwoStage generator runs as model, problem = two_stage.pair(family)")
+        raise TypeError("a TwoStage generator runs as model, second = two_stage.pair(family)")
 
     def pair(self, family: Family, loss: Family | None = None, clock: PartClock | None = None) -> tuple[Correction, "SecondStage"]:
-        """The second network and its problem on ``family`` (trained on ``loss``, default the family's own; ``clock``
+        """The second network and the family it runs under on ``family`` (trained on ``loss``, default the family's own; ``clock``
         gathers the seconds of the first network and the V-cycle in its inputs)."""
         clock = clock if clock is not None else PartClock()
         return self.second, SecondStage(family, self.first, loss, self.cycles, clock)
@@ -95,14 +96,19 @@ def _rows(values: torch.Tensor, ndim: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class SecondStage:
-    """The problem the second network runs under: ``family``'s parameters, u = u1 + eps v, ``loss``'s terms.
+class SecondStage(Wrapper):
+    """The family the second network runs under: ``family``'s parameters, u = u1 + eps v, ``loss``'s terms.
 
     ``inputs(p)`` (S, I + 2 C + 1, *grid) for I input channels and C unknown fields: the family's I
     channels, d1 / eps (C), then u1 (C) and eps (broadcast), which :class:`Correction` passes through;
     ``field(raw, p)`` reads them back. ``in_channels`` is I + C, what the second network itself sees.
-    Every other member is the family's.
+    Passes on what ``family`` says of its instances, its Hessian and fixed nodes (those of the field u it
+    corrects); withholds ``at_resolution`` (the second stage runs on the finest grid only).
     """
+
+    wraps = "family"
+    passed_on = INSTANCE_MEMBERS | {"clear_caches", "hessian", "assembled_correction", "fixed_nodes", "admissible"}
+    withheld = frozenset({"at_resolution"})
 
     family: Family
     first: nn.Module
@@ -110,24 +116,19 @@ class SecondStage:
     cycles: int = 1
     clock: PartClock = field(default_factory=PartClock, compare=False)
 
-    def __getattr__(self, name: str) -> object:
-        if name in ("family", "first", "loss", "cycles", "clock"):
-            raise AttributeError(name)
-        return getattr(self.family, name)
-
     @property
     def in_channels(self) -> int:
         return self.family.in_channels + components(self.family)
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
-        x = self.family.inputs(params)
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
+        x = self.family.inputs(instances)
         with torch.no_grad():
             with self.clock.part(NETWORK, x.device):
                 raw = self.first(channels_last(x))
-            u1 = self.family.field(raw, params)
+            u1 = self.family.field(raw, instances)
         # The residual needs autograd (the loss's gradient): outside inference mode, on plain copies.
         with torch.inference_mode(False), torch.enable_grad(), self.clock.part(VCYCLE, x.device):
-            p64 = params.clone().double() if params.is_floating_point() else params.clone()
+            p64 = instances.clone().double() if instances.is_floating_point() else instances.clone()
             d = correction(self.family, u1.clone().double(), p64, self.cycles)[1]
         grid = d.shape[d.ndim - len(self.family.resolution):]
         if grid != x.shape[2:]:
@@ -139,16 +140,16 @@ class SecondStage:
             scaled, u1 = scaled[:, None], u1[:, None]
         return torch.cat([x, scaled, u1.to(x.dtype), _rows(eps, x.ndim).expand_as(x[:, :1]).to(x.dtype)], dim=1)
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         c = components(self.family)
         v, u1, eps = raw[:, :c], raw[:, c : 2 * c], raw[:, 2 * c].flatten(1)[:, :1]
         u1 = u1 if c > 1 else u1[:, 0]
-        zero = self.family.field(torch.zeros_like(v), params)  # the lift: v carries homogeneous conditions
-        return u1 + _rows(eps, u1.ndim) * (self.family.field(v, params) - zero)
+        zero = self.family.field(torch.zeros_like(v), instances)  # the lift: v carries homogeneous conditions
+        return u1 + _rows(eps, u1.ndim) * (self.family.field(v, instances) - zero)
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        return (self.loss or self.family).loss_terms(u, params)
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
+        return (self.loss or self.family).loss_terms(u, instances)
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("a second stage does not run under a domain split (parallel.domain): "
                                   "its V-cycle needs each sample whole")

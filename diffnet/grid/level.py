@@ -1,7 +1,8 @@
 """One grid of a multigrid hierarchy: the type every hierarchy here fills (PyAMG's ``Level`` is the model).
 
 A level is the operator on one node grid as a stencil (identity rows on its fixed nodes), which nodes are fixed,
-and the interpolation from the next coarser grid, per axis; a hierarchy is a list of them, finest first. Two
+and the interpolation from the next coarser grid, per axis; a hierarchy is a list of them, coarsest first (level 0,
+as the training's multigrid levels are counted). Two
 hierarchies fill it:
 
 - :class:`diffnet.multigrid.vcycle.VCycle`, the batched torch V-cycle of the preconditioned loss, the second stage

@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["node_data", "over_unknowns", "inside_only"]
 
 
-def node_data(values, count: int, grid: tuple[int, ...], what: str = "domain(params)") -> np.ndarray:
+def node_data(values, count: int, grid: tuple[int, ...], what: str = "domain(instances)") -> np.ndarray:
     """``values`` as per-instance node data (count, *grid), float64: given as (count, *grid), or as
     (count, 1, *grid) (one channel, as a field of one unknown is written); any other shape raises
     ``ValueError`` naming ``what`` and the shape it must have."""

@@ -54,11 +54,12 @@ def interpolation_matrix(n_in: int, n_out: int, align_corners: bool = True) -> n
 
 
 def grid_hierarchy(shape: tuple[int, ...], coarsest: int) -> list[tuple[int, ...]]:
-    """Node grids from ``shape`` down, halving the cells per side until a side has at most ``coarsest`` nodes.
+    """Node grids halving the cells per side from ``shape`` until a side has at most ``coarsest`` nodes, coarsest
+    first (levels are counted from the coarsest everywhere: docs/design.md, "Words").
 
     (2^k + 1)-node grids nest exactly; others coarsen to ceil(N / 2) nodes.
     """
     grids = [tuple(shape)]
     while min(grids[-1]) > coarsest:
         grids.append(tuple((n + 1) // 2 for n in grids[-1]))
-    return grids
+    return grids[::-1]

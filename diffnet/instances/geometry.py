@@ -24,7 +24,7 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 
 __all__ = ["Shape", "Disc", "Box", "HalfSpace", "Star", "Union", "Intersection", "Difference", "Occupancy",
-           "grid_points", "check_hole_range", "hole_problem"]
+           "grid_points", "check_hole_range", "hole_error"]
 
 
 _ROUNDING = 4 * np.finfo(float).eps  # a distance's rounding, coordinates of order 1
@@ -318,7 +318,7 @@ def check_hole_range(hole_x: tuple[float, float], hole_y: tuple[float, float], h
                              "plate; every hole must lie inside the unit square")
 
 
-def hole_problem(x: float, y: float, r: float, resolution: Sequence[int]) -> str | None:
+def hole_error(x: float, y: float, r: float, resolution: Sequence[int]) -> str | None:
     """What keeps a hole of centre (x, y) and radius r from being resolved on the unit square's ``resolution`` grid:
     under a cell across, or within a cell of the square's sides (None when it is fine)."""
     h = 1.0 / (min(resolution) - 1)

@@ -101,7 +101,7 @@ class CoarseSpace:
     load: torch.Tensor | None = None  # (S, C, *grid): b of E(u) = 1/2 uᵀ A u - bᵀ u + const, so that ∇E(u) = A u - b
 
     @classmethod
-    def build(cls, family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
+    def build(cls, family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
               clock: PartClock | None = None, quadratic: bool = False) -> "CoarseSpace":
         """The coarse space of ``family`` at the float64 field ``u`` (S, [C,] *grid) with ``nodes`` coarse nodes a side
         (``clock``: the seconds of its parts).
@@ -119,9 +119,9 @@ class CoarseSpace:
         transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
         # On a GPU no host copy of the instances, which a CUDA graph could not capture: built for every batch.
         if u.is_cuda or not quadratic:
-            parts = cls._build_new(family, u, params, transfers, coarse, vector, clock)
+            parts = cls._build_new(family, u, instances, transfers, coarse, vector, clock)
         else:
-            parts = cls._kept(family, u, params, transfers, coarse, vector, clock)
+            parts = cls._kept(family, u, instances, transfers, coarse, vector, clock)
         return cls.of(transfers, parts, vector)
 
     @classmethod
@@ -132,11 +132,11 @@ class CoarseSpace:
                    vector, stack("load"))
 
     @classmethod
-    def _kept(cls, family: Family, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+    def _kept(cls, family: Family, u: torch.Tensor, instances: torch.Tensor, transfers: list[torch.Tensor],
               coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
         """The instances' kept coarse spaces (:data:`CACHE_BYTES`), those not met before built and kept."""
         keys = [(family, coarse, u.dtype, row.tobytes())
-                for row in params.detach().double().cpu().numpy().reshape(len(params), -1)]
+                for row in instances.detach().double().cpu().numpy().reshape(len(instances), -1)]
         parts: list[_Instance | None] = [_SPACES.get(key) for key in keys]
         for key, part in zip(keys, parts):
             if part is not None:
@@ -144,7 +144,7 @@ class CoarseSpace:
         missing = [k for k, part in enumerate(parts) if part is None]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
-            built = cls._build_new(family, u.index_select(0, index), params.index_select(0, index.to(params.device)),
+            built = cls._build_new(family, u.index_select(0, index), instances.index_select(0, index.to(instances.device)),
                                    transfers, coarse, vector, clock)
             for k, part in zip(missing, built):
                 parts[k] = part
@@ -152,15 +152,15 @@ class CoarseSpace:
         return parts
 
     @classmethod
-    def _build_new(cls, family: Family, u: torch.Tensor, params: torch.Tensor, transfers: list[torch.Tensor],
+    def _build_new(cls, family: Family, u: torch.Tensor, instances: torch.Tensor, transfers: list[torch.Tensor],
                    coarse: tuple[int, ...], vector: bool, clock: PartClock, shift: bool = False) -> list["_Instance"]:
         """The coarse spaces of instances not met before, one per instance (``shift``: an indefinite A_c shifted until
         it is positive definite, :func:`~diffnet.multigrid.factor.factorise_stencil`)."""
         with clock.part(HESSIAN, u.device):
-            hessian, free = block_hessian(family, u, params)
-            coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), params, u.dtype).logical_not(), vector)
+            hessian, free = block_hessian(family, u, instances)
+            coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), instances, u.dtype).logical_not(), vector)
         with clock.part(GRADIENT, u.device):  # b = A u - ∇E(u), so that ∇E(w) = A w - b for any w where E is quadratic
-            load = apply_stencil(hessian, as_blocks(u, vector)) - as_blocks(loss_gradient(family, u, params), vector)
+            load = apply_stencil(hessian, as_blocks(u, vector)) - as_blocks(loss_gradient(family, u, instances), vector)
         # A on the free nodes, the operator of the energy's minimiser. P is zero at the fixed nodes, so Pᵀ A P needs
         # no identity rows there, and the factorisation reads one triangle: no symmetrising either (the full
         # on_free_nodes was a fifth of an elasticity instance's build).
@@ -294,13 +294,13 @@ def forget_coarse_spaces() -> None:
 class Correct(torch.autograd.Function):
     """u = ũ + delta forward; backward the transpose of the correction's Jacobian, g - A P A_c⁻¹ Pᵀ g with A and A_c
     the space's (module docstring; for a nonlinear energy, at the minimiser: :mod:`.minimiser`), and, where the
-    instances ``params`` need a gradient, -∂_p [w · ∇E(u; p)] with w = P A_c⁻¹ Pᵀ g at the corrected field ``at``
+    instances ``instances`` need a gradient, -∂_p [w · ∇E(u; p)] with w = P A_c⁻¹ Pᵀ g at the corrected field ``at``
     (float64) of ``family`` (:mod:`.sensitivity`)."""
 
     @staticmethod
-    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, params: torch.Tensor | None, space: CoarseSpace,
+    def forward(ctx, u: torch.Tensor, delta: torch.Tensor, instances: torch.Tensor | None, space: CoarseSpace,
                 clock: PartClock, family=None, at: torch.Tensor | None = None) -> torch.Tensor:
-        ctx.space, ctx.clock, ctx.family, ctx.at, ctx.params = space, clock, family, at, params
+        ctx.space, ctx.clock, ctx.family, ctx.at, ctx.instances = space, clock, family, at, instances
         return u + delta
 
     @staticmethod
@@ -311,23 +311,23 @@ class Correct(torch.autograd.Function):
             g = grad.double()
             w = space.project(g)
             back = g - space.apply_hessian(w)
-            if ctx.params is not None and ctx.needs_input_grad[2]:
+            if ctx.instances is not None and ctx.needs_input_grad[2]:
                 from diffnet.multigrid.sensitivity import parameter_vjp
 
-                dp = parameter_vjp(ctx.family, [ctx.at], [w], ctx.params).to(ctx.params.dtype)
+                dp = parameter_vjp(ctx.family, [ctx.at], [w], ctx.instances).to(ctx.instances.dtype)
         return back.to(grad.dtype), None, dp, None, None, None, None
 
 
-def corrected_field(u: torch.Tensor, delta: torch.Tensor, params: torch.Tensor, space: CoarseSpace, clock: PartClock,
+def corrected_field(u: torch.Tensor, delta: torch.Tensor, instances: torch.Tensor, space: CoarseSpace, clock: PartClock,
                     family: Family, at: torch.Tensor) -> torch.Tensor:
-    """u + delta, differentiable in u and, where they need a gradient, in the instances ``params`` (:class:`Correct`)."""
-    through_params = params.requires_grad
+    """u + delta, differentiable in u and, where they need a gradient, in the instances ``instances`` (:class:`Correct`)."""
+    through_params = instances.requires_grad
     if torch.is_grad_enabled() and (u.requires_grad or through_params):
-        return Correct.apply(u, delta, params if through_params else None, space, clock, family, at)
+        return Correct.apply(u, delta, instances if through_params else None, space, clock, family, at)
     return u + delta
 
 
-def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def coarse_correction(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
                       clock: PartClock | None = None, quadratic: bool = False, smoothing: int = 0) -> torch.Tensor:
     """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
     u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.
@@ -338,7 +338,7 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
         A family with the ``precondition`` capability (its ``hessian`` and ``at_resolution``).
     u : torch.Tensor
         Fields (S, *resolution) from the family's ``field``, any floating dtype.
-    params : torch.Tensor
+    instances : torch.Tensor
         The instances' parameters.
     nodes : int
         Coarse nodes per side.
@@ -353,11 +353,11 @@ def coarse_correction(family: Family, u: torch.Tensor, params: torch.Tensor, nod
     # The gradient of the loss needs autograd, also under inference mode: plain float64 copies.
     with torch.inference_mode(False), torch.enable_grad():
         u64 = u.detach().clone().double()
-        p64 = _float64(params.detach().clone())
+        p64 = _float64(instances.detach().clone())
         space = CoarseSpace.build(family, u64, p64, nodes, clock, quadratic)
         with clock.part(GRADIENT, u.device):
             g = space.gradient(u64) * as_fields(space.free, space.vector)
         with clock.part(SOLVES, u.device):
             delta = -space.project(g)
-    corrected = corrected_field(u, delta.to(u.dtype), params, space, clock, family, u64 + delta)
-    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock, params, family)
+    corrected = corrected_field(u, delta.to(u.dtype), instances, space, clock, family, u64 + delta)
+    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock, instances, family)

@@ -1,4 +1,4 @@
-"""The problem a generator's fields come from under ``model.coarse_correction``: the family's fields corrected on a
+"""The family a generator's fields come from under ``model.coarse_correction``: the family's fields corrected on a
 coarse space, by one kept solve for a quadratic energy (:mod:`.coarse`) or by damped Newton for any other
 (:mod:`.minimiser`), and for the latter the pull that keeps the network's own coarse part near its corrected one.
 """
@@ -14,6 +14,7 @@ from diffnet.backend.clock import PartClock
 from diffnet.multigrid.coarse import coarse_correction, coarse_grid, forget_coarse_spaces
 from diffnet.multigrid.hessian import fixed_nodes
 from diffnet.multigrid.minimiser import coarse_minimiser
+from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
 
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
@@ -26,28 +27,28 @@ PULL = 1e-3
 
 
 @dataclass(frozen=True)
-class CoarseCorrected:
-    """A problem whose fields are corrected on a coarse space (``model.coarse_correction``).
+class CoarseCorrected(Wrapper):
+    """A family whose fields are corrected on a coarse space (``model.coarse_correction``).
 
-    ``problem`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
-    ``family`` the energy whose coarse minimiser is taken: with ``quadratic`` (its loss is) one closed-form solve,
-    each instance's coarse space built once and kept; else damped Newton on the coarse space
-    (:func:`diffnet.multigrid.minimiser.coarse_minimiser`); then ``smoothing`` symmetric Gauss-Seidel sweeps with the
-    fine Hessian (:mod:`diffnet.multigrid.smoother`). Every member but ``field`` is the problem's.
-    ``clock`` gathers the seconds of the correction's parts (forward and backward) and the Newton iterations.
+    ``inner`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
+    ``energy`` the family whose energy's coarse minimiser is taken (the family itself, whatever wraps it in ``inner``):
+    with ``quadratic`` (its loss is) one closed-form solve, each instance's coarse space built once and kept; else
+    damped Newton on the coarse space (:func:`diffnet.multigrid.minimiser.coarse_minimiser`); then ``smoothing``
+    symmetric Gauss-Seidel sweeps with the fine Hessian (:mod:`diffnet.multigrid.smoother`). Passes on what ``inner``
+    says of its instances, its inputs and its Hessian; its own: the field, the loss, the fixed nodes, the kept caches
+    and the family on another grid. ``clock`` gathers the seconds of the correction's parts (forward and backward)
+    and the Newton iterations.
     """
 
-    problem: Family
-    family: Family
+    wraps = "inner"
+    passed_on = INSTANCE_MEMBERS | {"in_channels", "inputs", "hessian", "assembled_correction", "admissible"}
+
+    inner: Family
+    energy: Family
     nodes: int
     clock: PartClock = field(default_factory=PartClock, compare=False)
     quadratic: bool = True
     smoothing: int = 0
-
-    def __getattr__(self, name: str) -> object:
-        if name in ("problem", "family", "nodes", "clock", "quadratic", "smoothing", "exact_parameter_gradients"):
-            raise AttributeError(name)
-        return getattr(self.problem, name)
 
     @property
     def exact_parameter_gradients(self) -> bool:
@@ -65,24 +66,24 @@ class CoarseCorrected:
         sweeps = f", then {self.smoothing} Gauss-Seidel sweep{'s' if self.smoothing != 1 else ''}" if self.smoothing else ""
         return f"an exact coarse correction on {self.coarse_text()}{sweeps}"
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        u = self.problem.field(raw, params)
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+        u = self.inner.field(raw, instances)
         if self.quadratic:
-            return coarse_correction(self.family, u, params, self.nodes, self.clock, quadratic=True,
+            return coarse_correction(self.energy, u, instances, self.nodes, self.clock, quadratic=True,
                                      smoothing=self.smoothing)
-        corrected = coarse_minimiser(self.family, u, params, self.nodes, self.clock, self.smoothing)
+        corrected = coarse_minimiser(self.energy, u, instances, self.nodes, self.clock, self.smoothing)
         if torch.is_grad_enabled() and u.requires_grad:
             corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
         return corrected
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The problem's loss terms and, for a nonlinear energy in training, ``coarse``: :data:`PULL` times
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The inner family's loss terms and, for a nonlinear energy in training, ``coarse``: :data:`PULL` times
         1/2 |ũ - sg(u)|² / |u|², the network's field pulled towards the corrected one. The backward pass of the
         correction removes the coarse part of every other term's gradient, so without it the network's coarse
         part is free, and drifted to 10x the field (the trained Neo-Hookean network, issue 66): harmless for a
         quadratic energy's one solve, 6 Newton iterations per pass for a nonlinear one. ũ - u lies in range(P):
         the pull acts where the other terms do not."""
-        terms = self.problem.loss_terms(u, params)
+        terms = self.inner.loss_terms(u, instances)
         uncorrected = getattr(u, "uncorrected", None)
         if uncorrected is not None:
             dims = tuple(range(1, u.ndim))
@@ -93,16 +94,16 @@ class CoarseCorrected:
     def clear_caches(self) -> None:
         """Forget the kept coarse spaces and what the family keeps per instance: a timed pass then pays its own set-up."""
         forget_coarse_spaces()
-        self.problem.clear_caches()
+        self.inner.clear_caches()
 
-    def fixed_nodes(self, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def fixed_nodes(self, instances: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The family's fixed nodes (the correction vanishes there, and probing its field would not tell)."""
-        return fixed_nodes(self.family, params, dtype)
+        return fixed_nodes(self.energy, instances, dtype)
 
     def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
-        return CoarseCorrected(self.problem.at_resolution(resolution), self.family.at_resolution(resolution),
+        return CoarseCorrected(self.inner.at_resolution(resolution), self.energy.at_resolution(resolution),
                                self.nodes, self.clock, self.quadratic, self.smoothing)
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "
                                   "its coarse solve needs each sample whole")

@@ -1,5 +1,5 @@
 """The Hessian of a family's loss in its field, as the torch multigrid's stencil: the family's own
-(``hessian(u, params)``, capability ``precondition``) or, by default, read off the loss by probing.
+(``hessian(u, instances)``, capability ``precondition``) or, by default, read off the loss by probing.
 
 **Probing** (:func:`probe_stencil`). Where the loss couples each node only to its 3^d neighbours (the Q1
 energies, linear or not), the Hessian is a 3^d-point stencil, and 3^d Hessian-vector products with
@@ -28,31 +28,31 @@ __all__ = ["hessian_of", "block_hessian", "probe_stencil", "fixed_nodes", "loss_
 _PROBE_STEP = 1e-3  # central differences: exact for quadratic losses, O(step^2) for others
 
 
-def hessian_of(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-    """The Hessian of the family's summed loss terms in the field at u: the family's ``hessian(u, params)``
+def hessian_of(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+    """The Hessian of the family's summed loss terms in the field at u: the family's ``hessian(u, instances)``
     where it writes one (a known quadratic form, at a tenth of the cost), else :func:`probe_stencil`.
     (S, 3^d, *grid) for fields (S, *grid); (S, C, C, 3^d, *grid) for C unknowns."""
     own = getattr(family, "hessian", None)
-    return own(u, params) if own is not None else probe_stencil(family, u, params)
+    return own(u, instances) if own is not None else probe_stencil(family, u, instances)
 
 
-def fixed_nodes(family: Family, params: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def fixed_nodes(family: Family, instances: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(S, *grid) bool ((S, C, *grid) for C unknowns): the nodes the family's field does not take from the network's output.
 
-    Found by comparing two fields, unless the problem says itself (a ``fixed_nodes(params, dtype)``
+    Found by comparing two fields, unless the family says itself (a ``fixed_nodes(instances, dtype)``
     member: a field corrected on a coarse space, :class:`diffnet.multigrid.corrected.CoarseCorrected`, moves every
     free node however it is probed)."""
     own = getattr(family, "fixed_nodes", None)
     if own is not None:
-        return own(params, dtype)
-    raw = torch.zeros(params.shape[0], components(family), *family.resolution, dtype=dtype, device=params.device)
-    return family.field(raw + 1.0, params) == family.field(raw, params)
+        return own(instances, dtype)
+    raw = torch.zeros(instances.shape[0], components(family), *family.resolution, dtype=dtype, device=instances.device)
+    return family.field(raw + 1.0, instances) == family.field(raw, instances)
 
 
-def loss_gradient(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def loss_gradient(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     """g = dL/du of the family's summed loss terms at the field u (no graph kept)."""
     v = u.detach().requires_grad_(True)
-    total = sum(t.sum() for t in family.loss_terms(v, params).values())
+    total = sum(t.sum() for t in family.loss_terms(v, instances).values())
     return torch.autograd.grad(total, v)[0]
 
 
@@ -66,7 +66,7 @@ def _colours(grid: tuple[int, ...], device) -> torch.Tensor:
     return colour
 
 
-def probe_stencil(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def probe_stencil(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     """The Hessian of the family's summed loss at the field u (S, *grid) as a stencil (S, 3^d, *grid),
     read off 3^d Hessian-vector products (central differences of the loss's gradient, in u's dtype);
     for C unknowns, fields (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) from C 3^d products
@@ -86,7 +86,7 @@ def probe_stencil(family: Family, u: torch.Tensor, params: torch.Tensor) -> torc
             e = torch.zeros_like(blocks)
             e[:, b] = (colour == c).to(u.dtype)
             e = as_fields(e, vector)
-            g = (loss_gradient(family, u + step * e, params) - loss_gradient(family, u - step * e, params)) / (2 * step)
+            g = (loss_gradient(family, u + step * e, instances) - loss_gradient(family, u - step * e, instances)) / (2 * step)
             products.append(as_blocks(g, vector))
         for k, offset in enumerate(neighbour_offsets(dims)):
             # The neighbour i + offset has colour(i + offset): read that probe's product at i.
@@ -99,19 +99,19 @@ def probe_stencil(family: Family, u: torch.Tensor, params: torch.Tensor) -> torc
     return stencil if vector else stencil[:, 0, 0]
 
 
-def block_hessian(family: Family, u: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def block_hessian(family: Family, u: torch.Tensor, instances: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The family's Hessian at u, at every node, and its free nodes, in the block layout: (S, C, C, 3^d, *grid)
     and (S, C, *grid) bool (C = 1 for a scalar family: the same values). The V-cycle and the coarse
     correction build their operators from it (:func:`on_free_nodes`)."""
-    free = fixed_nodes(family, params, u.dtype).logical_not()
-    hessian = hessian_of(family, u, params).to(u.dtype)
+    free = fixed_nodes(family, instances, u.dtype).logical_not()
+    hessian = hessian_of(family, u, instances).to(u.dtype)
     if components(family) == 1:
         free, hessian = free[:, None], hessian[:, None, None]
     return hessian, free
 
 
 
-def energy_norms(family: Family, params: torch.Tensor, at: torch.Tensor, *fields: torch.Tensor) -> list[torch.Tensor]:
+def energy_norms(family: Family, instances: torch.Tensor, at: torch.Tensor, *fields: torch.Tensor) -> list[torch.Tensor]:
     """Each of ``fields`` (S, [C,] *grid) in the energy norm of the family's loss, ||x||_H = sqrt(xᵀ H x) per instance
     (S,), H the Hessian of the summed loss at the field ``at`` (a quadratic energy's stiffness; a nonlinear one's
     linearisation there), formed once, in float64. For an energy the norm it minimises: E(v) - E(u_h) = ½||v - u_h||²_H
@@ -119,7 +119,7 @@ def energy_norms(family: Family, params: torch.Tensor, at: torch.Tensor, *fields
     shows. A family on a cut domain's Hessian holds the inside only."""
     with torch.inference_mode(False), torch.enable_grad():
         at = at.detach().clone().double()
-        p = params.detach().clone()
+        p = instances.detach().clone()
         p = p.double() if p.is_floating_point() else p
         hessian = hessian_of(family, at, p).double()
         out = []

@@ -9,7 +9,7 @@ found here by Newton's method on the coarse unknowns, batched over the instances
 the fine Hessian H(w) (the family's ``hessian`` or probed), A_c = Pᵀ H P and its factor (:class:`.CoarseSpace`,
 shifted where H is indefinite away from the minimiser), the step -P A_c⁻¹ Pᵀ ∇E(w), and a backtracking line
 search on E (Armijo) that keeps a field the family calls admissible so where a step allows (a solid's
-det F > 0: ``admissible(u, params)``, when the network's field was; where the minimiser over the coarse space
+det F > 0: ``admissible(u, instances)``, when the network's field was; where the minimiser over the coarse space
 itself is not, as a guarded energy's may be for a poor network field, the largest decrease is taken, so that
 Newton converges rather than stalls at the boundary). It stops when the step is below :data:`TOLERANCE` of
 the field (max-norms), taking that step whole; an instance that does not get there in :data:`MAX_ITERATIONS` is a
@@ -57,26 +57,26 @@ class CoarseNewtonError(RuntimeError):
     """The coarse minimiser was not found for some instances (one line: which, after how many iterations)."""
 
 
-def _energy(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+def _energy(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     """The family's summed loss terms per sample (S,)."""
     with torch.no_grad():
-        return sum(family.loss_terms(u, params).values())
+        return sum(family.loss_terms(u, instances).values())
 
 
-def _admissible(family: Family, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-    """(S,) bool: the family's ``admissible(u, params)`` (a solid: det F > 0 everywhere), or every field."""
+def _admissible(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+    """(S,) bool: the family's ``admissible(u, instances)`` (a solid: det F > 0 everywhere), or every field."""
     own = getattr(family, "admissible", None)
     if own is None:
         return torch.ones(u.shape[0], dtype=torch.bool, device=u.device)
     with torch.no_grad():
-        return own(u, params).to(torch.bool)
+        return own(u, instances).to(torch.bool)
 
 
 def _max_norm(x: torch.Tensor) -> torch.Tensor:
     return x.abs().flatten(1).amax(dim=1)
 
 
-def _line_search(family: Family, w: torch.Tensor, params: torch.Tensor, step: torch.Tensor, e0: torch.Tensor,
+def _line_search(family: Family, w: torch.Tensor, instances: torch.Tensor, step: torch.Tensor, e0: torch.Tensor,
                  slope: torch.Tensor, small: torch.Tensor, admissible: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per instance, the largest of 1, 1/2, ... with sufficient decrease of E along ``step`` whose field the family
@@ -91,9 +91,9 @@ def _line_search(family: Family, w: torch.Tensor, params: torch.Tensor, step: to
     e_kept, e_plain = e0.clone(), e0.clone()
     for halving in range(_HALVINGS):
         trial = w + alpha.reshape(shape) * step
-        e = _energy(family, trial, params)
+        e = _energy(family, trial, instances)
         decrease = torch.isfinite(e) & ((e <= e0 + _ARMIJO * alpha * slope) | small)
-        fresh = decrease & (kept == 0) & (_admissible(family, trial, params) | ~admissible)
+        fresh = decrease & (kept == 0) & (_admissible(family, trial, instances) | ~admissible)
         kept, e_kept = torch.where(fresh, alpha, kept), torch.where(fresh, e, e_kept)
         fresh = decrease & (plain == 0)
         plain, e_plain = torch.where(fresh, alpha, plain), torch.where(fresh, e, e_plain)
@@ -104,7 +104,7 @@ def _line_search(family: Family, w: torch.Tensor, params: torch.Tensor, step: to
     return chosen, torch.where(kept > 0, e_kept, e_plain), chosen > 0
 
 
-def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def minimise_on_coarse_space(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
                              clock: PartClock | None = None) -> tuple[torch.Tensor, CoarseSpace, torch.Tensor]:
     """The minimiser of ``family``'s loss over u + range(P) for float64 fields ``u`` (S, [C,] *grid).
 
@@ -130,8 +130,8 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tens
     where = "x".join(map(str, coarse))
     s = u.shape[0]
     with clock.part(LINE_SEARCH, u.device):
-        energy = _energy(family, u, params)
-        start_admissible = _admissible(family, u, params)
+        energy = _energy(family, u, instances)
+        start_admissible = _admissible(family, u, instances)
     bad = (~torch.isfinite(energy)).nonzero().flatten().tolist()
     if bad:
         raise CoarseNewtonError(f"the coarse correction on {where}: the loss is not finite at the network's field "
@@ -143,7 +143,7 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tens
     active = list(range(s))
     for it in range(MAX_ITERATIONS + 1):
         index = torch.as_tensor(active, device=u.device)
-        wa, pa = w.index_select(0, index), params.index_select(0, index.to(params.device))
+        wa, pa = w.index_select(0, index), instances.index_select(0, index.to(instances.device))
         built = CoarseSpace._build_new(family, wa, pa, transfers, coarse, vector, clock, shift=True)
         for k, part in zip(active, built):
             parts[k] = part
@@ -191,7 +191,7 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, params: torch.Tens
     return w, CoarseSpace.of(transfers, parts, vector), iterations
 
 
-def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, nodes: int,
+def coarse_minimiser(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
                      clock: PartClock | None = None, smoothing: int = 0) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid) corrected to the minimiser of ``family``'s loss over u + range(P); differentiable
     in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64. ``smoothing``:
@@ -199,11 +199,11 @@ def coarse_minimiser(family: Family, u: torch.Tensor, params: torch.Tensor, node
     clock = clock if clock is not None else PartClock()
     with torch.inference_mode(False), torch.enable_grad():
         u64 = u.detach().clone().double()
-        p64 = params.detach().clone()
+        p64 = instances.detach().clone()
         p64 = p64.double() if p64.is_floating_point() else p64
         w, space, _ = minimise_on_coarse_space(family, u64, p64, nodes, clock)
-    corrected = corrected_field(u, (w - u64).to(u.dtype), params, space, clock, family, w)
-    if smoothing and params.requires_grad and torch.is_grad_enabled():
+    corrected = corrected_field(u, (w - u64).to(u.dtype), instances, space, clock, family, w)
+    if smoothing and instances.requires_grad and torch.is_grad_enabled():
         # The sweeps minimise the linearisation at the minimiser, which itself moves with p: a third derivative.
         raise NotImplementedError("gradients in the parameters through Gauss-Seidel sweeps on a nonlinear energy are "
                                   "not available: evaluate with smoothing = 0")

@@ -31,6 +31,8 @@ import torch
 from diffnet.multigrid.hessian import loss_gradient
 from diffnet.multigrid.vcycle import VCycle
 
+from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
+
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
@@ -39,14 +41,14 @@ __all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
 FORMS = ("target", "loss")
 
 
-def _float64(params: torch.Tensor) -> torch.Tensor:
-    return params.double() if params.is_floating_point() else params
+def _float64(instances: torch.Tensor) -> torch.Tensor:
+    return instances.double() if instances.is_floating_point() else instances
 
 
 def correction(family: Family, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
     """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them.
 
-    A family with an ``assembled_correction(u, params, cycles)`` gives B g itself (its assembled system's
+    A family with an ``assembled_correction(u, instances, cycles)`` gives B g itself (its assembled system's
     multigrid, where the torch V-cycle of its Hessian does not converge); B is then None."""
     own = getattr(family, "assembled_correction", None)
     if own is not None:
@@ -55,20 +57,23 @@ def correction(family: Family, u64: torch.Tensor, p64: torch.Tensor, cycles: int
     return precondition, precondition(loss_gradient(family, u64, p64) * precondition.free)
 
 
-def error_estimate(family: Family, u: torch.Tensor, params: torch.Tensor, cycles: int = 1) -> torch.Tensor:
+def error_estimate(family: Family, u: torch.Tensor, instances: torch.Tensor, cycles: int = 1) -> torch.Tensor:
     """|B g| / |u - B g| per sample (S,), in float64: the estimated relative error of fields u (S, *grid)
     against the grid's own solution of the family's loss."""
     u64 = u.detach().double()
-    _, d = correction(family, u64, _float64(params), cycles)
+    _, d = correction(family, u64, _float64(instances), cycles)
     dims = tuple(range(1, u.ndim))
     return (d.square().sum(dims) / (u64 - d).square().sum(dims)).sqrt()
 
 
 @dataclass(frozen=True)
-class PreconditionedLoss:
-    """The problem a generator trains on under ``train.loss = "preconditioned"``: ``family``'s inputs
+class PreconditionedLoss(Wrapper):
+    """The family a generator trains on under ``train.loss = "preconditioned"``: ``family``'s inputs
     and field, and the loss term ``preconditioned`` = 1/2 |B g|² / |u - B g|² per sample (constant
     denominator: no gradient through it).
+
+    Passes on what ``family`` says of its instances, its inputs, field and Hessian (the V-cycle's operator, not the
+    Hessian of the preconditioned term); its own: the loss and the family on another grid.
 
     Parameters
     ----------
@@ -80,6 +85,10 @@ class PreconditionedLoss:
         ``target`` or ``loss`` (see the module docstring).
     """
 
+    wraps = "family"
+    passed_on = INSTANCE_MEMBERS | {"clear_caches", "in_channels", "inputs", "field", "hessian", "assembled_correction",
+                                    "fixed_nodes", "admissible"}
+
     family: Family
     cycles: int = 1
     form: str = "target"
@@ -88,15 +97,12 @@ class PreconditionedLoss:
         if self.form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
 
-    def __getattr__(self, name: str) -> object:
-        # Everything but the loss is the family's (name, in_channels, resolution, inputs, field, ...).
-        if name in ("family", "cycles", "form"):
-            raise AttributeError(name)
-        return getattr(self.family, name)
+    def at_resolution(self, resolution: tuple[int, ...]) -> "PreconditionedLoss":
+        return PreconditionedLoss(self.family.at_resolution(resolution), self.cycles, self.form)
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         u64 = u.detach().double()
-        precondition, d = correction(self.family, u64, _float64(params), self.cycles)
+        precondition, d = correction(self.family, u64, _float64(instances), self.cycles)
         dims = tuple(range(1, u.ndim))
         scale = (u64 - d).square().sum(dims)  # |u_h|², about: the value is 1/2 (relative error)²
         if self.form == "target":
@@ -109,6 +115,6 @@ class PreconditionedLoss:
             value = 0.5 * d.square().sum(dims) + ((u.double() - u64) * push).sum(dims)
         return {"preconditioned": value / scale}
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("train.loss = 'preconditioned' does not run under a domain split "
                                   "(parallel.domain): its V-cycle needs each sample whole")

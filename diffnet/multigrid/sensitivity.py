@@ -40,17 +40,17 @@ _CHUNK = 64
 
 
 def parameter_vjp(family: Family, states: list[torch.Tensor], directions: list[torch.Tensor],
-                  params: torch.Tensor, quadratic: bool = False) -> torch.Tensor:
+                  instances: torch.Tensor, quadratic: bool = False) -> torch.Tensor:
     """-∂_p Σ_j w_j · ∇E(x'_j; p), summed over the stages j: each ``states[j]`` x'_j and ``directions[j]`` w_j a batch
-    of fields (S, [C,] *grid) of the instances ``params`` (S, ...); float64, of ``params``' shape.
+    of fields (S, [C,] *grid) of the instances ``instances`` (S, ...); float64, of ``instances``' shape.
 
     ∇E is the gradient in the field of the family's summed loss terms (the one the correction and the sweeps
-    minimise); a family whose loss does not depend on some entry of ``params`` gives zero there. With ``quadratic``
+    minimise); a family whose loss does not depend on some entry of ``instances`` gives zero there. With ``quadratic``
     (E is: ∇E(x; p) = A(p) x - b(p)) and the family's own Hessian differentiable in p, the sum over many stages is
     Σ_j w_jᵀ A(p) (x'_j - x'_0) + (Σ_j w_j) · ∇E(x'_0; p): the products w_j (x'_j - x'_0) shifted by each stencil
     offset summed without a graph, then one Hessian and one double backward (a sweep's 2^(d+1) colour steps each,
     instead of one double backward per step: 20x cheaper at 64²)."""
-    p = params.detach().double().requires_grad_(True)
+    p = instances.detach().double().requires_grad_(True)
     with torch.inference_mode(False), torch.enable_grad():
         if quadratic and len(states) > 1 and getattr(family, "hessian", None) is not None:
             hessian = hessian_of(family, states[0].detach().double(), p)

@@ -252,14 +252,14 @@ def sweep_sensitivity(hessian: torch.Tensor, free: torch.Tensor, load: torch.Ten
 
 class Smooth(torch.autograd.Function):
     """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring),
-    and, where the parameters ``params`` need a gradient, the colour steps' implicit-function-theorem terms
+    and, where the parameters ``instances`` need a gradient, the colour steps' implicit-function-theorem terms
     (:func:`sweep_sensitivity`; ``family``'s energy must be the quadratic the sweeps minimise)."""
 
     @staticmethod
-    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, params: torch.Tensor | None, operator: tuple,
+    def forward(ctx, v: torch.Tensor, smoothed: torch.Tensor, instances: torch.Tensor | None, operator: tuple,
                 count: int, vector: bool, clock: PartClock, family, load: torch.Tensor) -> torch.Tensor:
         ctx.operator, ctx.count, ctx.vector, ctx.clock, ctx.family, ctx.load = operator, count, vector, clock, family, load
-        ctx.v, ctx.params = v.detach(), params
+        ctx.v, ctx.instances = v.detach(), instances
         return smoothed.clone()
 
     @staticmethod
@@ -268,14 +268,14 @@ class Smooth(torch.autograd.Function):
         dp = None
         with ctx.clock.part(SMOOTHING, grad.device):
             g = as_blocks(grad.double(), ctx.vector)
-            if ctx.params is not None and ctx.needs_input_grad[2]:
+            if ctx.instances is not None and ctx.needs_input_grad[2]:
                 from diffnet.multigrid.sensitivity import parameter_vjp
 
                 v = as_blocks(ctx.v.double(), ctx.vector)
                 g, states, directions = sweep_sensitivity(hessian, free, ctx.load, v, ctx.count, g)
                 fields = lambda xs: [as_fields(x, ctx.vector) for x in xs]  # noqa: E731
-                dp = parameter_vjp(ctx.family, fields(states), fields(directions), ctx.params,
-                                   quadratic=True).to(ctx.params.dtype)
+                dp = parameter_vjp(ctx.family, fields(states), fields(directions), ctx.instances,
+                                   quadratic=True).to(ctx.instances.dtype)
             else:
                 zero = torch.zeros_like(g)
                 for _ in range(ctx.count):
@@ -284,11 +284,11 @@ class Smooth(torch.autograd.Function):
 
 
 def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, count: int, vector: bool,
-           clock: PartClock | None = None, params: torch.Tensor | None = None, family=None) -> torch.Tensor:
+           clock: PartClock | None = None, instances: torch.Tensor | None = None, family=None) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid; ``vector``: C > 1) after ``count`` symmetric Gauss-Seidel sweeps with the fine
     Hessian ``hessian`` (S, C, C, 3^d, *grid), its free nodes (S, C, *grid) and its load (S, C, *grid), float64 (a coarse
     correction's, :class:`~diffnet.multigrid.coarse.CoarseSpace`); differentiable in u (the module docstring's backward
-    pass), in u's dtype, and in ``params`` where they need a gradient: the instances of ``family``, whose quadratic
+    pass), in u's dtype, and in ``instances`` where they need a gradient: the instances of ``family``, whose quadratic
     energy has that Hessian and load (:func:`sweep_sensitivity`)."""
     if count == 0:
         return u
@@ -298,8 +298,8 @@ def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: tor
         operator = prepared(hessian, free)
         smoothed = as_fields(sweeps(hessian, free, load, v, count, operator), vector).to(u.device)
     smoothed = smoothed.to(u.dtype)
-    through_params = params is not None and params.requires_grad
+    through_params = instances is not None and instances.requires_grad
     if torch.is_grad_enabled() and (u.requires_grad or through_params):
-        return Smooth.apply(u, smoothed, params if through_params else None, (hessian, free, operator), count, vector,
+        return Smooth.apply(u, smoothed, instances if through_params else None, (hessian, free, operator), count, vector,
                             clock, family, load)
     return smoothed

@@ -50,8 +50,8 @@ _OMEGA = 2.0 / 3.0
 
 
 def coarse_grids(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Node grids from ``shape`` down, halving the cells (ceil(N / 2) nodes), until a side has at most
-    9 (2-D) or 5 (3-D) nodes: the numpy multigrid's coarsening."""
+    """Node grids halving the cells (ceil(N / 2) nodes) from ``shape`` until a side has at most 9 (2-D) or 5 (3-D)
+    nodes, coarsest first: the numpy multigrid's coarsening."""
     return grid_hierarchy(tuple(shape), 9 if len(shape) == 2 else 5)
 
 
@@ -148,19 +148,19 @@ class VCycle:
     (S, *grid), or (S, C, *grid) for C unknowns, that is zero on the fixed nodes.
     """
 
-    levels: list[Level]  # finest first: stencil (S, C, C, 3^d, *grid), fixed (S, C, *grid), dense P per axis
+    levels: list[Level]  # coarsest first: stencil (S, C, C, 3^d, *grid), fixed (S, C, *grid), dense P per axis
     coarse_factor: torch.Tensor  # (S, n, n) Cholesky factor of the coarsest operator
     sweeps: int = 2
     cycles: int = 1
     vector: bool = False  # fields (S, C, *grid) outside, not (S, *grid)
 
     @classmethod
-    def build(cls, family: Family, u: torch.Tensor, params: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
+    def build(cls, family: Family, u: torch.Tensor, instances: torch.Tensor, *, sweeps: int = 2, cycles: int = 1) -> "VCycle":
         """The hierarchy of ``family`` (on ``u``'s grid) linearised at the field ``u`` (S, [C,] *grid), float64 advised."""
         if sweeps < 1 or cycles < 1:
             raise ValueError(f"sweeps and cycles must be >= 1, got {sweeps} and {cycles}")
         vector = components(family) > 1
-        grids = coarse_grids(tuple(u.shape[2:] if vector else u.shape[1:]))
+        grids = coarse_grids(tuple(u.shape[2:] if vector else u.shape[1:]))[::-1]  # built from the finest down
         # Per level but the coarsest, per axis: the interpolation from the next coarser grid (P; Pᵀ restricts).
         transfers = [[dense_interpolation(n, m, u) for n, m in zip(fine, coarse)] for fine, coarse in zip(grids, grids[1:])]
         centre = len(neighbour_offsets(len(grids[0]))) // 2
@@ -171,31 +171,34 @@ class VCycle:
             if k > 0:  # the linearisation's field, interpolated to this level's nodes
                 previous = field.shape[field.ndim - len(grid):]
                 field = along_axes(field, [dense_interpolation(n, m, u) for n, m in zip(grid, previous)], False)
-            hessian, free = block_hessian(level_family, field, params)
+            hessian, free = block_hessian(level_family, field, instances)
             # A family's own Hessian is symmetric as written; a probed one only to rounding.
             stencil = on_free_nodes(hessian, free, symmetrise=getattr(level_family, "hessian", None) is None)
             diagonal = torch.diagonal(stencil[:, :, :, centre], dim1=1, dim2=2).movedim(-1, 1)
             levels.append(Level(stencil, free.logical_not(), transfers[k] if k < len(transfers) else None,
                                 smoother=Jacobi(diagonal, _damping(stencil, diagonal) if vector else _OMEGA)))
-        dense = dense_operator(levels[-1].stencil)
+        levels.reverse()  # coarsest first
+        dense = dense_operator(levels[0].stencil)
         # Shifted where indefinite: a nonlinear loss's Hessian at a network's early field may be (B only preconditions).
         return cls(levels, cholesky(dense, "the V-cycle's coarsest operator", shift=True), sweeps, cycles, vector)
 
     @property
     def free(self) -> torch.Tensor:
         """(S, *grid) bool ((S, C, *grid) for C unknowns): the free nodes of the finest level."""
-        return as_fields(self.levels[0].free, self.vector)
+        return as_fields(self.levels[-1].free, self.vector)
 
     def operator(self, x: torch.Tensor) -> torch.Tensor:
         """A x: the finest level's operator (the Hessian on the free nodes, identity on the fixed) on fields x."""
-        return as_fields(apply_blocks(self.levels[0].stencil, as_blocks(x, self.vector)), self.vector)
+        return as_fields(apply_blocks(self.levels[-1].stencil, as_blocks(x, self.vector)), self.vector)
 
     def _prolong(self, k: int, coarse: torch.Tensor) -> torch.Tensor:
+        """Level k - 1's field onto level k."""
         fine = self.levels[k]
-        return along_axes(coarse * self.levels[k + 1].free, fine.interpolation, False) * fine.free
+        return along_axes(coarse * self.levels[k - 1].free, fine.interpolation, False) * fine.free
 
     def _restrict(self, k: int, fine: torch.Tensor) -> torch.Tensor:
-        return along_axes(fine * self.levels[k].free, self.levels[k].interpolation, True) * self.levels[k + 1].free
+        """Level k's field onto level k - 1."""
+        return along_axes(fine * self.levels[k].free, self.levels[k].interpolation, True) * self.levels[k - 1].free
 
     def _smooth(self, level: Level, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         jacobi = level.smoother
@@ -204,13 +207,13 @@ class VCycle:
         return x
 
     def _cycle(self, k: int, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if k == len(self.levels) - 1:
+        if k == 0:
             shape = b.shape
             return cholesky_solve(b.reshape(shape[0], -1, 1), self.coarse_factor).reshape(shape)
         level = self.levels[k]
         x = self._smooth(level, x, b)
         rc = self._restrict(k, b - apply_blocks(level.stencil, x))
-        correction = self._cycle(k + 1, torch.zeros_like(rc), rc)
+        correction = self._cycle(k - 1, torch.zeros_like(rc), rc)
         x = x + self._prolong(k, correction)
         return self._smooth(level, x, b)
 
@@ -219,5 +222,5 @@ class VCycle:
         b = as_blocks(r, self.vector)
         x = torch.zeros_like(b)
         for _ in range(self.cycles):
-            x = self._cycle(0, x, b)
+            x = self._cycle(len(self.levels) - 1, x, b)
         return as_fields(x, self.vector)

@@ -25,13 +25,13 @@ class Reference(Protocol):
     """``reference``: a classical solve on this grid (``deepfusion reference``); also the evaluation's
     truth unless ``truth`` and ``truth_name`` are overridden (e.g. by a finer solve)."""
 
-    def reference(self, params: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    def reference(self, instances: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Fields (S, *grid), float64, of instances (S, *shape); ``progress(done, total)`` after each."""
 
     def reference_name(self) -> str:
         """What the reference is, for reports (e.g. ``"Q1 FEM on 61x61 (4x finer)"``)."""
 
-    def truth(self, params: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    def truth(self, instances: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Fields (S, *grid), float64, the evaluation measures against (default: ``reference``)."""
 
     def truth_name(self) -> str:
@@ -42,7 +42,7 @@ class Floor(Protocol):
     """``floor``: the best field of the trained loss on this grid (the zero-residual field or the
     energy minimiser), whose error against the truth is the grid's floor."""
 
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Fields (S, *grid), float64, and (S,) bool: whether each is a root of the loss's gradient
         (else a least-squares optimum); ``initial`` (S, *grid) a start near the truth."""
 
@@ -66,8 +66,8 @@ class Classical(Protocol):
         """A solve of one instance (a row of shape ``shape``) by ``method`` on ``grid``; what it returns
         (its own grid's field) goes to ``classical_to_grid``. Timed per call."""
 
-    def classical_to_grid(self, method: str, native: object, params: np.ndarray) -> np.ndarray:
-        """The solver's output for the instance ``params`` (one row) on the network's nodes, (*grid)."""
+    def classical_to_grid(self, method: str, native: object, instances: np.ndarray) -> np.ndarray:
+        """The solver's output for the instance ``instances`` (one row) on the network's nodes, (*grid)."""
 
 
 class Polish(Protocol):
@@ -76,34 +76,47 @@ class Polish(Protocol):
     #: the name of one iteration, for reports (e.g. ``"V-cycle"``).
     polish_step: str
 
-    def polish(self, params: np.ndarray, fields: np.ndarray, k: int) -> np.ndarray:
+    def polish(self, instances: np.ndarray, fields: np.ndarray, k: int) -> np.ndarray:
         """Fields (S, *grid) after ``k`` iterations from ``fields`` (S, *grid) for instances (S, *shape)."""
 
 
 class InputFields(Protocol):
     """``input_fields``: fields that show an instance in plots (e.g. log10 nu)."""
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Fields (S, C, *grid) and their C labels."""
 
 
 class Precondition(Protocol):
     """``precondition``: the loss's Hessian as a stencil; the engine trains on the multigrid-preconditioned
     residual (``train.loss = "preconditioned"``) and adds a second stage with it. A family whose Hessian the
-    torch V-cycle cannot precondition may instead give B g itself as ``assembled_correction(u, params, cycles)``
+    torch V-cycle cannot precondition may instead give B g itself as ``assembled_correction(u, instances, cycles)``
     (:func:`diffnet.multigrid.preconditioned.correction` asks for it first; the ``target`` form only)."""
 
     #: members a family may leave out: the engine then reads the Hessian off the loss by C 3^d probes
-    #: (:func:`diffnet.multigrid.hessian.hessian_of`), right where the loss couples each node to its 3^d neighbours.
-    OPTIONAL = frozenset({"hessian"})
+    #: (:func:`diffnet.multigrid.hessian.hessian_of`), right where the loss couples each node to its 3^d neighbours;
+    #: the others it does without.
+    OPTIONAL = frozenset({"hessian", "assembled_correction", "fixed_nodes", "admissible"})
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The Hessian of the summed loss in the field at u (S, *grid) as a (S, 3^d, *grid) stencil; for C
         unknowns, at u (S, C, *grid), a block stencil (S, C, C, 3^d, *grid) (optional: without it the engine
         reads it off the loss by C 3^d probes)."""
 
     def at_resolution(self, resolution: tuple[int, ...]) -> object:
         """The same family on another grid (the V-cycle's coarse levels)."""
+
+    def assembled_correction(self, u: torch.Tensor, instances: torch.Tensor, cycles: int) -> torch.Tensor:
+        """Optional: B g itself, ``cycles`` V-cycles of the family's assembled system on the residual at u (S, *grid),
+        where the torch V-cycle of its Hessian does not converge (the immersed families)."""
+
+    def fixed_nodes(self, instances: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Optional: (S, *grid) bool, the nodes the field does not take from the network's output (default: found by
+        comparing two fields, :func:`diffnet.multigrid.hessian.fixed_nodes`)."""
+
+    def admissible(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+        """Optional: (S,) bool, whether each field is one the energy admits (a solid: det F > 0 everywhere); a coarse
+        minimiser's line search keeps an admissible field so (default: every field)."""
 
 
 class Domain(Protocol):
@@ -112,7 +125,7 @@ class Domain(Protocol):
     instance k to zero outside instance k's domain (so errors are measured inside; :mod:`diffnet.grid.nodal`),
     field files carry the mask (ParaView shows the inside), plots draw the boundary."""
 
-    def domain(self, params: np.ndarray) -> np.ndarray:
+    def domain(self, instances: np.ndarray) -> np.ndarray:
         """The signed distance to the boundary at the grid's nodes (S, *grid), float64, of instances
         (S, *shape): negative inside, zero on the boundary. One value per instance and node whatever the number
         of unknowns ((S, 1, *grid) is taken as (S, *grid); another shape is refused at configuration)."""
@@ -125,10 +138,10 @@ class Derived(Protocol):
 
     OPTIONAL = frozenset({"truth_derived"})
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
-        """Name -> derived fields of the solutions ``fields`` (S, *grid) or (S, C, *grid) of instances ``params``."""
+    def derived(self, instances: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Name -> derived fields of the solutions ``fields`` (S, *grid) or (S, C, *grid) of instances ``instances``."""
 
-    def truth_derived(self, params: np.ndarray) -> Mapping[str, np.ndarray]:
+    def truth_derived(self, instances: np.ndarray) -> Mapping[str, np.ndarray]:
         """Optional: the same fields of the truth from the reference's own solution (default: ``derived`` of the
         truth's fields)."""
 
@@ -139,10 +152,10 @@ class Quantities(Protocol):
 
     OPTIONAL = frozenset({"truth_quantities"})
 
-    def quantities(self, params: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
-        """Name -> (S,) values of the solutions ``fields`` of instances ``params``."""
+    def quantities(self, instances: np.ndarray, fields: np.ndarray) -> Mapping[str, np.ndarray]:
+        """Name -> (S,) values of the solutions ``fields`` of instances ``instances``."""
 
-    def truth_quantities(self, params: np.ndarray) -> Mapping[str, np.ndarray]:
+    def truth_quantities(self, instances: np.ndarray) -> Mapping[str, np.ndarray]:
         """Optional: the same names' values of the truth from the reference's own solution (its own stress, say;
         default: ``quantities`` of the truth's fields)."""
 
@@ -247,9 +260,9 @@ def check_capabilities(family: object) -> None:
             if annotation == "str" and not isinstance(value, str):
                 raise TypeError(f"{family.name}.{name} must be a str, got {value!r:.60} (capability {capability!r})")
         if capability == "classical":
-            problem = _classical_values(family)
-            if problem:
-                raise TypeError(f"{family.name}: {problem}")
+            wrong = _classical_values(family)
+            if wrong:
+                raise TypeError(f"{family.name}: {wrong}")
 
 
 def _text(signature: inspect.Signature) -> str:

@@ -18,30 +18,30 @@ that needs one the family lacks says so), each a set of members (typed in
 ==============  ===============================================================================
 capability      members
 ==============  ===============================================================================
-``reference``   ``reference(params, progress=None)``, ``reference_name()``: a classical solve on
+``reference``   ``reference(instances, progress=None)``, ``reference_name()``: a classical solve on
                 this grid (``deepfusion reference``); also the evaluation's truth unless
                 ``truth``/``truth_name`` are overridden (e.g. by a finer solve)
-``floor``       ``discrete_optimum(params, initial=None)``, ``floor_name()``: the best field of
+``floor``       ``discrete_optimum(instances, initial=None)``, ``floor_name()``: the best field of
                 the trained loss on this grid (the zero-residual field or energy minimiser)
 ``classical``   ``classical_methods``, ``classical_configurations()``,
-                ``classical_solver(method, grid)``, ``classical_to_grid(method, field, params)``,
+                ``classical_solver(method, grid)``, ``classical_to_grid(method, field, instances)``,
                 ``classical_baseline``: the sweep of ``deepfusion compare``
-``polish``      ``polish(params, fields, k)``, ``polish_step``: k classical iterations from the
+``polish``      ``polish(instances, fields, k)``, ``polish_step``: k classical iterations from the
                 network's output ("DiffNet + k cycles")
-``input_fields`` ``input_fields(params)``: fields that show an instance in plots (e.g. log10 nu)
-``precondition`` ``hessian(u, params)``: the Hessian of the summed loss in the field at u as a
+``input_fields`` ``input_fields(instances)``: fields that show an instance in plots (e.g. log10 nu)
+``precondition`` ``hessian(u, instances)``: the Hessian of the summed loss in the field at u as a
                 3^d-point stencil, a block stencil (S, C, C, 3^d, *grid) for C unknowns (default:
                 read off the loss by C 3^d probes, valid where the loss couples each node to its
                 3^d neighbours only); with it the engine trains
                 on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
-                or ``assembled_correction(u, params, cycles)``, B g itself (the immersed families)
-``domain``      ``domain(params)``: the signed distance to the domain's boundary at the nodes (S, *grid),
+                or ``assembled_correction(u, instances, cycles)``, B g itself (the immersed families)
+``domain``      ``domain(instances)``: the signed distance to the domain's boundary at the nodes (S, *grid),
                 one value per node whatever the unknowns; the field lives on a domain cut out of the grid
                 (errors measured inside, files masked)
-``derived``     ``derived(params, fields)``: name -> fields derived from the solution (stress, strain, flux:
-                (S, *grid) or a symmetric tensor (S, K, *grid)); optional ``truth_derived(params)``
-``quantities``  ``quantities(params, fields)``: name -> (S,) quantities of interest (K_t); optional
-                ``truth_quantities(params)``
+``derived``     ``derived(instances, fields)``: name -> fields derived from the solution (stress, strain, flux:
+                (S, *grid) or a symmetric tensor (S, K, *grid)); optional ``truth_derived(instances)``
+``quantities``  ``quantities(instances, fields)``: name -> (S,) quantities of interest (K_t); optional
+                ``truth_quantities(instances)``
 ``differentiable`` no member: ``inputs``, ``field`` and ``loss_terms`` are differentiable torch functions of the
                 instances (``Surrogate.evaluate``, ``deepfusion invert``: exact gradients in them)
 ==============  ===============================================================================
@@ -182,11 +182,11 @@ class ParameterSpec:
         low, high = self.bounds()
         return ", ".join(f"{self.entry(i)} in [{low[i]:g}, {high[i]:g}]" for i in np.ndindex(*self.shape))
 
-    def outside(self, params: np.ndarray) -> np.ndarray:
-        """Per instance of ``params`` (S, *shape): whether any entry lies outside its training range."""
+    def outside(self, instances: np.ndarray) -> np.ndarray:
+        """Per instance of ``instances`` (S, *shape): whether any entry lies outside its training range."""
         low, high = self.bounds()
-        mask = (params < low) | (params > high)
-        return mask.reshape(len(params), -1).any(axis=1)
+        mask = (instances < low) | (instances > high)
+        return mask.reshape(len(instances), -1).any(axis=1)
 
 
 def check_vectors(unknowns: tuple[str, ...], vectors: Mapping[str, tuple[str, ...]], dims: int) -> None:
@@ -232,7 +232,7 @@ def sample_box(low, high, shape: tuple[int, ...], n: int, sampling: str, seed: i
 def retired_members(family: type) -> list[tuple[str, str, str]]:
     """(class, member, what replaced it) for each member a class of ``family``'s MRO defines that the engine no
     longer reads: the ``retired`` tables of its bases name them (e.g. a cut-domain family's ``_nu``, read by an
-    earlier version, now ``coefficient(params)``). Such a member would be ignored without a word."""
+    earlier version, now ``coefficient(instances)``). Such a member would be ignored without a word."""
     table: dict[str, str] = {}
     for klass in family.__mro__:
         table.update({k: v for k, v in vars(klass).get("retired", {}).items() if k not in table})
@@ -349,15 +349,15 @@ class Family:
         low, high = spec.bounds()
         return np.random.default_rng(seed).uniform(low, high, (n, *spec.shape))
 
-    def check_instances(self, params: np.ndarray) -> None:
-        """Raise ``ValueError`` naming the first invalid instance of ``params`` (S, *parameters.shape) by
+    def check_instances(self, instances: np.ndarray) -> None:
+        """Raise ``ValueError`` naming the first invalid instance of ``instances`` (S, *parameters.shape) by
         its index (``instance 3: ...``), one line. Default: every entry finite and inside the physics' limits
         (:attr:`ParameterSpec.limits`, and > 0 where the spec is ``positive``). Override it (calling this one)
         where an instance can be ill-posed in a way the limits of each entry alone do not say, e.g. a hole that
         leaves the plate; ``infer``, ``Surrogate``, ``uq``, ``reference`` and training then refuse such
         instances in one line (exit status 2)."""
         spec = self.parameters
-        rows = np.asarray(params, dtype=np.float64).reshape(len(params), -1)
+        rows = np.asarray(instances, dtype=np.float64).reshape(len(instances), -1)
         lower, upper = (v.reshape(-1) for v in spec.physical())
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(rows) | (rows <= lower) | (rows >= upper)
@@ -383,20 +383,20 @@ class Family:
         """Nodal coordinates per axis, in the fields' axis order (float64)."""
         raise NotImplementedError
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
         """Network input (S, in_channels, *resolution) of instances (S, *shape) or fields."""
         raise NotImplementedError
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The field (S, *resolution) of the network's output (S, 1, *resolution), boundary conditions imposed;
         for several :attr:`unknowns`, (S, C, *resolution) of the output (S, C, *resolution)."""
         raise NotImplementedError
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample loss terms, each (S,); the training loss is their sum."""
         raise NotImplementedError
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         """The whole grid's per-sample loss terms from one tile ``raw`` (S, 1, *tile) of the network's
         output under a domain split (a :class:`diffnet.generators.tiling.Tiling`); every tile gets the same values.
 
@@ -405,13 +405,13 @@ class Family:
         grid, on every tile. A family whose loss is a sum over elements overrides it to work on its
         tile with a halo (the Q1 energies do).
         """
-        return self.loss_terms(self.field(tiling.gather(raw), params), params)
+        return self.loss_terms(self.field(tiling.gather(raw), instances), instances)
 
     # -- defaults of optional members (the Hessian's, by probing, lives with the multigrid that needs it:
     # diffnet.multigrid.hessian.hessian_of) -------------------------------------------------------------
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def truth(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The independent reference on this grid's nodes (default: :meth:`reference`)."""
-        return self.reference(params, progress)
+        return self.reference(instances, progress)
 
     def truth_name(self) -> str:
         return self.reference_name()

@@ -65,8 +65,8 @@ def q1_solver(family, method: str, grid: int) -> Callable[[np.ndarray], np.ndarr
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(Q1_METHODS)}")
     coarse = dataclasses.replace(family, resolution=(grid,) * len(family.resolution))
 
-    def fem(params: np.ndarray) -> np.ndarray:
-        system = coarse.fem_system(params)
+    def fem(instances: np.ndarray) -> np.ndarray:
+        system = coarse.fem_system(instances)
         if method == "sa-cg":
             import pyamg
 
@@ -82,7 +82,7 @@ def q1_solver(family, method: str, grid: int) -> Callable[[np.ndarray], np.ndarr
 
 
 def q1_to_grid(family, native: np.ndarray) -> np.ndarray:
-    """A Q1 solution carried onto ``problem``'s nodes: Q1 solutions are (bi/tri)linear on their
+    """A Q1 solution carried onto ``family``'s nodes: Q1 solutions are (bi/tri)linear on their
     elements, so evaluating them at other nodes is the multigrid's own separable interpolation."""
     out = np.asarray(native)
     for axis, n in enumerate(family.resolution):
@@ -110,5 +110,5 @@ class Q1Classical:
     def classical_solver(self, method: str, grid: int) -> Callable[[np.ndarray], np.ndarray]:
         return q1_solver(self, method, grid)
 
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         return q1_to_grid(self, native)

@@ -143,8 +143,8 @@ class GMGSolver:
     system : StencilSystem
         The finest system; its Dirichlet rows are identity rows decoupled from the rest.
     levels : list of diffnet.grid.level.Level
-        Finest first: stencils A_{l+1} = P_lᵀ A_l P_l (Galerkin), multilinear P_l without rows
-        at fixed fine nodes or columns at fixed coarse ones; each level keeps identity rows
+        Coarsest first (level 0; the finest last): stencils A_{l-1} = P_lᵀ A_l P_l (Galerkin), multilinear P_l
+        without rows at fixed fine nodes or columns at fixed coarse ones; each level keeps identity rows
         at its own fixed nodes (the fine ones nearest to them), holding its own Dirichlet data.
     """
 
@@ -164,7 +164,7 @@ class GMGSolver:
         dims = len(system.shape)
         level = _level(system)
         levels = [level]
-        grids = grid_hierarchy(system.shape, coarsest)
+        grids = grid_hierarchy(system.shape, coarsest)[::-1]  # built from the finest down
         for fine, coarse in zip(grids, grids[1:]):
             level.interpolation = _axes(fine, coarse)
             # A coarse node is fixed when the fine node nearest to it is: boundary nodes
@@ -193,16 +193,17 @@ class GMGSolver:
             # nearest fine nodes keeps them zero off the coarse fixed nodes.
             level = _make_level(S, fixed, np.where(fixed, level.values[nearest], 0.0), inactive)
             levels.append(level)
-        return cls(system, levels, _factorise(levels[-1], dims))
+        levels.reverse()  # coarsest first
+        return cls(system, levels, _factorise(levels[0], dims))
 
     @classmethod
     def from_systems(cls, systems: list[StencilSystem], smoother: str = "jacobi") -> "GMGSolver":
-        """A hierarchy of rediscretised operators: ``systems`` on successively coarser grids, finest
+        """A hierarchy of rediscretised operators: ``systems`` on successively finer grids, coarsest
         first (each its own assembly, not a Galerkin product), multilinear transfers between them."""
         levels = [_level(s) for s in systems]
-        for level, fine, coarse in zip(levels, systems, systems[1:]):
+        for level, coarse, fine in zip(levels[1:], systems, systems[1:]):
             level.interpolation = _axes(fine.shape, coarse.shape)
-        return cls(systems[0], levels, _factorise(levels[-1], len(systems[0].shape)), smoother=smoother)
+        return cls(systems[-1], levels, _factorise(levels[0], len(systems[0].shape)), smoother=smoother)
 
     def _smooth(self, level: Level, x: np.ndarray, b: np.ndarray, forward: bool) -> None:
         if self.smoother == "gauss-seidel":
@@ -217,12 +218,16 @@ class GMGSolver:
     def precondition(self, r: np.ndarray, cycles: int = 1) -> np.ndarray:
         """B r: ``cycles`` V-cycles on A x = r from x = 0 (r of the grid's shape, zero on the fixed nodes)."""
         b = np.ascontiguousarray(r, dtype=np.float64).reshape(self._shape3)
-        return self._cycles(0, np.zeros(self._shape3), b, cycles).reshape(self.system.shape)
+        return self._cycles(self._finest, np.zeros(self._shape3), b, cycles).reshape(self.system.shape)
 
     @property
     def _shape3(self) -> tuple[int, int, int]:
         """The finest grid in the 3-D layout."""
-        return self.levels[0].fixed.shape
+        return self.levels[-1].fixed.shape
+
+    @property
+    def _finest(self) -> int:
+        return len(self.levels) - 1
 
     def _coarse_solve(self, b: np.ndarray) -> np.ndarray:
         return self.coarse_lu.solve(b.ravel()).reshape(b.shape)
@@ -230,32 +235,32 @@ class GMGSolver:
     def _vcycle(self, k: int, x: np.ndarray, b: np.ndarray) -> None:
         """One V(1,1)-cycle on level k in place: forward Gauss-Seidel, coarse correction, backward
         Gauss-Seidel (a symmetric cycle, so a valid CG preconditioner, at half the cost of symmetric sweeps)."""
-        level, coarse = self.levels[k], self.levels[k + 1]
+        level, coarse = self.levels[k], self.levels[k - 1]
         self._smooth(level, x, b, True)
         level.smoother.passes.residual(level.stencil, x, b, level.smoother.residual)
         rc = _down(level, level.smoother.residual, coarse, coarse.smoother.rhs)
-        if k + 2 == len(self.levels):
+        if k == 1:
             e = self._coarse_solve(rc)
         else:
             e = coarse.smoother.correction
             e[:] = 0.0
-            self._vcycle(k + 1, e, rc)
+            self._vcycle(k - 1, e, rc)
         _up(level, e, x)
         self._smooth(level, x, b, False)
 
     def _cycles(self, k: int, x: np.ndarray, b: np.ndarray, cycles: int) -> np.ndarray:
         for _ in range(cycles):
-            if len(self.levels) == k + 1:
+            if k == 0:
                 return self._coarse_solve(b)
             self._vcycle(k, x, b)
         return x
 
     def fmg(self, cycles: int = 1, to_discretisation: bool = False, stats: dict | None = None,
             max_cycles: int = 50) -> np.ndarray:
-        """Full multigrid: the problem on every level, the coarsest solved exactly, then on each finer
+        """Full multigrid: the system on every level, the coarsest solved exactly, then on each finer
         level ``cycles`` V-cycles from the interpolated coarser solution.
 
-        Level l+1's problem is the Galerkin projection of level l's with level l+1's own
+        Level l-1's system is the Galerkin projection of level l's with level l-1's own
         Dirichlet data: its free unknowns v solve P_lᵀ A_l (P_l v + g_l) = P_lᵀ b_l, where g_l
         is the coarse boundary data interpolated onto level l's free nodes. Projecting the
         fine boundary data instead (a one-cell ramp no coarse function can follow) leaves
@@ -271,10 +276,10 @@ class GMGSolver:
         Returns the nodal solution (the system's shape) with its Dirichlet values; ``stats`` gets
         ``finest_cycles`` and ``discretisation_estimate`` (relative).
         """
-        levels = self.levels
+        levels = self.levels[::-1]  # finest first, the order the right-hand sides are restricted in
         rhs = [self.system.rhs.reshape(self._shape3)]
         for level, coarse in zip(levels, levels[1:]):
-            # The level's problem with the coarse Dirichlet data lifted onto it (and its own on its fixed nodes).
+            # The level's system with the coarse Dirichlet data lifted onto it (and its own on its fixed nodes).
             lift = level.values.copy()
             _up(level, coarse.values, lift)
             r = np.empty_like(lift)
@@ -283,17 +288,18 @@ class GMGSolver:
             b[coarse.fixed] = coarse.values[coarse.fixed]
             rhs.append(b)
         x = self._coarse_solve(rhs[-1])
-        for k in range(len(levels) - 2, -1, -1):
-            start = levels[k].values.copy()
-            _up(levels[k], x, start)
-            x = self._cycles(k, start.copy(), rhs[k], cycles)
+        for k in range(1, len(self.levels)):  # coarse to fine
+            level = self.levels[k]
+            start = level.values.copy()
+            _up(level, x, start)
+            x = self._cycles(k, start.copy(), rhs[self._finest - k], cycles)
         done = cycles
         estimate = np.linalg.norm(x - start) / 3.0 if len(levels) > 1 else 0.0
         change = np.inf
         step = np.empty_like(x)  # one buffer: a fresh 8 MB pair per cycle cost ~10 ms of page faults at 1025^2
         while to_discretisation and len(levels) > 1 and done < max_cycles:
             np.copyto(step, x)
-            self._vcycle(0, x, rhs[0])
+            self._vcycle(self._finest, x, rhs[0])
             done += 1
             np.subtract(x, step, out=step)
             change, last = np.linalg.norm(step.ravel()), change
@@ -312,10 +318,10 @@ class GMGSolver:
         network's output. The Dirichlet values are taken from the system, whatever ``initial`` holds there."""
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
-        level = self.levels[0]
+        level = self.levels[-1]
         x = np.array(initial, dtype=np.float64).reshape(self._shape3)
         x[level.fixed] = level.values[level.fixed]
-        x = self._cycles(0, x, self.system.rhs.reshape(self._shape3), cycles)
+        x = self._cycles(self._finest, x, self.system.rhs.reshape(self._shape3), cycles)
         return self._full(x)
 
     def solve(self, tol: float, maxiter: int = 200, stats: dict | None = None,
@@ -329,7 +335,7 @@ class GMGSolver:
 
         def matvec(v: np.ndarray) -> np.ndarray:
             out = np.empty(shape)
-            self.levels[0].smoother.passes.residual(self.levels[0].stencil, v.reshape(shape), zero, out)
+            self.levels[-1].smoother.passes.residual(self.levels[-1].stencil, v.reshape(shape), zero, out)
             return -out.ravel()
 
         def precondition(r: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Direct solve of the central (Sobel/Scharr) Burgers residual: the nodal field whose residual is zero.
 
-The residual of :func:`diffnet.problems.burgers.residual` has one equation per unknown
+The residual of :func:`diffnet.families.burgers.residual` has one equation per unknown
 node (every node but the initial row and the inflow column) and couples each node to its
 neighbours in t and x both ways, so the whole space-time field is one nonlinear system,
 solved by Newton's method with a sparse Jacobian (:mod:`diffnet.solvers.newton`). Such a

@@ -66,7 +66,7 @@ def geometric_hierarchy(k_ff: sp.csr_matrix, shape: tuple[int, ...], free: np.nd
     level = MultilevelSolver.Level()
     level.A = sp.csr_matrix(k_ff)
     levels = [level]
-    grids = grid_hierarchy(tuple(shape), coarsest)
+    grids = grid_hierarchy(tuple(shape), coarsest)[::-1]  # PyAMG's hierarchy: finest first (its own convention)
     for fine, coarse in zip(grids, grids[1:]):
         held = (~free).reshape(*fine, dims)[np.ix_(*(_nearest(f, c) for f, c in zip(fine, coarse)))].reshape(-1)
         P = vector_prolongation(fine, coarse)[free][:, ~held].tocsr()

@@ -12,9 +12,9 @@ import torch
 
 from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.energy3d import dirichlet_energy_3d, dirichlet_stencil_3d
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-from diffnet.problems.poisson3d import Poisson3D
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
+from diffnet.families.poisson3d import Poisson3DFamily
 from diffnet.solvers.poisson import dirichlet_system, poisson_system
 from diffnet.solvers.q1 import q1_matrix_stencil, coarse_q1_stencil
 from diffnet.solvers.poisson3d import poisson3d_system
@@ -58,7 +58,7 @@ out["m2_coarse"] = coarse_q1_stencil(nu2, 1 / 20, 1 / 16, 0.7, fixed_c)
 for n in (33, (30, 41)):
     shape = (n, n) if isinstance(n, int) else n
     key = f"{shape[0]}x{shape[1]}"
-    p = PoissonProblem(shape)
+    p = PoissonFamily(shape)
     s = p.fem_system(A)
     mg = s.multigrid()
     out[f"s2_{key}_direct"] = s.solve("direct")
@@ -70,7 +70,7 @@ for n in (33, (30, 41)):
     r = np.random.default_rng(2).standard_normal(shape); r.ravel()[s.fixed] = 0
     out[f"s2_{key}_prec"] = mg.precondition(r)
     out[f"s2_{key}_pcg"] = mg.solve(1e-10)
-rd = ReactionDiffusionProblem((33, 33), kappa=1.5, source=2.0)
+rd = ReactionDiffusionFamily((33, 33), kappa=1.5, source=2.0)
 s = rd.fem_system(A)
 out["rd_direct"] = s.solve("direct")
 out["rd_fmg1"] = s.multigrid().fmg(1)
@@ -85,7 +85,7 @@ out["ds_stencil"], out["ds_rhs"], out["ds_direct"] = s.stencil, s.rhs, s.solve("
 out["ds_fmg1"] = s.multigrid().fmg(1)
 
 # families 2-D
-p = PoissonProblem((17, 17))
+p = PoissonFamily((17, 17))
 a = p.sample(3, "random", 5)
 out["f2_a"] = a
 out["f2_inputs"] = p.inputs(torch.as_tensor(a)).numpy()[:1]
@@ -97,7 +97,7 @@ out["f2_hessian"] = p.hessian(torch.as_tensor(x), torch.as_tensor(a)).numpy()[:1
 out["f2_loss"] = p.loss_terms(torch.as_tensor(x), torch.as_tensor(a))["energy"].numpy()
 out["f2_fmg1_9"] = q1_solver(p, "fmg1", 9)(a[0])
 out["f2_sacg_9"] = q1_solver(p, "sa-cg", 9)(a[0])
-rd = ReactionDiffusionProblem((17, 17))
+rd = ReactionDiffusionFamily((17, 17))
 out["rd_reference"] = rd.reference(a)
 out["rd_loss"] = rd.loss_terms(torch.as_tensor(x), torch.as_tensor(a))["energy"].numpy()
 out["rd_hessian"] = rd.hessian(torch.as_tensor(x), torch.as_tensor(a)).numpy()[:1]
@@ -105,7 +105,7 @@ out["rd_hessian"] = rd.hessian(torch.as_tensor(x), torch.as_tensor(a)).numpy()[:
 # 3-D systems and families
 for shape in ((17, 13, 19),):
     key = "x".join(map(str, shape))
-    nu3n = Poisson3D(shape).diffusivity_numpy(A[None])[0]
+    nu3n = Poisson3DFamily(shape).diffusivity_numpy(A[None])[0]
     s = poisson3d_system(nu3n)
     mg = s.multigrid()
     out[f"s3_{key}_direct"] = s.solve("direct")
@@ -113,7 +113,7 @@ for shape in ((17, 13, 19),):
     out[f"s3_{key}_fmg1"] = mg.fmg(1)
     x0 = np.random.default_rng(4).standard_normal(shape)
     out[f"s3_{key}_v2"] = mg.vcycles(x0, 2)
-p3 = Poisson3D((9, 9, 9))
+p3 = Poisson3DFamily((9, 9, 9))
 a3 = p3.sample(2, "random", 6)
 out["f3_a"] = a3
 out["f3_inputs"] = p3.inputs(torch.as_tensor(a3)).numpy()[:1]

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import ROOT, float32_atol, run_cli, tiny, train_once
 from deepfusion.parallel.runtime import find_mpiexec
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 REACTION = str(ROOT / "configs" / "reaction_diffusion.toml")
@@ -92,7 +92,7 @@ def test_reference_poisson_equals_a_direct_solve(tmp_path):
         amg = f["u"][()]
         np.testing.assert_allclose(f["a"][()], a)
         assert f.attrs["problem"] == "poisson" and f.attrs["poisson.kl_terms"] == 4
-    direct = PoissonProblem((33, 33), kl_terms=4).reference(a, method="direct")
+    direct = PoissonFamily((33, 33), kl_terms=4).reference(a, method="direct")
     assert amg.shape == (2, 33, 33)
     assert np.abs(amg - direct).max() < 1e-7
 

@@ -13,8 +13,8 @@ from helpers import ROOT, run_cli, tiny, train_once
 from deepfusion.analysis.compare import time_inference
 from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, sweep
 from diffnet.protocol.family import sample_box
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 BURGERS = str(ROOT / "configs" / "burgers.toml")
@@ -57,7 +57,7 @@ def test_a_classical_error_within_five_percent_of_the_networks_is_a_tie():
 def test_poisson_sweep_finds_the_grid_with_a_known_error():
     """Errors measured on the real solver: the target set just above the 33-node solve's error picks 33
     (the coarser grids of the sweep are measured to be worse)."""
-    problem = PoissonProblem((33, 33))
+    problem = PoissonFamily((33, 33))
     a = sample_box(-3.0, 3.0, (6,), 2, "random", 5)
     truth = problem.truth(a)
     from deepfusion.analysis.compare import classical_sweep
@@ -71,7 +71,7 @@ def test_poisson_sweep_finds_the_grid_with_a_known_error():
 
 
 def test_classical_adapters_solve_and_carry_fields_onto_the_network_grid():
-    problem = PoissonProblem((24, 24))
+    problem = PoissonFamily((24, 24))
     a = sample_box(-3.0, 3.0, (6,), 1, "random", 2)[0]
     assert problem.classical_configurations()["fmg1"][:3] == [5, 7, 9] and 24 in problem.classical_configurations()["fmg1"]
     native = problem.classical_solver("fmg", 24)(a)
@@ -83,7 +83,7 @@ def test_classical_adapters_solve_and_carry_fields_onto_the_network_grid():
     coarse = problem.classical_solver("sa-cg", 13)(a)
     carried = problem.classical_to_grid("sa-cg", coarse, a)
     assert carried.shape == (24, 24) and np.allclose(carried[:, 0], 1) and np.allclose(carried[:, -1], 0)
-    burgers = BurgersProblem((16, 33), viscosity=0.01)
+    burgers = BurgersFamily((16, 33), viscosity=0.01)
     cells = burgers.classical_configurations()["godunov2"]
     assert 32 in cells and max(cells) < 8192
     u = burgers.classical_to_grid("godunov1", burgers.classical_solver("godunov1", 64)(np.array(4.0)), np.array(4.0))

@@ -23,13 +23,13 @@ def test_merged_moments_equal_the_direct_ones():
 
 
 def test_draws_follow_the_family():
-    from diffnet.problems.burgers import BurgersProblem
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.burgers import BurgersFamily
+    from diffnet.families.poisson import PoissonFamily
 
-    burgers = BurgersProblem((9, 9), c_range=(3.0, 6.0))
+    burgers = BurgersFamily((9, 9), c_range=(3.0, 6.0))
     c = draw_parameters(burgers, 500, "uniform", 1)
     assert c.shape == (500,) and 3.0 <= c.min() and c.max() <= 6.0
-    kl = PoissonProblem((9, 9), coeff_range=(-3.0, 3.0), kl_terms=6)
+    kl = PoissonFamily((9, 9), coeff_range=(-3.0, 3.0), kl_terms=6)
     a = draw_parameters(kl, 2000, "normal", 1)
     assert a.shape == (2000, 6) and abs(a.mean()) < 0.05 and abs(a.std() - 1.0) < 0.05
     assert np.array_equal(draw_parameters(kl, 5, "uniform", 3), draw_parameters(kl, 5, "uniform", 3))

@@ -156,8 +156,8 @@ def test_a_family_that_packs_two_fields_into_one_grid_is_refused(tmp_path):
     # The work-around of a user before the protocol had unknowns: (u_x, u_y) side by side in one field.
     (tmp_path / "packed.py").write_text(
         "import torch\n"
-        "from diffnet.problems.elasticity import Elasticity\n\n\n"
-        "class Packed(Elasticity):\n"
+        "from diffnet.families.elasticity import ElasticityFamily\n\n\n"
+        "class Packed(ElasticityFamily):\n"
         "    unknowns = ('u',)\n"
         "    vectors = {}\n\n"
         "    def field(self, raw, params):\n"
@@ -225,7 +225,7 @@ def test_the_3d_body_trains_and_writes_a_three_component_vector(tmp_path):
 def test_compare_and_the_polish_run_on_the_vector_family(vector_run, tmp_path):
     # The classical side is the same Q1 system on a sweep of grids by AMG-CG with the rigid-body modes; the polish
     # is V-cycles of the instance's smoothed-aggregation hierarchy from the network's displacement.
-    from diffnet.problems.elasticity import Elasticity
+    from diffnet.families.elasticity import ElasticityFamily
 
     run_dir, _ = vector_run
     proc = run_cli("compare", str(run_dir), "--samples", "2", "--threads", "1", "--polish", "1",
@@ -233,7 +233,7 @@ def test_compare_and_the_polish_run_on_the_vector_family(vector_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
     assert len(rows) == 2 and rows[1]["diffnet_error"] < rows[0]["diffnet_error"]  # a V-cycle helps
-    family = Elasticity((17, 17))
+    family = ElasticityFamily((17, 17))
     params = family.sample(2, "sobol", 3)
     solution = family.reference(params)
     start = solution + 0.01 * np.random.default_rng(0).normal(size=solution.shape) * np.abs(solution).max()

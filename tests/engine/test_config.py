@@ -6,7 +6,7 @@ from helpers import ROOT, run_cli
 from deepfusion.configuration.schema import Config, ConfigError
 from deepfusion.configuration.config import config_from_dict, load_config, parse_override, to_toml
 from deepfusion.configuration.run import Run
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 
 
 def test_defaults_and_roundtrip(tmp_path):
@@ -183,11 +183,11 @@ def test_a_family_without_its_table_says_which_defaults_it_took(tmp_path):
     assert line in proc.stdout.splitlines()
 
 
-class OwnSampling(PoissonProblem):
+class OwnSampling(PoissonFamily):
     """A family with a sampling of its own (Halton points): the schema leaves the choice to the family."""
 
     name = "own_sampling"
-    samplings = (*PoissonProblem.samplings, "halton")
+    samplings = (*PoissonFamily.samplings, "halton")
 
     def sample(self, n, sampling, seed):
         if sampling != "halton":

@@ -209,12 +209,12 @@ def test_compare_adds_a_labelled_gpu_row(tmp_path):
 def test_the_vcycle_on_cuda_is_the_cpu_vcycle(case):
     # The preconditioner of train.loss = "preconditioned" runs on the batch's device: float64 on
     # the GPU gives the CPU's B r to float64 rounding (three unknowns: the block V-cycle).
-    from diffnet.problems.elasticity import Elasticity3D
-    from diffnet.problems.poisson import PoissonProblem
-    from diffnet.problems.poisson3d import Poisson3D
+    from diffnet.families.elasticity import Elasticity3DFamily
+    from diffnet.families.poisson import PoissonFamily
+    from diffnet.families.poisson3d import Poisson3DFamily
     from diffnet.multigrid.vcycle import VCycle
 
-    family = {"2-D": PoissonProblem((40, 40)), "3-D": Poisson3D((17, 17, 17)), "elasticity3d": Elasticity3D((13, 13, 13))}[case]
+    family = {"2-D": PoissonFamily((40, 40)), "3-D": Poisson3DFamily((17, 17, 17)), "elasticity3d": Elasticity3DFamily((13, 13, 13))}[case]
     params = torch.as_tensor(family.sample(2, "random", 0)) if case == "elasticity3d" else torch.rand(2, 6, dtype=torch.float64) * 6 - 3
     u = family.field(torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64), params)
     cpu = VCycle.build(family, u, params)
@@ -229,11 +229,11 @@ def test_the_coarse_correction_on_cuda_is_the_cpus(case):
     # model.coarse_correction runs in float64 on the field's device: the GPU's corrected field and the
     # gradient through it are the CPU's to float64 rounding (two unknowns: the block Hessian's).
     from diffnet.multigrid.coarse import coarse_correction
-    from diffnet.problems.elasticity import Elasticity
-    from diffnet.problems.poisson import PoissonProblem
-    from diffnet.problems.poisson3d import Poisson3D
+    from diffnet.families.elasticity import ElasticityFamily
+    from diffnet.families.poisson import PoissonFamily
+    from diffnet.families.poisson3d import Poisson3DFamily
 
-    family = {"2-D": PoissonProblem((65, 65)), "3-D": Poisson3D((17, 17, 17)), "elasticity": Elasticity((33, 33))}[case]
+    family = {"2-D": PoissonFamily((65, 65)), "3-D": Poisson3DFamily((17, 17, 17)), "elasticity": ElasticityFamily((33, 33))}[case]
     params = torch.as_tensor(family.sample(2, "random", 0)) if case == "elasticity" else torch.rand(2, 6, dtype=torch.float64) * 6 - 3
     u = family.field(torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64), params)
     results = []

@@ -16,7 +16,7 @@ from helpers import PLAIN, ROOT, child_env
 from deepfusion.parallel.domain import tile_bounds
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.generators.networks import UNet
-from diffnet.problems.poisson3d import Poisson3D
+from diffnet.families.poisson3d import Poisson3DFamily
 from diffnet.generators.tiling import Whole, halo_pad, tiled_upsample2
 
 MPIEXEC = find_mpiexec()
@@ -56,7 +56,7 @@ def test_tile_bounds_split_evenly_or_say_why():
 
 
 def test_tiled_loss_on_one_tile_is_the_loss():
-    problem = Poisson3D((9, 9, 9))
+    problem = Poisson3DFamily((9, 9, 9))
     params = torch.rand(2, 6, dtype=torch.float64) * 6 - 3
     raw = torch.randn(2, 1, 9, 9, 9, dtype=torch.float64)
     tiled = problem.tile_loss_terms(raw, params, Whole(problem.resolution))["energy"]

@@ -218,14 +218,14 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
     from deepfusion.configuration.run import Run
     from deepfusion.training.trainer import train
     from diffnet.generators.networks import build_network
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
 
     cfg = load_config(ROOT / "configs" / "poisson.toml", [
         "multigrid.levels=[]", "problem.resolution=[8,8]", "train.batch_size=4", "train.epochs=3", f"train.optimizer={optimizer}",
         "train.lbfgs_iterations=5", "train.dtype=float64", "model.coarse_correction=0", "model.smoothing=0",
         "train.loss=family",
         "train.second_stage_epochs=0"])
-    problem = PoissonProblem((8, 8), kl_terms=6)
+    problem = PoissonFamily((8, 8), kl_terms=6)
     torch.manual_seed(0)
     model = build_network("unet", problem.in_channels, (4, 8)).double()
     params = np.random.default_rng(0).uniform(-3, 3, (8, 6))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from deepfusion.configuration.inputs import InputError, by_name, command_line_instances, instance_parameters
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.elastic_plate import ElasticPlate
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.elastic_plate import ElasticPlateFamily
+from diffnet.families.poisson import PoissonFamily
 
 
 def _named(family, **given) -> np.ndarray:
@@ -26,7 +26,7 @@ def _command_line(family, *param: str, c=None, nu=None, coeffs=None) -> np.ndarr
 
 
 def test_a_vector_parameter_by_its_entries_names_is_the_same_rows():
-    plate = ElasticPlate((17, 17))
+    plate = ElasticPlateFamily((17, 17))
     assert plate.parameters.names == ("hole_x", "hole_y", "hole_r", "nu")
     rows = np.array([[0.5, 0.5, 0.1, 0.3], [0.5, 0.5, 0.15, 0.3]])
     named = _named(plate, hole_x=0.5, hole_y=[0.5, 0.5], hole_r=[0.1, 0.15], nu=0.3)  # one number stands for all
@@ -53,12 +53,12 @@ def test_a_vector_parameter_by_its_entries_names_is_the_same_rows():
 ])
 def test_entries_by_name_are_checked_in_one_line(given, message):
     with pytest.raises(InputError) as exc:
-        _named(ElasticPlate((17, 17)), **given)
+        _named(ElasticPlateFamily((17, 17)), **given)
     assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
 
 
 def test_the_shorthand_flags_are_the_families_own_names(tmp_path):
-    burgers, poisson = BurgersProblem((9, 9)), PoissonProblem((9, 9), kl_terms=2)
+    burgers, poisson = BurgersFamily((9, 9)), PoissonFamily((9, 9), kl_terms=2)
     np.testing.assert_array_equal(_command_line(burgers, "c=3", "c=4"), [3.0, 4.0])
     np.testing.assert_array_equal(_command_line(burgers, c=[3.0, 4.0]), [3.0, 4.0])
     with pytest.raises(InputError, match=r"^--param c: the instances are given twice \(also as --c\)"):

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from deepfusion.analysis import reference_cache
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 
 
 # Two KL instances of the Poisson family on 9^2 (the cache is the family's, whichever it is; these solve in
@@ -41,7 +41,7 @@ class _Counting:
 def test_cache_is_off_unless_named(monkeypatch, tmp_path):
     monkeypatch.delenv(reference_cache.ENV, raising=False)
     counter = _Counting(None)
-    family = counter(PoissonProblem((9, 9)))
+    family = counter(PoissonFamily((9, 9)))
     c = A
     reference_cache.truth(family, c)
     reference_cache.truth(family, c)
@@ -51,7 +51,7 @@ def test_cache_is_off_unless_named(monkeypatch, tmp_path):
 def test_entries_are_per_problem_and_instances_and_return_the_same_arrays(monkeypatch, tmp_path):
     monkeypatch.setenv(reference_cache.ENV, str(tmp_path))
     counter = _Counting(None)
-    family = counter(PoissonProblem((9, 9)))
+    family = counter(PoissonFamily((9, 9)))
     c = A
     first = reference_cache.truth(family, c)
     again = reference_cache.truth(family, c)

@@ -38,16 +38,16 @@ def test_a_run_holds_its_family_and_instances_once():
 # (configuration, training on two levels, the evaluation with its coarse imprint and estimate).
 _COUNTING = """
 import atexit, collections, sys
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 built = collections.Counter()
-original, moved = PoissonProblem.from_options.__func__, PoissonProblem.at_resolution
+original, moved = PoissonFamily.from_options.__func__, PoissonFamily.at_resolution
 def counted(cls, options, resolution):
     built[tuple(resolution)] += 1
     return original(cls, options, resolution)
 def regridded(self, resolution):
     built[tuple(resolution)] += 1
     return moved(self, resolution)
-PoissonProblem.from_options, PoissonProblem.at_resolution = classmethod(counted), regridded
+PoissonFamily.from_options, PoissonFamily.at_resolution = classmethod(counted), regridded
 atexit.register(lambda: print("BUILT", sorted(built.items()), file=sys.stderr))
 from deepfusion.cli import main
 sys.exit(main(sys.argv[1:]))

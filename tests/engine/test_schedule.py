@@ -45,6 +45,16 @@ def test_schedule_stages_share_one_global_step_counter():
     assert stages[-1].end == 72
     assert [stage_at(stages, k) for k in (0, 3, 4, 27, 28, 71, 72)] == [0, 0, 1, 1, 2, 4, 5]
     assert stages[1].label() == "level 2/3 32x32"
+    assert {s.kind for s in stages} == {"level"} and not any(s.second for s in stages)
+
+
+def test_the_second_stage_is_a_stage_of_its_own_kind_on_the_finest_level():
+    cfg = load_config(None, ["problem.family=poisson", "problem.resolution=[64,64]", "data.n_train=64",
+                             "multigrid.levels=[32,64]", "multigrid.epochs=[2,1]", "train.second_stage_epochs=3"])
+    *visits, second = build_schedule(cfg)
+    assert [(s.kind, s.level) for s in visits] == [("level", 0), ("level", 1)]
+    assert (second.kind, second.level, second.grid, second.epochs, second.second) == ("second", 1, (64, 64), 3, True)
+    assert second.label() == "second stage 64x64"
 
 
 def test_single_level_schedule_is_the_train_section():

@@ -13,12 +13,12 @@ from deepfusion.training.recorder import TrainingDiverged
 from deepfusion.configuration.run import Run
 from deepfusion.training.trainer import learning_rate, train
 from diffnet.generators.networks import UNet
-from diffnet.problems.burgers import BurgersProblem
+from diffnet.families.burgers import BurgersFamily
 
 
 def _run(tmp_path, boundary, lr=5e-3, epochs=12, stencil="sobel", viscosity=0.01):
     torch.manual_seed(0)
-    problem = BurgersProblem((12, 12), viscosity=viscosity, boundary=boundary, penalty=10.0, stencil=stencil)
+    problem = BurgersFamily((12, 12), viscosity=viscosity, boundary=boundary, penalty=10.0, stencil=stencil)
     model = UNet(problem.in_channels, 1, (8, 16))
     cfg = TrainConfig(lr=lr, batch_size=4, epochs=epochs, log_every=3)
     params = np.linspace(3, 6, 8)

@@ -17,12 +17,12 @@ from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
 from diffnet.multigrid.hessian import hessian_of
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction, coarse_grid
 from diffnet.multigrid.corrected import CoarseCorrected
-from diffnet.problems.elasticity import Elasticity, Elasticity3D
-from diffnet.problems.plate import PlateWithHole
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-from diffnet.problems.torsion import StarTorsion
+from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
+from diffnet.families.plate import PlateWithHoleFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
+from diffnet.families.torsion import StarTorsionFamily
 
 POISSON = str(ROOT / "configs" / "poisson.toml")
 RNG = np.random.default_rng(7)
@@ -66,15 +66,15 @@ def _dense_minimiser(family, u_tilde: torch.Tensor, params: torch.Tensor, nodes:
 
 
 @pytest.mark.parametrize("family, params, nodes", [
-    (PoissonProblem((20, 20)), _kl, 7),  # 19 intervals on 6: grids that do not nest
-    (PoissonProblem((17, 17)), _kl, 5),
-    (Poisson3D((11, 11, 11)), _kl, 4),
-    (ReactionDiffusionProblem((17, 17)), _drawn, 5),
-    (StarTorsion((24, 24)), _drawn, 7),  # a cut domain: nodes outside are fixed
-    (PlateWithHole((24, 24)), _drawn, 7),
-    (Elasticity((14, 13)), _drawn, 5),  # two unknowns: the block Hessian, P on each component
-    (Elasticity3D((7, 7, 6)), _drawn, 4),
-    (Elasticity3D((9, 9, 9)), _drawn, 5),  # grids that nest: A_c's band read one node apart
+    (PoissonFamily((20, 20)), _kl, 7),  # 19 intervals on 6: grids that do not nest
+    (PoissonFamily((17, 17)), _kl, 5),
+    (Poisson3DFamily((11, 11, 11)), _kl, 4),
+    (ReactionDiffusionFamily((17, 17)), _drawn, 5),
+    (StarTorsionFamily((24, 24)), _drawn, 7),  # a cut domain: nodes outside are fixed
+    (PlateWithHoleFamily((24, 24)), _drawn, 7),
+    (ElasticityFamily((14, 13)), _drawn, 5),  # two unknowns: the block Hessian, P on each component
+    (Elasticity3DFamily((7, 7, 6)), _drawn, 4),
+    (Elasticity3DFamily((9, 9, 9)), _drawn, 5),  # grids that nest: A_c's band read one node apart
 ], ids=["poisson-20-7", "poisson-17-5", "poisson3d-11-4", "reaction_diffusion", "torsion", "plate", "elasticity",
         "elasticity3d", "elasticity3d-nested"])
 def test_the_correction_is_the_energys_minimiser_over_the_coarse_space(family, params, nodes):
@@ -124,7 +124,7 @@ def test_a_plugins_two_unknowns_take_the_probed_block_hessian():
     assert float((coarse_correction(family, fem, p, 5) - fem).abs().max()) <= 1e-10 * float(fem.abs().max())
 
 
-@pytest.mark.parametrize("family", [PoissonProblem((17, 17)), Poisson3D((9, 9, 9))], ids=["2-D", "3-D"])
+@pytest.mark.parametrize("family", [PoissonFamily((17, 17)), Poisson3DFamily((9, 9, 9))], ids=["2-D", "3-D"])
 def test_the_fem_solution_is_left_unchanged(family):
     p = _kl(family, 2)
     fem = torch.as_tensor(family.reference(p.numpy(), method="direct"))
@@ -132,7 +132,7 @@ def test_the_fem_solution_is_left_unchanged(family):
 
 
 def test_the_gradient_is_the_transpose_of_the_corrections_jacobian():
-    family = PoissonProblem((7, 7))
+    family = PoissonFamily((7, 7))
     p = _kl(family, 1)
     u = family.field(torch.randn(1, 1, 7, 7, dtype=torch.float64), p).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda v: coarse_correction(family, v, p, 4), (u,), eps=1e-6, atol=1e-8, rtol=1e-6)
@@ -140,7 +140,7 @@ def test_the_gradient_is_the_transpose_of_the_corrections_jacobian():
 
 def test_through_the_energy_the_gradient_is_the_energys_at_the_corrected_field():
     # P^T grad E(u) = 0 at the corrected u, so d E(u(u~)) / d u~ = grad E(u): no backward through the solve needed.
-    family = PoissonProblem((33, 33))
+    family = PoissonFamily((33, 33))
     p = _kl(family, 3)
     u_tilde = family.field(torch.randn(3, 1, 33, 33, dtype=torch.float64), p).requires_grad_(True)
     corrected = coarse_correction(family, u_tilde, p, 9)
@@ -151,7 +151,7 @@ def test_through_the_energy_the_gradient_is_the_energys_at_the_corrected_field()
 
 
 def test_a_float32_field_is_corrected_in_float64_and_returned_in_float32():
-    family = PoissonProblem((33, 33))
+    family = PoissonFamily((33, 33))
     p = _kl(family, 2)
     u64 = family.field(torch.randn(2, 1, 33, 33, dtype=torch.float64), p)
     out = coarse_correction(family, u64.float(), p.float(), 9)
@@ -162,7 +162,7 @@ def test_a_float32_field_is_corrected_in_float64_and_returned_in_float32():
 
 
 def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
-    family = PoissonProblem((17, 17))
+    family = PoissonFamily((17, 17))
     wrapped = CoarseCorrected(family, family, 9)
     p = _kl(family, 1)
     from diffnet.multigrid.hessian import fixed_nodes
@@ -363,7 +363,7 @@ def test_a_constant_first_built_under_inference_mode_trains_afterwards():
     # The coarse correction's fixed nodes evaluate the family's field, which keeps its lift and mask
     # (diffnet.backend.constants); built first inside torch.inference_mode (an evaluation), they must still serve a
     # later training step in the same process.
-    family = PoissonProblem((13, 11))
+    family = PoissonFamily((13, 11))
     p = _kl(family, 2)
     with torch.inference_mode():
         coarse_correction(family, family.field(torch.zeros(2, 1, 13, 11, dtype=torch.float64), p), p, 5)
@@ -373,7 +373,7 @@ def test_a_constant_first_built_under_inference_mode_trains_afterwards():
 
 
 # -- each instance's coarse space built once (issue 65): kept, banded, its gradient one stencil product ----------
-@pytest.mark.parametrize("family", [PoissonProblem((33, 33)), Elasticity((17, 17)), Poisson3D((17, 17, 17))],
+@pytest.mark.parametrize("family", [PoissonFamily((33, 33)), ElasticityFamily((17, 17)), Poisson3DFamily((17, 17, 17))],
                          ids=["2-D", "elasticity", "3-D"])
 def test_each_instance_is_factorised_once_and_its_kept_space_gives_the_fresh_correction(family):
     from diffnet.backend.clock import FACTORISATION, HESSIAN, SOLVES, PartClock
@@ -407,7 +407,7 @@ def test_a_coarse_operator_couples_nodes_one_apart_where_the_grids_nest():
     like = torch.zeros(1, dtype=torch.float64)
     assert [coupling_reach([dense_interpolation(n, m, like)]) for n, m in ((17, 9), (65, 17), (64, 17), (32, 9))] \
         == [1, 1, 2, 2]
-    family = Elasticity3D((9, 9, 9))
+    family = Elasticity3DFamily((9, 9, 9))
     p = _drawn(family, 1)
     space = CoarseSpace.build(family, family.field(torch.zeros(1, 3, 9, 9, 9, dtype=torch.float64), p), p, 5)
     every = space._coarse_operator(space.hessian, reach=2)
@@ -467,7 +467,7 @@ def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
     # is assembled from what it holds, never read back from the cache (a KeyError ended a training run once).
     import diffnet.multigrid.coarse as coarse
 
-    family = PoissonProblem((17, 17))
+    family = PoissonFamily((17, 17))
     coarse.forget_coarse_spaces()
     p = _kl(family, 4)
     u = family.field(torch.zeros(4, 1, 17, 17, dtype=torch.float64), p)

@@ -1,4 +1,4 @@
-"""The elastic plate with a hole (diffnet/problems/elastic_plate.py) and what it brought: the immersed strain energy
+"""The elastic plate with a hole (diffnet/families/elastic_plate.py) and what it brought: the immersed strain energy
 against its assembled matrix, per-component supports and a pinned point, the refusal of a support that leaves a
 rigid-body motion free, the body-fitted P2 reference against Heywood's formula, derived fields (stress recovered to
 the nodes, exact on a uniform strain), K_t of the floor against the body-fitted FEM's, and the field files' tensors."""
@@ -19,8 +19,8 @@ from diffnet.discretisation.immersed_elasticity import immersed_elasticity_energ
 from diffnet.instances.boundary import parse_vector_side
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc
-from diffnet.problems.elastic_plate import ElasticPlate
-from diffnet.problems.elasticity import Elasticity
+from diffnet.families.elastic_plate import ElasticPlateFamily
+from diffnet.families.elasticity import ElasticityFamily
 from diffnet.solvers.elasticity import to_dofs
 from diffnet.solvers.immersed_elasticity import immersed_elasticity_matrix
 
@@ -55,17 +55,17 @@ def test_a_component_may_be_free_and_a_point_pinned():
     assert [s.kind for s in parse_vector_side("u=free,0.1", 2)] == ["flux", "u"]
     with pytest.raises(ValueError, match="holds no component"):
         parse_vector_side("u=free,free", 2)
-    plate = ElasticPlate(resolution=(17, 17))  # a roller on x = 0 and its mid-point pinned
+    plate = ElasticPlateFamily(resolution=(17, 17))  # a roller on x = 0 and its mid-point pinned
     fixed, values = plate.held()
     assert fixed[0, :, 0].all() and not fixed[1, :, 0].all() and fixed[1, 8, 0] and fixed[:, 8, 0].sum() == 2
     assert not values.any()
 
 
 @pytest.mark.parametrize("family, sides, motion", [
-    (Elasticity, {"x0": "u=0,free"}, "move along y"),
-    (Elasticity, {"x0": "free", "y0": "u=free,0"}, "move along x"),
-    (ElasticPlate, {"pin": "none"}, "move along y"),
-    (ElasticPlate, {"x0": "free", "pin": "0,0.5"}, "rotate"),
+    (ElasticityFamily, {"x0": "u=0,free"}, "move along y"),
+    (ElasticityFamily, {"x0": "free", "y0": "u=free,0"}, "move along x"),
+    (ElasticPlateFamily, {"pin": "none"}, "move along y"),
+    (ElasticPlateFamily, {"x0": "free", "pin": "0,0.5"}, "rotate"),
 ])
 def test_a_support_that_leaves_a_rigid_motion_free_is_refused(family, sides, motion):
     with pytest.raises(ValueError, match=f"free to {motion}"):
@@ -82,13 +82,13 @@ def test_the_cli_refuses_a_support_in_one_line(tmp_path):
 def test_the_body_fitted_fem_meets_heywood_for_a_centred_hole(r):
     # A unit plate is a strip only while the hole is small beside it: at r = 0.1 the FEM is 2.6 % above Heywood,
     # at 0.15 5.9 % (the plate's length; docs/results.md).
-    plate = ElasticPlate(resolution=(33, 33), truth_refine=2)
+    plate = ElasticPlateFamily(resolution=(33, 33), truth_refine=2)
     kt = plate.truth_quantities(np.array([[0.5, 0.5, r, 0.3]]))["K_t"][0]
     assert kt == pytest.approx(heywood(r), rel=0.02)
 
 
 def test_the_floor_is_extended_exactly_and_its_k_t_is_the_fems():
-    plate = ElasticPlate(resolution=(64, 64), truth_refine=1)
+    plate = ElasticPlateFamily(resolution=(64, 64), truth_refine=1)
     raw = np.stack([plate.system(p).solve("amg") for p in HOLES])
     floor = plate.reference(HOLES)  # zero outside the domain, as every reported field
     assert np.abs(plate.extended(HOLES, floor) - raw).max() < 1e-9 * np.abs(raw).max()
@@ -97,7 +97,7 @@ def test_the_floor_is_extended_exactly_and_its_k_t_is_the_fems():
 
 
 def test_stresses_of_a_uniform_strain_are_exact():
-    plate = ElasticPlate(resolution=(33, 33))
+    plate = ElasticPlateFamily(resolution=(33, 33))
     p = np.array([[0.5, 0.5, 0.1, 0.3]])
     y, x = np.meshgrid(np.linspace(0, 1, 33), np.linspace(0, 1, 33), indexing="ij")
     u = np.stack([0.01 * x, -0.3 * 0.01 * y])[None]  # σ_xx = 0.01, the rest 0 (plane stress, E = 1)
@@ -179,15 +179,15 @@ def test_a_tiny_kirsch_run_reports_stress_and_k_t(tmp_path):
 
 
 def test_the_box_families_derive_stress_and_flux_exactly_on_linear_fields():
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
 
-    solid = Elasticity(resolution=(9, 11))
+    solid = ElasticityFamily(resolution=(9, 11))
     p = np.array([[0.0, 0.0, 0.0, 0.0, 0.25]])  # E = 1, nu = 0.25, plane stress
     y, x = np.meshgrid(np.linspace(0, 1, 9), np.linspace(0, 1, 11), indexing="ij")
     derived = solid.derived(p, np.stack([0.02 * x, -0.25 * 0.02 * y])[None])
     assert np.abs(derived["stress"][0, 0] - 0.02).max() < 1e-12 and np.abs(derived["stress"][0, 1:]).max() < 1e-12
     assert np.abs(derived["von_mises"] - 0.02).max() < 1e-12 and np.abs(derived["strain"][0, 1] + 0.005).max() < 1e-12
-    heat = PoissonProblem(resolution=(9, 11))
+    heat = PoissonFamily(resolution=(9, 11))
     flux = heat.derived(np.zeros((1, heat.kl_terms)), (1.0 - x)[None])  # nu = 1
     assert np.abs(flux["flux_x"] - 1.0).max() < 1e-12 and np.abs(flux["flux_y"]).max() < 1e-12
 
@@ -195,7 +195,7 @@ def test_the_box_families_derive_stress_and_flux_exactly_on_linear_fields():
 def test_the_hessian_from_the_matrix_is_the_probed_one():
     from diffnet.multigrid.hessian import probe_stencil
 
-    plate = ElasticPlate(resolution=(21, 21))
+    plate = ElasticPlateFamily(resolution=(21, 21))
     params = torch.tensor(HOLES, dtype=torch.float64)
     u = torch.zeros(3, 2, 21, 21, dtype=torch.float64)
     probed = probe_stencil(plate, u, params)

@@ -565,6 +565,24 @@ def test_a_plugin_written_against_the_module_paths_of_before_is_told_their_moves
     assert len(report["k"]) == 2 and report["ratio_to_floor"] > 1
 
 
+def test_a_plugin_on_the_families_old_folder_or_class_names_is_told_the_new_ones(tmp_path, monkeypatch):
+    # diffnet/problems became diffnet/families and its classes end in Family (issue 76): one line names the new ones.
+    from deepfusion.configuration.registry import FamilyError
+
+    body = "\n\nclass Mine({base}):\n    name = 'mine'\n"
+    (tmp_path / "old_folder.py").write_text("from diffnet.problems.elasticity import Elasticity" + body.format(base="Elasticity"))
+    (tmp_path / "old_class.py").write_text("from diffnet.families.poisson import PoissonProblem" + body.format(base="PoissonProblem"))
+    (tmp_path / "new_names.py").write_text("from diffnet.families.poisson import PoissonFamily" + body.format(base="PoissonFamily"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(FamilyError) as folder:
+        family_class("old_folder:Mine")
+    assert "diffnet.problems moved to diffnet.families" in str(folder.value)
+    assert "Elasticity is now ElasticityFamily" in str(folder.value) and "\n" not in str(folder.value)
+    with pytest.raises(FamilyError, match="PoissonProblem is now PoissonFamily"):
+        family_class("old_class:Mine")
+    assert family_class("new_names:Mine").name == "mine"
+
+
 def test_each_key_of_a_family_is_declared_once_on_its_field():
     # A key is a field made with option(): Family.Options, from_options and docs/configuration.md read it there.
     from deepfusion.configuration.registry import builtin_families, family_class
@@ -581,7 +599,7 @@ def test_each_key_of_a_family_is_declared_once_on_its_field():
         assert cls.from_options(options(), grid) == cls(grid)  # the defaults are the fields' own
     assert family_class("burgers").from_options(family_class("burgers").Options(residual="conservative"), (9, 9)).stencil \
         == "conservative"  # key= names the key where it is not the field's
-    for path in sorted((ROOT / "diffnet" / "problems").glob("*.py")):
+    for path in sorted((ROOT / "diffnet" / "families").glob("*.py")):
         assert not re.search(r"^class \w+Options\b", path.read_text(), re.M), path
 
 

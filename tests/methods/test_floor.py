@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from deepfusion.analysis.inference import against_floor, relative_l2
 from diffnet.discretisation.finite_difference import central_residual as residual
 from diffnet.discretisation.finite_volume import conservative_residual
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
 from diffnet.solvers.conservative import solve_scheme
 from diffnet.solvers.newton import least_squares_solve, newton_solve, sparse_jacobian
 from diffnet.solvers.sobel import solve_sobel
@@ -82,7 +82,7 @@ def test_conservative_floor_converges_to_a_known_solution(order, rate):
 
 def test_burgers_floor_fields_have_zero_residual():
     for stencil in ("conservative", "sobel"):
-        problem = BurgersProblem((32, 32), viscosity=0.01, stencil=stencil)
+        problem = BurgersFamily((32, 32), viscosity=0.01, stencil=stencil)
         c = np.array([3.3])
         u, roots = problem.discrete_optimum(c, initial=problem.truth(c))
         assert roots.all()
@@ -96,7 +96,7 @@ def test_poisson_truth_and_floor_against_an_exact_solution():
     # -(nu u')' = 0 with u(0) = 1, u(1) = 0 has nu u' constant, and u falls across node
     # gap j by the share of integral 1/nu = h ln(nu_{j+1} / nu_j) / (nu_{j+1} - nu_j).
     n = 33
-    problem = PoissonProblem((n, n))
+    problem = PoissonFamily((n, n))
     x = np.linspace(0, 1, n)
     nodal = (1 + x) ** 2
     gaps = np.diff(x) * np.log(nodal[1:] / nodal[:-1]) / np.diff(nodal)
@@ -117,6 +117,6 @@ def test_poisson_truth_and_floor_against_an_exact_solution():
 
 
 def test_poisson_floor_vanishes_where_q1_is_exact():
-    problem = PoissonProblem((17, 17), constant=2.0)  # u = 1 - x, bilinear: no discretisation error
+    problem = PoissonFamily((17, 17), constant=2.0)  # u = 1 - x, bilinear: no discretisation error
     report = against_floor(problem, np.zeros((1, 6)), problem.discrete_optimum(np.zeros((1, 6)))[0])
     assert report.floor[0] < 1e-9  # the AMG solves' tolerance

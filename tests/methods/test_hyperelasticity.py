@@ -1,4 +1,4 @@
-"""The Neo-Hookean families (diffnet/problems/hyperelasticity.py): the energy and its tangent stencil (against
+"""The Neo-Hookean families (diffnet/families/hyperelasticity.py): the energy and its tangent stencil (against
 autograd's exact Hessian-vector products, and linear elasticity at rest), the guard where an element inverts, the
 Newton solve (against an independent scikit-fem assembly of the same energy), the coarse minimiser on a solid,
 and bad input refused in one line."""
@@ -13,7 +13,7 @@ from helpers import ROOT, run_cli
 from diffnet.discretisation.elasticity import elasticity_stencil
 from diffnet.discretisation.hyperelasticity import J_GUARD, neo_hookean_energy, neo_hookean_stencil, smallest_jacobian
 from diffnet.multigrid.stencil import apply_stencil
-from diffnet.problems.hyperelasticity import Hyperelasticity, Hyperelasticity3D
+from diffnet.families.hyperelasticity import HyperelasticityFamily, Hyperelasticity3DFamily
 from diffnet.solvers.hyperelasticity import NewtonStats
 
 CONFIG = str(ROOT / "configs" / "hyperelasticity.toml")
@@ -67,7 +67,7 @@ def test_newton_agrees_with_scikit_fem_on_the_same_energy():
     from skfem.helpers import ddot, det, grad, inv, transpose
 
     n = 17
-    family = Hyperelasticity((n, n))
+    family = HyperelasticityFamily((n, n))
     p = np.array([0.5, -0.4, 0.3, -0.2, 0.18])
     ours = family.reference(p[None])[0]  # (2, n, n), [y, x]
     mu_grid = family.shear_modulus(torch.as_tensor(p[None]))[0].numpy()
@@ -125,7 +125,7 @@ def test_newton_agrees_with_scikit_fem_on_the_same_energy():
 
 
 def test_a_nonlinear_answer_where_the_linear_one_is_wrong():
-    family = Hyperelasticity((17, 17))
+    family = HyperelasticityFamily((17, 17))
     p = np.array([0.0, 0.0, 0.0, 0.0, family.load_range[0]])
     stats = NewtonStats()
     nonlinear = family.solve(p, stats=stats)
@@ -142,7 +142,7 @@ def test_the_coarse_minimiser_of_a_solid_is_the_dense_oracles():
     from oracles import dense_newton
     from diffnet.multigrid.minimiser import coarse_minimiser
 
-    family = Hyperelasticity((9, 9))
+    family = HyperelasticityFamily((9, 9))
     p = torch.as_tensor(family.sample(2, "random", 1))
     u = family.field(0.005 * torch.randn(2, 2, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), p)
     corrected = coarse_minimiser(family, u, p, 5)
@@ -154,7 +154,7 @@ def test_the_coarse_minimiser_of_a_solid_is_the_dense_oracles():
 def test_the_3d_family_solves_and_corrects():
     from diffnet.multigrid.minimiser import minimise_on_coarse_space
 
-    family = Hyperelasticity3D((5, 5, 5))
+    family = Hyperelasticity3DFamily((5, 5, 5))
     p = torch.as_tensor(family.sample(1, "random", 2))
     floor = torch.as_tensor(family.reference(p.numpy()))
     assert floor.shape == (1, 3, 5, 5, 5) and float(floor.abs().max()) > 0.01

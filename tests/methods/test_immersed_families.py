@@ -17,8 +17,8 @@ import torch
 from helpers import PLAIN, ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.instances.geometry import Disc, grid_points
-from diffnet.problems.plate import PlateWithHole
-from diffnet.problems.torsion import StarTorsion
+from diffnet.families.plate import PlateWithHoleFamily
+from diffnet.families.torsion import StarTorsionFamily
 from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
 
 MPIEXEC = find_mpiexec()
@@ -46,7 +46,7 @@ def test_body_fitted_reference_converges_to_the_torsion_of_a_disc():
     assert orders.min() > 1.7 and errors[-1] < 1e-3, (errors, orders)
 
 
-@pytest.mark.parametrize("family", [StarTorsion((17, 17)), PlateWithHole((17, 17))], ids=["torsion", "plate"])
+@pytest.mark.parametrize("family", [StarTorsionFamily((17, 17)), PlateWithHoleFamily((17, 17))], ids=["torsion", "plate"])
 def test_floor_converges_at_second_order_against_the_body_fitted_reference(family):
     params = family.sample(2, "random", 3)
     floors = []
@@ -60,7 +60,7 @@ def test_floor_converges_at_second_order_against_the_body_fitted_reference(famil
     assert orders.mean() > 1.8, (floors, orders)
 
 
-@pytest.mark.parametrize("family", [StarTorsion((24, 24)), PlateWithHole((24, 24), hole="u=0.5")],
+@pytest.mark.parametrize("family", [StarTorsionFamily((24, 24)), PlateWithHoleFamily((24, 24), hole="u=0.5")],
                          ids=["torsion", "plate-dirichlet-hole"])
 def test_the_energys_minimiser_solves_the_assembled_system(family):
     params = family.sample(2, "random", 0)
@@ -78,17 +78,17 @@ def test_the_energys_minimiser_solves_the_assembled_system(family):
 
 
 def test_shapes_the_grid_cannot_hold_are_refused_by_index():
-    torsion = StarTorsion((24, 24))
+    torsion = StarTorsionFamily((24, 24))
     with pytest.raises(ValueError, match=r"instance 1: a1 = 0.2 is outside the shapes' range \[-0.08, 0.08\]"):
         torsion.check_instances(np.array([[0.0] * 6, [0.2] + [0.0] * 5]))
-    thin = StarTorsion((24, 24), r0=0.05, amplitude=0.5)
+    thin = StarTorsionFamily((24, 24), r0=0.05, amplitude=0.5)
     with pytest.raises(ValueError, match="instance 0: the shape's smallest radius .* thinner than it resolves"):
         thin.check_instances(np.zeros((1, 6)))
-    plate = PlateWithHole((24, 24))
+    plate = PlateWithHoleFamily((24, 24))
     row = np.concatenate([np.zeros(6), [0.5, 0.5, 0.3]])
     with pytest.raises(ValueError, match=r"instance 0: hole_r = 0.3 is outside the holes' range \[0.1, 0.2\]"):
         plate.check_instances(row[None])
-    small = PlateWithHole((24, 24), hole_r=(0.01, 0.2))
+    small = PlateWithHoleFamily((24, 24), hole_r=(0.01, 0.2))
     row[-1] = 0.02
     with pytest.raises(ValueError, match="under a cell .* thinner than it resolves"):
         small.check_instances(row[None])
@@ -125,7 +125,7 @@ def test_torsion_trains_evaluates_inside_and_writes_the_mask(torsion_run, tmp_pa
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         polished = f["u"][0]
-    floor = StarTorsion((24, 24)).reference(shapes)[0]
+    floor = StarTorsionFamily((24, 24)).reference(shapes)[0]
     np.testing.assert_allclose(polished, floor, atol=1e-8)
     # A shape outside the family, or thinner than the grid: one line, status 2, nothing written.
     np.save(tmp_path / "bad.npy", np.array([[0.5, 0, 0, 0, 0, 0]]))
@@ -209,7 +209,7 @@ def test_plate_trains_infers_and_polishes_to_its_floor(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with h5py.File(out) as f:
         polished, inside = f["u"][0], f["inside"][0].astype(bool)
-    family = PlateWithHole((24, 24), x0="u=1", x1="flux=-1", y0="flux=0", y1="flux=0")
+    family = PlateWithHoleFamily((24, 24), x0="u=1", x1="flux=-1", y0="flux=0", y1="flux=0")
     np.testing.assert_allclose(polished, family.reference(row[None])[0], atol=1e-8)
     assert np.all(polished[~inside] == 0) and np.all(polished[:, 0] == 1.0)
 
@@ -253,12 +253,12 @@ def test_the_preconditioned_loss_and_a_second_stage_train_on_cut_domains(tmp_pat
 
 
 def test_each_instances_discretisation_is_built_once_until_the_caches_are_cleared(monkeypatch):
-    import diffnet.problems.immersed_family as immersed_family
+    import diffnet.families.immersed_family as immersed_family
 
-    family = StarTorsion((17, 17))
+    family = StarTorsionFamily((17, 17))
     built = []
-    original = StarTorsion.discretise
-    monkeypatch.setattr(StarTorsion, "discretise", lambda self, p: built.append(tuple(p)) or original(self, p))
+    original = StarTorsionFamily.discretise
+    monkeypatch.setattr(StarTorsionFamily, "discretise", lambda self, p: built.append(tuple(p)) or original(self, p))
     family.clear_caches()
     shapes = family.sample(3, "random", 4)
     for _ in range(3):  # three epochs over the instances, through every path that reads them
@@ -266,7 +266,7 @@ def test_each_instances_discretisation_is_built_once_until_the_caches_are_cleare
         family.field(torch.zeros(3, 1, 17, 17, dtype=torch.float64), torch.as_tensor(shapes))
         family.loss_terms(torch.zeros(3, 17, 17, dtype=torch.float64), torch.as_tensor(shapes))
     assert len(built) == 3 and family.discretised(shapes[0]) is family.discretised(shapes[0])
-    assert StarTorsion((17, 17)).discretised(shapes[1]) is family.discretised(shapes[1])  # equal families share
+    assert StarTorsionFamily((17, 17)).discretised(shapes[1]) is family.discretised(shapes[1])  # equal families share
     family.clear_caches()  # what compare and uq do before each timed solve
     family.discretised(shapes[0])
     assert len(built) == 4
@@ -287,7 +287,7 @@ def test_compare_times_each_solve_with_its_own_set_up(monkeypatch):
     from deepfusion.analysis.compare import measure_classical, time_inference
 
     calls = []
-    family = StarTorsion((17, 17))
+    family = StarTorsionFamily((17, 17))
     shapes = family.sample(2, "random", 4)
     time_inference(lambda p, b: calls.append("solve") or np.zeros((len(p), 17, 17)), shapes, 2, say=lambda *_: None,
                    fresh=lambda: calls.append("fresh"))
@@ -295,17 +295,17 @@ def test_compare_times_each_solve_with_its_own_set_up(monkeypatch):
     # untimed pass at its shape: oneDNN's kernels for a shape are a process's one-off)
     assert calls == ["fresh", "solve"] * 3 + ["solve", "fresh", "solve"]
     cleared = []
-    original = StarTorsion.clear_caches
-    monkeypatch.setattr(StarTorsion, "clear_caches", lambda self: cleared.append(1) or original(self))
+    original = StarTorsionFamily.clear_caches
+    monkeypatch.setattr(StarTorsionFamily, "clear_caches", lambda self: cleared.append(1) or original(self))
     measure_classical(family, shapes, "fmg", 17)  # the best of repeats, each repeat building its own
     assert len(cleared) >= len(shapes)
 
 
 @pytest.mark.parametrize("name", ["torsion", "plate"])
 def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypatch):
-    import diffnet.problems.immersed_family as immersed_family
+    import diffnet.families.immersed_family as immersed_family
 
-    family = StarTorsion((17, 17)) if name == "torsion" else PlateWithHole((17, 17))
+    family = StarTorsionFamily((17, 17)) if name == "torsion" else PlateWithHoleFamily((17, 17))
     family.clear_caches()
     params = torch.as_tensor(family.sample(3, "random", 2))
     fields = [family.field(torch.randn(3, 1, 17, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(s)),
@@ -323,9 +323,9 @@ def test_the_hessian_is_probed_once_per_instance_and_is_the_losss(name, monkeypa
 def test_each_instances_multigrid_is_kept_within_its_byte_budget(monkeypatch):
     # The preconditioned loss's B g and the polish build an assembled multigrid per instance; kept by count they
     # took a rank past 11 GB at 128^2. Bounded in bytes, least recently used first, like the discretisations.
-    import diffnet.problems.immersed_family as immersed_family
+    import diffnet.families.immersed_family as immersed_family
 
-    family = StarTorsion((17, 17))
+    family = StarTorsionFamily((17, 17))
     family.clear_caches()
     shapes = family.sample(3, "random", 4)
     rows = [tuple(map(float, p)) for p in shapes]

@@ -12,14 +12,14 @@ import torch
 from deepfusion.analysis.observations import Observations, observable_names, predict
 from diffnet.grid.points import values_at
 from diffnet.multigrid.corrected import CoarseCorrected
-from diffnet.problems.elasticity import Elasticity, Elasticity3D
-from diffnet.problems.groundwater import Groundwater
-from diffnet.problems.hyperelasticity import Hyperelasticity
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
+from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
+from diffnet.families.groundwater import GroundwaterFamily
+from diffnet.families.hyperelasticity import HyperelasticityFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
 
-FAMILIES = [(PoissonProblem((12, 13)), 4), (Groundwater((13, 13)), 4), (Poisson3D((5, 5, 5)), 3), (Elasticity((11, 10)), 4),
-            (Elasticity3D((5, 5, 5)), 3), (Hyperelasticity((9, 9)), 4)]
+FAMILIES = [(PoissonFamily((12, 13)), 4), (GroundwaterFamily((13, 13)), 4), (Poisson3DFamily((5, 5, 5)), 3), (ElasticityFamily((11, 10)), 4),
+            (Elasticity3DFamily((5, 5, 5)), 3), (HyperelasticityFamily((9, 9)), 4)]
 IDS = ["poisson", "groundwater", "poisson3d", "elasticity", "elasticity3d", "hyperelasticity"]
 
 
@@ -32,8 +32,8 @@ def _raw(family, scale):
 def test_derived_fields_of_tensors_are_the_arrays_and_their_gradient_is_exact(family, nodes):
     assert family.has("differentiable") and family.has("derived")
     p = torch.as_tensor(family.sample(2, "random", 3), dtype=torch.float64)
-    scale = 1e-3 if isinstance(family, Hyperelasticity) else 1.0  # a Neo-Hookean solid: a displacement it admits
-    solid = isinstance(family, Hyperelasticity)  # its minimiser's gradient is exact without sweeps (test_sensitivity)
+    scale = 1e-3 if isinstance(family, HyperelasticityFamily) else 1.0  # a Neo-Hookean solid: a displacement it admits
+    solid = isinstance(family, HyperelasticityFamily)  # its minimiser's gradient is exact without sweeps (test_sensitivity)
     corrected = CoarseCorrected(family, family, nodes, quadratic=not solid, smoothing=0 if solid else 1)
     raw = _raw(family, scale)
     u = corrected.field(raw, p).detach()
@@ -55,7 +55,7 @@ def test_derived_fields_of_tensors_are_the_arrays_and_their_gradient_is_exact(fa
 
 
 def test_an_observation_of_a_derived_field_reads_its_recovered_nodal_values():
-    family = Elasticity((9, 11))
+    family = ElasticityFamily((9, 11))
     names = observable_names(family)
     assert names == ("u_x", "u_y", "strain_xx", "strain_yy", "strain_xy", "stress_xx", "stress_yy", "stress_xy",
                      "von_mises")
@@ -69,5 +69,5 @@ def test_an_observation_of_a_derived_field_reads_its_recovered_nodal_values():
     fields = {"stress_xy": derived["stress"][:, 2], "u_y": u[:, 1], "von_mises": derived["von_mises"]}
     for j, name in enumerate(rows):
         np.testing.assert_allclose(got[:, j], values_at(fields[name], (9, 11), points[j:j + 1])[:, 0], rtol=1e-12)
-    poisson = PoissonProblem((8, 8))
+    poisson = PoissonFamily((8, 8))
     assert observable_names(poisson) == ("u", "flux_x", "flux_y")

@@ -10,7 +10,7 @@ from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
 from diffnet.discretisation.energy import dirichlet_energy
 from diffnet.generators.networks import UNet, build_network
-from diffnet.problems.poisson3d import Poisson3D
+from diffnet.families.poisson3d import Poisson3DFamily
 from diffnet.solvers.fem import poisson_system
 from diffnet.solvers.gmg import GMGSolver
 
@@ -140,7 +140,7 @@ def test_3d_multigrid_equals_a_direct_solve(n):
 
 
 def test_family_floor_falls_at_second_order_and_its_field_keeps_the_boundary_values():
-    family = Poisson3D(resolution=(9, 9, 9))
+    family = Poisson3DFamily(resolution=(9, 9, 9))
     a = family.sample(2, "random", 0)
     nu = family.diffusivity_numpy(a)
     assert nu.shape == (2, 9, 9, 9) and 1e-4 < nu.min() and nu.max() < 1e4  # lambda^{3/2}: decades, not 15
@@ -225,7 +225,7 @@ def test_3d_run_evaluates_writes_volumes_and_infers(run3d, tmp_path):
     with h5py.File(out) as f:
         polished = f["u"][0]
     # 30 V-cycles from the network's output reach the same-grid FEM solution.
-    fem = Poisson3D(resolution=(9, 9, 9)).reference(np.zeros((1, 6)))[0]
+    fem = Poisson3DFamily(resolution=(9, 9, 9)).reference(np.zeros((1, 6)))[0]
     np.testing.assert_allclose(polished, fem, atol=1e-8)
     (run.parent / "x.toml").write_text('[problem]\nfamily = "poisson3d"\nresolution = [9, 9]\n')
     proc = run_cli("train", str(run.parent / "x.toml"), "--out", str(tmp_path / "bad"))

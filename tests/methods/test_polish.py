@@ -7,9 +7,9 @@ import pytest
 import scipy.linalg
 from helpers import network_like
 
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 from diffnet.solvers.gmg import GMGSolver, prolongation
 
 A = np.array([1.5, -2.0, 0.7, 2.5, -1.0, 0.3])  # nu over about four decades
@@ -23,7 +23,7 @@ def test_one_vcycle_contracts_the_error_by_the_cycles_factor():
     """The V-cycle's energy-norm contraction factor rho = ||E||_A, from its error-propagation matrix E
     (the cycle applied to each unit error on the free nodes), bounds one polish step from any start;
     from the prolonged coarse FEM solution (the network's typical output) one cycle removes most of it."""
-    fine, coarse = PoissonProblem((17, 17)), PoissonProblem((9, 9))
+    fine, coarse = PoissonFamily((17, 17)), PoissonFamily((9, 9))
     system = fine.fem_system(A)
     solver = GMGSolver.build(system)
     exact = system.solve("direct").ravel()
@@ -51,7 +51,7 @@ def test_one_vcycle_contracts_the_error_by_the_cycles_factor():
 
 
 def test_reaction_diffusion_polish_converges_to_its_fem_solution():
-    problem = ReactionDiffusionProblem((17, 17), kappa=2.0, source=1.0)
+    problem = ReactionDiffusionFamily((17, 17), kappa=2.0, source=1.0)
     exact = problem.reference(A[None], method="direct")
     start = np.zeros_like(exact)
     errors = [np.abs(problem.polish(A[None], start, k) - exact).max() for k in (1, 4, 12)]
@@ -59,7 +59,7 @@ def test_reaction_diffusion_polish_converges_to_its_fem_solution():
 
 
 def test_burgers_newton_sweeps_reach_the_scheme_solution():
-    problem = BurgersProblem((17, 33), viscosity=0.01, stencil="conservative")
+    problem = BurgersFamily((17, 33), viscosity=0.01, stencil="conservative")
     c = np.array([3.5, 5.0])
     scheme = problem.scheme_solution(c)
     rng = np.random.default_rng(0)
@@ -68,7 +68,7 @@ def test_burgers_newton_sweeps_reach_the_scheme_solution():
     errors = [np.abs(problem.polish(c, start, k) - scheme).max() for k in (1, 2, 6)]
     assert errors[0] < 0.05 and errors[1] < errors[0] and errors[2] < 1e-9
     with pytest.raises(ValueError, match="conservative residual"):
-        BurgersProblem((17, 33), viscosity=0.01, stencil="sobel").polish(c, start, 1)
+        BurgersFamily((17, 33), viscosity=0.01, stencil="sobel").polish(c, start, 1)
 
 
 @pytest.mark.parametrize("name", ["poisson", "poisson3d", "reaction_diffusion", "torsion", "plate", "burgers"])

@@ -9,9 +9,9 @@ from helpers import PLAIN, ROOT, run_cli, run_cli_jobs
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.protocol.family import Family
 from diffnet.multigrid.preconditioned import PreconditionedLoss, error_estimate
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 from diffnet.solvers.gmg import GMGSolver
 from diffnet.solvers.fem import FEMSystem, assemble, poisson_system
 from diffnet.multigrid.hessian import probe_stencil
@@ -28,7 +28,7 @@ def _instances(family, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tenso
     return params, family.field(raw, params)
 
 
-def _numpy_levels(family: PoissonProblem, params: np.ndarray) -> GMGSolver:
+def _numpy_levels(family: PoissonFamily, params: np.ndarray) -> GMGSolver:
     """The numpy multigrid on the same rediscretised levels, each scaled as the loss is (by the lift's energy)."""
     systems = []
     for grid in coarse_grids(family.resolution):
@@ -44,7 +44,7 @@ def _numpy_levels(family: PoissonProblem, params: np.ndarray) -> GMGSolver:
 
 @pytest.mark.parametrize("n, cycles", [(33, 1), (40, 2)])  # nested grids, and ceil(N / 2) coarsening
 def test_torch_vcycle_is_the_numpy_multigrids_vcycle(n, cycles):
-    family = PoissonProblem((n, n))
+    family = PoissonFamily((n, n))
     params, u = _instances(family, 3)
     B = VCycle.build(family, u, params, cycles=cycles)
     assert [tuple(level.free.shape[2:]) for level in B.levels] == coarse_grids((n, n))
@@ -55,7 +55,7 @@ def test_torch_vcycle_is_the_numpy_multigrids_vcycle(n, cycles):
         assert np.abs(got[s].numpy() - expected).max() <= 1e-10 * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("family", [PoissonProblem((40, 40)), ReactionDiffusionProblem((33, 33)), Poisson3D((17, 17, 17))],
+@pytest.mark.parametrize("family", [PoissonFamily((40, 40)), ReactionDiffusionFamily((33, 33)), Poisson3DFamily((17, 17, 17))],
                          ids=["poisson", "reaction_diffusion", "poisson3d"])
 def test_b_is_symmetric_and_the_hessians_are_the_losses(family):
     params, u = _instances(family, 2)
@@ -73,7 +73,7 @@ def test_b_is_symmetric_and_the_hessians_are_the_losses(family):
 
 @pytest.mark.parametrize("form", ["target", "loss"])
 def test_the_loss_vanishes_with_its_gradient_at_the_fem_solution(form):
-    family = PoissonProblem((33, 33))
+    family = PoissonFamily((33, 33))
     params, _ = _instances(family, 2)
     solution = torch.as_tensor(np.stack([family.fem_system(p).solve(tol=1e-13) for p in params.numpy()]))
     loss = PreconditionedLoss(family, form=form)
@@ -103,7 +103,7 @@ def test_a_family_without_the_capability_is_refused_in_one_line(tmp_path):
     proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), "--set", "train.loss=preconditioned",
                    "--set", "parallel.domain=[2]")
     assert proc.returncode == 2 and "needs each sample whole" in proc.stderr
-    assert not Family.capabilities and "precondition" in PoissonProblem.capabilities
+    assert not Family.capabilities and "precondition" in PoissonFamily.capabilities
 
 
 RUN = ["--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[8,16]", "--set", "multigrid.epochs=[2,2]",

@@ -13,13 +13,13 @@ from diffnet.multigrid.corrected import CoarseCorrected
 from diffnet.multigrid.smoother import Smooth, prepared, sweep_sensitivity, sweeps
 from diffnet.multigrid.coarse import CoarseSpace
 from diffnet.multigrid.stencil import as_blocks
-from diffnet.problems.elasticity import Elasticity, Elasticity3D
-from diffnet.problems.groundwater import Groundwater
-from diffnet.problems.hyperelasticity import Hyperelasticity
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
-from diffnet.problems.torsion import StarTorsion
+from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
+from diffnet.families.groundwater import GroundwaterFamily
+from diffnet.families.hyperelasticity import HyperelasticityFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
+from diffnet.families.torsion import StarTorsionFamily
 
 
 def _instances(family, n, seed=3):
@@ -45,12 +45,12 @@ def _agrees_with_central_differences(f, p: torch.Tensor, grad: torch.Tensor, h: 
 
 
 @pytest.mark.parametrize("family, nodes", [
-    (PoissonProblem((14, 14)), 5),  # 13 intervals on 4: grids that do not nest
-    (Groundwater((13, 13)), 4),  # the wells' rates move the load b(p), not the operator
-    (Poisson3D((5, 5, 5)), 3),
-    (ReactionDiffusionProblem((11, 11)), 5),
-    (Elasticity((11, 10)), 4),  # two unknowns: the block Hessian and 2x2 diagonal blocks in the sweeps
-    (Elasticity3D((5, 5, 5)), 3),
+    (PoissonFamily((14, 14)), 5),  # 13 intervals on 4: grids that do not nest
+    (GroundwaterFamily((13, 13)), 4),  # the wells' rates move the load b(p), not the operator
+    (Poisson3DFamily((5, 5, 5)), 3),
+    (ReactionDiffusionFamily((11, 11)), 5),
+    (ElasticityFamily((11, 10)), 4),  # two unknowns: the block Hessian and 2x2 diagonal blocks in the sweeps
+    (Elasticity3DFamily((5, 5, 5)), 3),
 ], ids=["poisson", "groundwater", "poisson3d", "reaction_diffusion", "elasticity", "elasticity3d"])
 def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_differences(family, nodes):
     assert family.has("differentiable")
@@ -61,7 +61,7 @@ def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_diffe
 
 
 def test_a_nonlinear_energys_minimiser_has_its_exact_gradient_and_refuses_sweeps():
-    family = Hyperelasticity((7, 7))
+    family = HyperelasticityFamily((7, 7))
     f = _product(family, 3, smoothing=0, quadratic=False, scale=1e-3)
     p = _instances(family, 2).requires_grad_(True)
     (grad,) = torch.autograd.grad(f(p), p)
@@ -72,7 +72,7 @@ def test_a_nonlinear_energys_minimiser_has_its_exact_gradient_and_refuses_sweeps
 
 def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
     # sweep_sensitivity replays the sweeps step by step in torch; its pull-back must be Smooth's (M^T)^k g.
-    family = Elasticity((9, 8))
+    family = ElasticityFamily((9, 8))
     p = _instances(family, 2)
     u = family.field(torch.randn(2, 2, 9, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)), p)
     space = CoarseSpace.build(family, u, p, 4)
@@ -91,4 +91,4 @@ def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
 
 def test_a_family_without_the_capability_does_not_declare_it():
     # A cut domain's geometry reaches its loss through numpy: its gradient there would be silently zero.
-    assert not StarTorsion((12, 12)).has("differentiable")
+    assert not StarTorsionFamily((12, 12)).has("differentiable")

@@ -19,7 +19,7 @@ from helpers import ROOT, child_env, run_cli
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.generators.networks import UNet
 from diffnet.multigrid.preconditioned import correction
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 from diffnet.generators.two_stage import Correction, SecondStage, TwoStage
 
 MPIEXEC = find_mpiexec()
@@ -35,7 +35,7 @@ class _MinusCorrection(nn.Module):
 
 def test_the_second_stage_can_represent_the_first_stages_v_cycle_correction():
     torch.manual_seed(0)
-    family = PoissonProblem((17, 17))
+    family = PoissonFamily((17, 17))
     first = UNet(family.in_channels, 1, (4, 8)).double()
     params = torch.rand(3, 6, dtype=torch.float64) * 6 - 3
     problem = SecondStage(family, first)

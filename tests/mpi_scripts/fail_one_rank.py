@@ -10,10 +10,10 @@ from deepfusion.training.context import TrainingContext
 from deepfusion.configuration.run import Run
 from deepfusion.training.trainer import train
 from diffnet.generators.networks import UNet
-from diffnet.problems.burgers import BurgersProblem
+from diffnet.families.burgers import BurgersFamily
 
 
-class FailingOnRank1(BurgersProblem):
+class FailingOnRank1(BurgersFamily):
     def loss_terms(self, u, c):
         self.calls = getattr(self, "calls", 0) + 1
         if self.rank == 1 and self.calls == 3:

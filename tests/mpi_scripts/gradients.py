@@ -15,8 +15,8 @@ from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.parallel.gradsync import GradSync, ParameterDrift, broadcast_parameters, check_parameters
 from deepfusion.parallel.partition import local_indices
 from diffnet.generators.networks import UNet
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
 
 
 def loss_of(model, problem, c, b):
@@ -52,7 +52,7 @@ def main(comm):
     transports = sys.argv[2:] or ["auto", "staged"]
     torch.set_num_threads(1)
     torch.manual_seed(100 + comm.rank)  # different on purpose: the broadcast must fix it
-    problem = BurgersProblem((12, 12), viscosity=0.01)
+    problem = BurgersFamily((12, 12), viscosity=0.01)
     model = replica(problem, device, comm)
     check_parameters(model, comm, 0)
     params = torch.linspace(3, 6, 16, dtype=torch.float64, device=device)
@@ -94,7 +94,7 @@ def main(comm):
         raise AssertionError("drift not detected")
     # The Q1 energy loss, with its own (recomputing) backward, summed over ranks; the nodal and
     # the multilevel output basis (its coarse heads and synthesis in the graph).
-    problem = PoissonProblem((12, 10))
+    problem = PoissonFamily((12, 10))
     params = (torch.rand(16, problem.kl_terms, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
               * 6 - 3).to(device)
     for output in ("nodal", "multilevel"):

@@ -21,10 +21,10 @@ import torch
 from deepfusion.parallel.comm import abort_on_error, world
 from deepfusion.parallel.halo import MPITiling, domain_groups
 from diffnet.generators.networks import UNet, build_network
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -109,12 +109,12 @@ def main(comm, dtypes: set[str], device: str = "cpu") -> None:
     g = torch.Generator().manual_seed(1)
     kl = lambda n: torch.rand(n, 6, dtype=torch.float64, generator=g) * 6 - 3  # noqa: E731
     problems = [
-        (PoissonProblem((32, 32)), kl(2)),
-        (ReactionDiffusionProblem((16, 32)), kl(2)),
+        (PoissonFamily((32, 32)), kl(2)),
+        (ReactionDiffusionFamily((16, 32)), kl(2)),
         # Per-side conditions: a lift in y, fluxes on two sides (their work summed over the tiles' nodes).
-        (PoissonProblem((32, 32), x0="flux=0.5", x1="flux=-1", y0="u=0", y1="u=2"), kl(2)),
-        (BurgersProblem((16, 32), viscosity=0.01), torch.tensor([3.5, 5.0], dtype=torch.float64)),
-        (Poisson3D((16, 16, 16)), kl(2)),
+        (PoissonFamily((32, 32), x0="flux=0.5", x1="flux=-1", y0="u=0", y1="u=2"), kl(2)),
+        (BurgersFamily((16, 32), viscosity=0.01), torch.tensor([3.5, 5.0], dtype=torch.float64)),
+        (Poisson3DFamily((16, 16, 16)), kl(2)),
     ]
     splits2 = {2: [(1, 2), (2, 1)], 4: [(2, 2), (1, 4)]}
     splits3 = {2: [(2, 1, 1)], 4: [(4, 1, 1), (2, 2, 1)]}

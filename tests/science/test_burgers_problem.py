@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from diffnet.discretisation.finite_difference import central_residual as residual
-from diffnet.problems.burgers import BurgersProblem, initial_condition
+from diffnet.families.burgers import BurgersFamily, initial_condition
 
 
 def test_exact_construction_imposes_ic_and_bc():
-    p = BurgersProblem((12, 17))
+    p = BurgersFamily((12, 17))
     c = torch.tensor([3.3, 5.9], dtype=torch.float64)
     raw = torch.randn(2, 1, 12, 17, dtype=torch.float64)
     u = p.field(raw, c)
@@ -30,7 +30,7 @@ def test_residual_has_one_equation_per_unknown():
 
 @pytest.mark.parametrize("kind", ["sobel", "scharr"])
 def test_reference_residual_small_compared_with_perturbed(kind):
-    p = BurgersProblem((64, 64), viscosity=0.01, stencil=kind)
+    p = BurgersFamily((64, 64), viscosity=0.01, stencil=kind)
     c = np.array([3.3, 5.5])
     ref = torch.as_tensor(p.reference(c))
     ct = torch.as_tensor(c)
@@ -47,16 +47,16 @@ def test_reference_residual_small_compared_with_perturbed(kind):
 
 
 def test_penalty_term_vanishes_on_exact_boundaries():
-    p = BurgersProblem((16, 16), boundary="penalty", penalty=10.0)
+    p = BurgersFamily((16, 16), boundary="penalty", penalty=10.0)
     c = torch.tensor([4.0], dtype=torch.float64)
-    u = BurgersProblem((16, 16)).field(torch.randn(1, 1, 16, 16, dtype=torch.float64), c)
+    u = BurgersFamily((16, 16)).field(torch.randn(1, 1, 16, 16, dtype=torch.float64), c)
     assert p.loss_terms(u, c)["boundary"].item() == pytest.approx(0.0, abs=1e-20)
     assert p.loss_terms(u + 0.1, c)["boundary"].item() > 0.01
 
 
 def test_sampling_modes():
     # Through the family (c_range [3, 6]): its box by the one sampler, and its own "list".
-    family = BurgersProblem((9, 9), c_range=(3.0, 6.0), c_values=(3.5, 4.5))
+    family = BurgersFamily((9, 9), c_range=(3.0, 6.0), c_values=(3.5, 4.5))
     np.testing.assert_allclose(family.sample(4, "uniform", 0), [3, 4, 5, 6])
     r = family.sample(100, "random", 1)
     assert r.min() >= 3 and r.max() <= 6 and len(np.unique(r)) == 100

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from diffnet.discretisation.finite_volume import FLUXES, conservative_residual, face_states
-from diffnet.problems.burgers import BurgersProblem
+from diffnet.families.burgers import BurgersFamily
 from diffnet.solvers.burgers import solve_on_grid
 
 T = 1.0 / 3.0
@@ -45,7 +45,7 @@ def test_face_states_exact_for_linear_rows_and_limited_at_extrema():
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("viscosity", [0.0, 0.01])
 def test_direct_solution_has_zero_residual(order, viscosity):
-    problem = BurgersProblem((24, 24), viscosity=viscosity, stencil="conservative", scheme_order=order)
+    problem = BurgersFamily((24, 24), viscosity=viscosity, stencil="conservative", scheme_order=order)
     u = torch.as_tensor(problem.scheme_solution(np.array([4.1, 5.5])))
     r = conservative_residual(u, problem.dt, problem.dx, viscosity, order)
     assert float(r.abs().max()) < 1e-9
@@ -59,7 +59,7 @@ def test_direct_solution_has_zero_residual(order, viscosity):
 def test_floor_decreases_under_refinement(order, viscosity):
     errors = []
     for n in (16, 32, 64):
-        problem = BurgersProblem((n, n), viscosity=viscosity, stencil="conservative", scheme_order=order)
+        problem = BurgersFamily((n, n), viscosity=viscosity, stencil="conservative", scheme_order=order)
         u = problem.scheme_solution(np.array([4.1]))[0]
         ref = solve_on_grid(4.1, (n, n), viscosity, T)
         errors.append(np.linalg.norm(u - ref) / np.linalg.norm(ref))
@@ -73,7 +73,7 @@ def test_second_order_beats_first_order_at_equal_resolution():
     ref = solve_on_grid(4.77, (32, 32), 0.0, T)
     err = {}
     for order in (1, 2):
-        problem = BurgersProblem((32, 32), viscosity=0.0, stencil="conservative", scheme_order=order)
+        problem = BurgersFamily((32, 32), viscosity=0.0, stencil="conservative", scheme_order=order)
         err[order] = np.linalg.norm(problem.scheme_solution(np.array([4.77]))[0] - ref) / np.linalg.norm(ref)
     assert err[2] < 0.8 * err[1], err
 
@@ -94,8 +94,8 @@ def test_implicit_diffusion_preconditioner_inverts_the_residuals_own_operator():
     singular = torch.linalg.svdvals(inverse)
     assert singular.max() <= 1 + 1e-12 and singular.min() >= 1 / (1 + 4 * ratio) - 1e-12
     # The same zero: the scheme's own solution has zero preconditioned loss, a perturbation does not.
-    plain = BurgersProblem((24, 24), viscosity=nu, stencil="conservative")
-    pre = BurgersProblem((24, 24), viscosity=nu, stencil="conservative", preconditioner="implicit_diffusion")
+    plain = BurgersFamily((24, 24), viscosity=nu, stencil="conservative")
+    pre = BurgersFamily((24, 24), viscosity=nu, stencil="conservative", preconditioner="implicit_diffusion")
     c = np.array([4.2])
     u = torch.as_tensor(plain.scheme_solution(c))
     ct = torch.as_tensor(c, dtype=torch.float64)

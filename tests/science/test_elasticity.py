@@ -51,7 +51,7 @@ def test_the_energy_is_the_assembled_quadratic_form_and_its_gradient_k_u(shape, 
 
 @pytest.mark.parametrize("shape, plane", [((6, 7), "strain"), ((6, 7), "stress"), ((4, 5, 3), "strain")])
 def test_the_block_stencil_is_the_assembled_matrix_and_what_the_probes_read(shape, plane):
-    from diffnet.problems.elasticity import Elasticity, Elasticity3D
+    from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
     from diffnet.multigrid.hessian import probe_stencil
     from diffnet.multigrid.stencil import apply_stencil
 
@@ -70,7 +70,7 @@ def test_the_block_stencil_is_the_assembled_matrix_and_what_the_probes_read(shap
         order = np.array([to_dofs(e.reshape(d, *shape)).argmax() for e in np.eye(d * n)])
         assert np.abs(dense[:, np.argsort(order)] - K).max() <= 1e-12 * np.abs(K).max()
     # The family's hessian is this stencil, and the default's C 3^d probes of its loss read the same.
-    family = Elasticity((7, 6), plane=plane) if d == 2 else Elasticity3D((5, 4, 4))
+    family = ElasticityFamily((7, 6), plane=plane) if d == 2 else Elasticity3DFamily((5, 4, 4))
     low, high = family.parameters.bounds()
     p = torch.as_tensor(rng.uniform(low, high, (2, len(low))))
     u = family.field(torch.as_tensor(rng.normal(size=(2, d, *family.resolution))), p)
@@ -83,10 +83,10 @@ def test_the_vcycle_of_the_vector_hessian_is_symmetric_and_contracts(dims):
     # B for two or three coupled components: symmetric (a CG preconditioner, and the preconditioned loss's
     # gradient B g), and an approximate inverse: each cycle of I - B A shrinks the error. At Jacobi's scalar
     # damping 2/3 the 3-D cycle diverged (the error grew 8x a cycle); the Gershgorin damping holds it.
-    from diffnet.problems.elasticity import Elasticity, Elasticity3D
+    from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
     from diffnet.multigrid.vcycle import VCycle
 
-    family = Elasticity((33, 33)) if dims == 2 else Elasticity3D((17, 17, 17))
+    family = ElasticityFamily((33, 33)) if dims == 2 else Elasticity3DFamily((17, 17, 17))
     low, high = family.parameters.bounds()
     rng = np.random.default_rng(2)
     p = torch.as_tensor(rng.uniform(low, high, (2, len(low))))
@@ -233,9 +233,9 @@ def test_a_bad_vector_side_is_refused_in_one_line(text, message):
 def test_the_poisson_ratio_limits_are_one_declaration_the_family_and_the_lame_maps_read(plane):
     # One fact, read three ways: the configuration's nu_range check, the instance check and lame() itself.
     from diffnet.grid.material import POISSON_RATIO, lame
-    from diffnet.problems.elasticity import Elasticity
+    from diffnet.families.elasticity import ElasticityFamily
 
-    family = Elasticity((9, 9), plane=plane)
+    family = ElasticityFamily((9, 9), plane=plane)
     lower, upper = family.parameters.physical()
     assert (lower[-1], upper[-1]) == POISSON_RATIO and np.isinf(lower[:-1]).all()
     for nu in (0.5, 1.0):  # 0.5 divided by zero under plane strain, 1 under plane stress

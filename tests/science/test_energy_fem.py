@@ -88,9 +88,9 @@ def test_stiffness_is_symmetric_with_constants_in_its_kernel():
 
 def test_minimising_energy_directly_recovers_fem():
     """The energy's minimiser over nodal values (no network) is the FEM solution."""
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
 
-    problem = PoissonProblem((17, 17))
+    problem = PoissonFamily((17, 17))
     a = np.random.default_rng(4).uniform(-1.5, 1.5, size=(1, 6))
     u_fem = problem.reference(a)[0]
     nu = problem.diffusivity(torch.as_tensor(a))

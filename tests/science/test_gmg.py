@@ -4,9 +4,9 @@ grid-independent convergence, and FMG at discretisation accuracy."""
 import numpy as np
 import pytest
 
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 from diffnet.grid.transfer import grid_hierarchy, interpolation_matrix, interpolation_weights
 from diffnet.solvers.gmg import COARSEST, GMGSolver, prolongation
 
@@ -34,15 +34,16 @@ def test_nested_grids_inject_and_average():
 
 
 def test_hierarchy_halves_to_the_coarsest():
-    assert grid_hierarchy((1025, 1025), COARSEST) == [(1025, 1025), (513, 513), (257, 257), (129, 129), (65, 65),
-                                            (33, 33), (17, 17), (9, 9)]
-    assert grid_hierarchy((64, 40), COARSEST) == [(64, 40), (32, 20), (16, 10), (8, 5)]
+    # coarsest first, as every hierarchy here counts its levels
+    assert grid_hierarchy((1025, 1025), COARSEST) == [(9, 9), (17, 17), (33, 33), (65, 65), (129, 129), (257, 257),
+                                                      (513, 513), (1025, 1025)]
+    assert grid_hierarchy((64, 40), COARSEST) == [(8, 5), (16, 10), (32, 20), (64, 40)]
 
 
 @pytest.mark.parametrize("n", [17, 33, 40])
 @pytest.mark.parametrize("family", ["poisson", "reaction_diffusion"])
 def test_preconditioned_cg_equals_the_direct_solve(n, family):
-    problem = PoissonProblem((n, n)) if family == "poisson" else ReactionDiffusionProblem((n, n))
+    problem = PoissonFamily((n, n)) if family == "poisson" else ReactionDiffusionFamily((n, n))
     system = problem.fem_system(A)
     direct = system.solve("direct")
     solver = GMGSolver.build(system)
@@ -58,7 +59,7 @@ def test_cycles_to_tolerance_do_not_grow_with_the_grid():
     iterations = []
     for n in (33, 65, 129, 257):
         stats = {}
-        GMGSolver.build(PoissonProblem((n, n)).fem_system(A)).solve(1e-8, stats=stats)
+        GMGSolver.build(PoissonFamily((n, n)).fem_system(A)).solve(1e-8, stats=stats)
         iterations.append(stats["iterations"])
     assert max(iterations) - min(iterations) <= 2, iterations
     assert max(iterations) <= 12, iterations
@@ -68,7 +69,7 @@ def test_one_fmg_cycle_reaches_the_discretisation_error():
     """FMG's algebraic error stays a small fraction of the grid's floor (the same-grid FEM against
     a 4x finer FEM) at every grid, so one cycle per level is a complete solve."""
     for n in (17, 33, 65, 129):
-        problem = PoissonProblem((n, n))
+        problem = PoissonFamily((n, n))
         system = problem.fem_system(A)
         exact = system.solve("direct")
         floor = np.linalg.norm(exact - problem.truth(A[None])[0]) / np.linalg.norm(exact)
@@ -160,20 +161,21 @@ def test_vcycle_equals_pyamgs_on_the_same_levels(shape):
     from pyamg.relaxation.smoothing import change_smoothers
 
     dims = len(shape)
-    family = PoissonProblem(shape) if dims == 2 else Poisson3D(shape)
+    family = PoissonFamily(shape) if dims == 2 else Poisson3DFamily(shape)
     system = family.fem_system(A)
     solver = GMGSolver.build(system)
-    grids = grid_hierarchy(shape, COARSEST)
+    grids = grid_hierarchy(shape, COARSEST)[::-1]  # PyAMG's order: finest first
     assert len(solver.levels) == len(grids) >= 2
+    ours = solver.levels[::-1]
     levels = []
-    for fine, coarse, fg, cg in zip(solver.levels, solver.levels[1:], grids, grids[1:]):
+    for fine, coarse, fg, cg in zip(ours, ours[1:], grids, grids[1:]):
         level = MultilevelSolver.Level()
         level.A = ms.to_csr(ms.stencil_native(fine.stencil, dims))
         level.P = _masked_prolongation(fg, cg, fine.fixed, coarse.fixed)
         level.R = level.P.T.tocsr()
         levels.append(level)
     last = MultilevelSolver.Level()
-    last.A = ms.to_csr(ms.stencil_native(solver.levels[-1].stencil, dims))
+    last.A = ms.to_csr(ms.stencil_native(solver.levels[0].stencil, dims))
     ml = MultilevelSolver(levels + [last], coarse_solver="splu")
     change_smoothers(ml, ("gauss_seidel", {"sweep": "forward"}), ("gauss_seidel", {"sweep": "backward"}))
     start = np.random.default_rng(len(shape)).random(shape)
@@ -192,12 +194,12 @@ def test_element_wise_coarse_operator_equals_the_stencil_product(family):
     from diffnet.solvers.q1 import coarse_q1_stencil
 
     n = 33 if family != "poisson3d" else 17
-    problem = {"poisson": PoissonProblem((n, n)), "reaction_diffusion": ReactionDiffusionProblem((n, n), kappa=2.0, source=1.0),
-               "poisson3d": Poisson3D((n, n, n))}[family]
+    problem = {"poisson": PoissonFamily((n, n)), "reaction_diffusion": ReactionDiffusionFamily((n, n), kappa=2.0, source=1.0),
+               "poisson3d": Poisson3DFamily((n, n, n))}[family]
     dims = len(problem.resolution)
     system = problem.fem_system(A)
     solver = GMGSolver.build(system)
-    fine, coarse = solver.levels[0], solver.levels[1]
+    fine, coarse = solver.levels[-1], solver.levels[-2]
     assert _q1_coarsening(fine, coarse.fixed)
     product = ms.stencil_native(fine.smoother.passes.galerkin(fine.stencil, fine.fixed, coarse.fixed, *_flat(fine), 1), dims)
     element_wise = coarse_q1_stencil(*system.q1, coarse.fixed.reshape(product.shape[:dims]))

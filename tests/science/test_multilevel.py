@@ -11,8 +11,8 @@ from diffnet.generators.galerkin import GalerkinLoss
 from diffnet.grid.transfer import interpolation_matrix
 from diffnet.generators.multilevel import prolong, restrict, synthesis_adjoint, synthesise
 from diffnet.generators.networks import UNet, build_network
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
 from diffnet.solvers.fem import assemble
 
 
@@ -78,7 +78,7 @@ def test_multilevel_generator_is_built_from_the_config_key():
 def test_galerkin_coarse_loss_is_the_fine_energy_of_the_prolonged_field():
     """The Galerkin level's Poisson loss of a coarse field u_H is the fine energy 1/2 (P u_H)^T K_h (P u_H)
     (K_h assembled by scipy.sparse, P the Kronecker product of the 1-D interpolations), over the lift's."""
-    coarse, fine = PoissonProblem((9, 9)), PoissonProblem((17, 17))
+    coarse, fine = PoissonFamily((9, 9)), PoissonFamily((17, 17))
     level = GalerkinLoss(coarse, fine)
     assert level.inputs(torch.zeros(1, 6)).shape == (1, 3, 9, 9) and level.resolution == (17, 17)
     rng = np.random.default_rng(5)
@@ -97,7 +97,7 @@ def test_galerkin_coarse_loss_is_the_fine_energy_of_the_prolonged_field():
 
 def test_galerkin_level_imposes_the_fine_boundary_conditions():
     """Burgers: the prolonged field still has the fine grid's exact initial row and inflow column."""
-    coarse, fine = BurgersProblem((9, 9)), BurgersProblem((17, 17))
+    coarse, fine = BurgersFamily((9, 9)), BurgersFamily((17, 17))
     level = GalerkinLoss(coarse, fine)
     c = torch.tensor([3.5], dtype=torch.float64)
     u = level.field(torch.randn(1, 1, 9, 9, dtype=torch.float64), c)

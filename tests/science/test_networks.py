@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.generators.networks import LevelStack, UNet, build_network
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.poisson import PoissonFamily
 
 
 def _pair(in_channels: int, channels: tuple[int, ...]) -> tuple[UNet, UNet]:
@@ -33,8 +33,8 @@ def _loss_and_grads(model, problem, params):
 
 
 @pytest.mark.parametrize("problem, params", [
-    (PoissonProblem((37, 45)), torch.rand(3, 6) * 6 - 3),  # sides not multiples of 8: padded and cropped
-    (BurgersProblem((33, 33), viscosity=0.01), torch.tensor([3.3, 4.1, 5.9])),
+    (PoissonFamily((37, 45)), torch.rand(3, 6) * 6 - 3),  # sides not multiples of 8: padded and cropped
+    (BurgersFamily((33, 33), viscosity=0.01), torch.tensor([3.3, 4.1, 5.9])),
 ], ids=["poisson", "burgers"])
 def test_checkpointed_gradients_equal_plain(problem, params):
     plain, ckpt = _pair(problem.in_channels, (8, 16, 32, 32))
@@ -92,7 +92,7 @@ def test_a_new_level_starts_as_the_prolonged_coarse_solution():
 
 
 def test_stack_checkpointing_gives_the_plain_gradients():
-    problem, params = PoissonProblem((48, 48)), torch.rand(2, 6) * 6 - 3
+    problem, params = PoissonFamily((48, 48)), torch.rand(2, 6) * 6 - 3
     plain, ckpt = _stack(), _stack(checkpoint_activations=True)
     loss_p, grads_p = _loss_and_grads(plain, problem, params)
     loss_c, grads_c = _loss_and_grads(ckpt, problem, params)

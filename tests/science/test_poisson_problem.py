@@ -9,8 +9,8 @@ import torch
 from diffnet.protocol.family import sample_box
 from diffnet.instances.kl import kl_basis
 from diffnet.instances.kl import kl_modes, kl_roots
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 
 
 def test_kl_roots_match_the_tabulated_values():
@@ -41,7 +41,7 @@ def test_kl_modes_are_orthogonal_eigenfunctions():
 
 def test_sampling_shapes_ranges_and_errors():
     # The KL family samples through the one sampler every family uses (diffnet.protocol.family.sample_box).
-    family = PoissonProblem((9, 9))
+    family = PoissonFamily((9, 9))
     for sampling in ("random", "sobol"):
         a = family.sample(64, sampling, seed=1)
         assert a.shape == (64, 6) and a.min() >= -3 and a.max() <= 3
@@ -64,7 +64,7 @@ def test_kl_basis_is_the_product_of_the_modes_in_2d_and_3d():
 
 
 def test_diffusivity_spans_the_expected_decades():
-    problem = PoissonProblem((64, 64))
+    problem = PoissonFamily((64, 64))
     a = torch.as_tensor(sample_box(-3.0, 3.0, (6,), 256, "sobol", 0))
     log10 = torch.log10(problem.diffusivity(a))
     assert float(log10.max() - log10.min()) > 5  # "about seven decades" over the family
@@ -74,7 +74,7 @@ def test_diffusivity_spans_the_expected_decades():
 
 
 def test_poisson_field_imposes_dirichlet_values_for_any_output():
-    problem = PoissonProblem((12, 10))
+    problem = PoissonFamily((12, 10))
     raw = torch.randn(3, 1, 12, 10)
     u = problem.field(raw, None)
     np.testing.assert_array_equal(u[:, :, 0].numpy(), 1.0)
@@ -85,7 +85,7 @@ def test_poisson_field_imposes_dirichlet_values_for_any_output():
 
 
 def test_poisson_loss_is_minimal_at_the_fem_solution():
-    problem = PoissonProblem((17, 17))
+    problem = PoissonFamily((17, 17))
     a = np.random.default_rng(0).uniform(-3, 3, size=(2, 6))
     u_fem = torch.as_tensor(problem.reference(a))
     at = torch.as_tensor(a)
@@ -99,7 +99,7 @@ def test_poisson_loss_is_minimal_at_the_fem_solution():
 
 
 def test_reaction_diffusion_zero_boundary_and_negative_minimum():
-    problem = ReactionDiffusionProblem((17, 17), coeff_range=(-1.0, 1.0), kappa=2.0, source=3.0)
+    problem = ReactionDiffusionFamily((17, 17), coeff_range=(-1.0, 1.0), kappa=2.0, source=3.0)
     raw = torch.randn(2, 1, 17, 17, dtype=torch.float64)
     u = problem.field(raw, None)
     for edge in (u[:, 0], u[:, -1], u[:, :, 0], u[:, :, -1]):
@@ -113,7 +113,7 @@ def test_reaction_diffusion_zero_boundary_and_negative_minimum():
 
 
 def test_constant_diffusivity_option():
-    problem = ReactionDiffusionProblem((9, 9), constant=0.5)
+    problem = ReactionDiffusionFamily((9, 9), constant=0.5)
     nu = problem.diffusivity(torch.zeros(3, 6, dtype=torch.float64))
     assert nu.shape == (3, 9, 9) and torch.all(nu == 0.5)
 
@@ -122,10 +122,10 @@ def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minim
     """x0: u = 1, x1: outward flux q, y sides insulated, constant nu: u = 1 + q x exactly (Q1 holds
     linear fields); the field keeps the Dirichlet values, the loss's gradient vanishes at the FEM
     solution, and a flux side's work enters the energy."""
-    from diffnet.problems.kl_family import KLFamily
+    from diffnet.families.kl_family import KLFamily
 
     q = 0.75
-    family = PoissonProblem((9, 13), x0="u=1", x1=f"flux={q}", y0="flux=0", y1="flux=0")
+    family = PoissonFamily((9, 13), x0="u=1", x1=f"flux={q}", y0="flux=0", y1="flux=0")
     params = torch.zeros(2, 6, dtype=torch.float64)  # a = 0: nu = 1
     u = family.fem_system(params[0].numpy()).solve("direct")
     x = np.linspace(0.0, 1.0, 13)
@@ -137,22 +137,22 @@ def test_conditions_per_side_are_imposed_and_the_fem_system_is_the_energys_minim
     grad = torch.autograd.grad(family.loss_terms(v, params)["energy"].sum(), v)[0]
     assert grad[:, :, 1:].abs().max() < 1e-12  # stationary on the free nodes
     # Dirichlet on y sides instead: the lift follows y, corners take the x sides' values.
-    other = PoissonProblem((5, 5), x0="flux=0", x1="flux=0", y0="u=0", y1="u=2")
+    other = PoissonFamily((5, 5), x0="flux=0", x1="flux=0", y0="u=0", y1="u=2")
     lift = other.field(torch.zeros(1, 1, 5, 5, dtype=torch.float64), params[:1])[0]
     torch.testing.assert_close(lift[:, 2], torch.linspace(0, 2, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="at least one side needs a Dirichlet value"):
-        PoissonProblem((5, 5), x0="flux=1", x1="flux=0", y0="flux=0", y1="flux=0")
-    assert issubclass(PoissonProblem, KLFamily)
+        PoissonFamily((5, 5), x0="flux=1", x1="flux=0", y0="flux=0", y1="flux=0")
+    assert issubclass(PoissonFamily, KLFamily)
 
 
 def test_tensor_kl_modes_break_the_diagonal_basis_point_symmetry():
     # The diagonal basis phi_i(x) phi_i(y) makes every head point-symmetric, h(x, y) + h(1 - x, 1 - y) = 1 (x0 held
     # at 1, x1 at 0): 25 wells would carry 13 values. The tensor basis phi_i(x) phi_j(y) does not.
     from diffnet.instances.kl import kl_basis, kl_modes
-    from diffnet.problems.poisson import PoissonProblem
+    from diffnet.families.poisson import PoissonFamily
 
     rows = np.random.default_rng(0).uniform(-3, 3, (2, 6))
-    diagonal, tensor = PoissonProblem((17, 17), kl_terms=6), PoissonProblem((17, 17), kl_terms=6, kl_modes="tensor")
+    diagonal, tensor = PoissonFamily((17, 17), kl_terms=6), PoissonFamily((17, 17), kl_terms=6, kl_modes="tensor")
     u, _ = diagonal.discrete_optimum(rows)
     v, _ = tensor.discrete_optimum(rows)
     assert np.abs(u + u[:, ::-1, ::-1] - 1).max() < 1e-8

@@ -8,22 +8,22 @@ import torch
 import torch.nn.functional as F
 
 from diffnet.backend.precision import _restore, no_tf32, set_tf32, tf32_state
-from diffnet.problems.burgers import BurgersProblem
-from diffnet.problems.kl_family import KLFamily
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.burgers import BurgersFamily
+from diffnet.families.kl_family import KLFamily
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 
-PROBLEMS = [PoissonProblem((12, 13)), ReactionDiffusionProblem((12, 13), kappa=1.5, source=1.0),
-            BurgersProblem((12, 13), viscosity=0.01, stencil="sobel"),
-            BurgersProblem((12, 13), viscosity=0.01, stencil="conservative"), Poisson3D((6, 7, 5))]
+PROBLEMS = [PoissonFamily((12, 13)), ReactionDiffusionFamily((12, 13), kappa=1.5, source=1.0),
+            BurgersFamily((12, 13), viscosity=0.01, stencil="sobel"),
+            BurgersFamily((12, 13), viscosity=0.01, stencil="conservative"), Poisson3DFamily((6, 7, 5))]
 
 
 def _loss_and_grad(problem, dtype, device="cpu"):
     # One draw for every dtype and device: on the CPU in float64, then cast and moved (CUDA's generator draws
     # other numbers for float32 than for float64 under one seed, and the comparison would be of two fields).
     torch.manual_seed(0)
-    params = (torch.rand(3, 6, dtype=torch.float64) * 6 - 3) if isinstance(problem, (KLFamily, Poisson3D)) \
+    params = (torch.rand(3, 6, dtype=torch.float64) * 6 - 3) if isinstance(problem, (KLFamily, Poisson3DFamily)) \
         else torch.rand(3, dtype=torch.float64) * 3 + 3
     params = params.to(dtype=dtype, device=device)
     raw = torch.randn(3, 1, *problem.resolution, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(True)

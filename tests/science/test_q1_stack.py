@@ -22,9 +22,9 @@ from helpers import ROOT
 
 from diffnet.solvers.classical import q1_solver
 from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil, reaction_diffusion_energy, reaction_diffusion_stencil
-from diffnet.problems.poisson import PoissonProblem
-from diffnet.problems.poisson3d import Poisson3D
-from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+from diffnet.families.poisson import PoissonFamily
+from diffnet.families.poisson3d import Poisson3DFamily
+from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 from diffnet.solvers.fem import dirichlet_system, poisson_system
 from diffnet.solvers.q1 import coarse_q1_stencil, q1_matrix_stencil
 
@@ -80,7 +80,7 @@ def test_compiled_assembly_is_bitwise_the_2d_stacks():
 @pytest.mark.parametrize("shape", [(33, 33), (30, 41)])  # nested grids, and ceil(N / 2) coarsening
 def test_2d_solves_and_cycles(shape):
     key = f"s2_{shape[0]}x{shape[1]}"
-    system = PoissonProblem(shape).fem_system(A)
+    system = PoissonFamily(shape).fem_system(A)
     mg = system.multigrid()
     _same(f"{key}_direct", system.solve("direct"))
     _same(f"{key}_amg", system.solve("amg"))
@@ -91,7 +91,7 @@ def test_2d_solves_and_cycles(shape):
     r.ravel()[system.fixed] = 0
     _same(f"{key}_prec", mg.precondition(r))
     _same(f"{key}_pcg", mg.solve(1e-10))
-    rd = ReactionDiffusionProblem((33, 33), kappa=1.5, source=2.0).fem_system(A)
+    rd = ReactionDiffusionFamily((33, 33), kappa=1.5, source=2.0).fem_system(A)
     _same("rd_direct", rd.solve("direct"))
     _same("rd_fmg1", rd.multigrid().fmg(1))
     _same("rd_rhs", rd.rhs)
@@ -102,7 +102,7 @@ def test_3d_system_and_multigrid_on_the_one_stack():
     them; solutions and cycles are the same."""
     shape = (17, 13, 19)  # unequal sides, two levels
     key = "s3_" + "x".join(map(str, shape))
-    system = poisson_system(Poisson3D(shape).diffusivity_numpy(A[None])[0])
+    system = poisson_system(Poisson3DFamily(shape).diffusivity_numpy(A[None])[0])
     mg = system.multigrid()
     assert len(mg.levels) == 2
     _same(f"{key}_direct", system.solve("direct"))
@@ -113,20 +113,20 @@ def test_3d_system_and_multigrid_on_the_one_stack():
 
 def test_families_references_truths_losses_and_polish():
     x = np.random.default_rng(3).standard_normal((3, 17, 17))
-    for family, prefix in ((PoissonProblem((17, 17)), "f2"), (ReactionDiffusionProblem((17, 17)), "rd")):
+    for family, prefix in ((PoissonFamily((17, 17)), "f2"), (ReactionDiffusionFamily((17, 17)), "rd")):
         a = family.sample(3, "random", 5)
         _same("f2_a", a, 0.0)
         _same(f"{prefix}_reference", family.reference(a))
         _same(f"{prefix}_loss", family.loss_terms(torch.as_tensor(x), torch.as_tensor(a))["energy"])
         _same(f"{prefix}_hessian", family.hessian(torch.as_tensor(x), torch.as_tensor(a))[:1])
-    p = PoissonProblem((17, 17))
+    p = PoissonFamily((17, 17))
     a = GOLDEN["f2_a"]
     _same("f2_inputs", p.inputs(torch.as_tensor(a))[:1])
     _same("f2_truth", p.truth(a))
     _same("f2_polish", p.polish(a, x, 2))
     _same("f2_fmg1_9", q1_solver(p, "fmg1", 9)(a[0]))
     _same("f2_sacg_9", q1_solver(p, "sa-cg", 9)(a[0]), 1e-7)
-    p3 = Poisson3D((9, 9, 9))
+    p3 = Poisson3DFamily((9, 9, 9))
     a3 = p3.sample(2, "random", 6)
     _same("f3_a", a3, 0.0)
     x3 = np.random.default_rng(8).standard_normal((2, 9, 9, 9))

@@ -10,8 +10,8 @@ from diffnet.multigrid.coarse import CoarseSpace, coarse_correction
 from diffnet.multigrid.hessian import energy_norms
 from diffnet.multigrid.stencil import as_blocks, as_fields
 from diffnet.multigrid.smoother import sweeps
-from diffnet.problems.elasticity import Elasticity
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.elasticity import ElasticityFamily
+from diffnet.families.poisson import PoissonFamily
 
 
 def _setup(family, s=2, seed=0, noise=1e-2):
@@ -25,7 +25,7 @@ def _setup(family, s=2, seed=0, noise=1e-2):
 
 
 def test_sweeps_keep_the_grids_solution_and_lower_the_energy():
-    family = Elasticity(resolution=(17, 17))  # two unknowns and two instances: S = C
+    family = ElasticityFamily(resolution=(17, 17))  # two unknowns and two instances: S = C
     p, exact, u = _setup(family)
     space = CoarseSpace.build(family, u, p, 5)
     x = as_blocks(u, True)
@@ -41,7 +41,7 @@ def test_sweeps_keep_the_grids_solution_and_lower_the_energy():
 
 
 def test_smoothing_backward_is_the_transpose_of_the_forward():
-    family = Elasticity(resolution=(17, 17))
+    family = ElasticityFamily(resolution=(17, 17))
     p, exact, u = _setup(family)
     v = u.clone().requires_grad_(True)
     w = torch.randn_like(u, generator=torch.Generator().manual_seed(5))
@@ -56,7 +56,7 @@ def test_smoothing_backward_is_the_transpose_of_the_forward():
 def test_smoothing_removes_the_high_frequency_error_the_correction_leaves():
     """A field with white noise: the correction leaves it high-frequency, in the energy norm (the gradient's), and
     one sweep takes out most of it, two more (measured: 0.70 -> 0.070 -> 0.036 on the scalar family)."""
-    for family in (PoissonProblem(resolution=(33, 33)), Elasticity(resolution=(33, 33))):
+    for family in (PoissonFamily(resolution=(33, 33)), ElasticityFamily(resolution=(33, 33))):
         p, exact, u = _setup(family, s=2, noise=1e-2)
         error = [energy_norms(family, p, exact, coarse_correction(family, u, p, 9, smoothing=k) - exact)[0]
                  for k in (0, 1, 2)]
@@ -67,9 +67,9 @@ def test_the_gpus_batched_sweeps_and_the_cpus_compiled_ones_agree():
     """Two implementations of one sweep (batched tensor updates per colour on a GPU, a compiled node loop on the CPU)
     visit the same colours in the same order: the same field to rounding, in 2-D and 3-D, one unknown and several."""
     from diffnet.multigrid.smoother import _by_colour, _inverse_diagonal, prepared
-    from diffnet.problems.elasticity import Elasticity3D
+    from diffnet.families.elasticity import Elasticity3DFamily
 
-    for family in (Elasticity(resolution=(9, 9)), PoissonProblem(resolution=(9, 9)), Elasticity3D(resolution=(5, 5, 5))):
+    for family in (ElasticityFamily(resolution=(9, 9)), PoissonFamily(resolution=(9, 9)), Elasticity3DFamily(resolution=(5, 5, 5))):
         p, exact, u = _setup(family, s=3, noise=1e-2)
         space = CoarseSpace.build(family, u, p, 3)
         x = as_blocks(u, len(family.unknowns) > 1)

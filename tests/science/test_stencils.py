@@ -71,13 +71,13 @@ def test_every_built_in_familys_own_hessian_is_symmetric_as_written():
 
     from diffnet.multigrid.hessian import block_hessian
     from diffnet.multigrid.stencil import on_free_nodes
-    from diffnet.problems.elasticity import Elasticity, Elasticity3D
-    from diffnet.problems.poisson import PoissonProblem
-    from diffnet.problems.poisson3d import Poisson3D
-    from diffnet.problems.reaction_diffusion import ReactionDiffusionProblem
+    from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
+    from diffnet.families.poisson import PoissonFamily
+    from diffnet.families.poisson3d import Poisson3DFamily
+    from diffnet.families.reaction_diffusion import ReactionDiffusionFamily
 
-    for family in (PoissonProblem((17, 17)), Poisson3D((9, 9, 9)), ReactionDiffusionProblem((17, 17)),
-                   Elasticity((13, 13)), Elasticity3D((7, 7, 7))):
+    for family in (PoissonFamily((17, 17)), Poisson3DFamily((9, 9, 9)), ReactionDiffusionFamily((17, 17)),
+                   ElasticityFamily((13, 13)), Elasticity3DFamily((7, 7, 7))):
         p = torch.as_tensor(family.sample(2, "random", 1))
         u = family.field(torch.zeros(2, len(family.unknowns), *family.resolution, dtype=torch.float64), p)
         hessian, free = block_hessian(family, u, p)

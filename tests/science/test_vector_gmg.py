@@ -4,7 +4,7 @@ hierarchy, and CG preconditioned by it against a direct solve, in a number of it
 import numpy as np
 import pytest
 
-from diffnet.problems.elasticity import Elasticity, Elasticity3D
+from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
 from diffnet.solvers.elasticity import elasticity_matrix, rigid_body_modes, to_dofs
 from diffnet.solvers.vector_gmg import geometric_hierarchy, vector_prolongation
 
@@ -24,9 +24,9 @@ def test_the_prolongation_carries_each_component_and_every_affine_motion_exactly
 
 
 @pytest.mark.parametrize("family, grid, sides", [
-    (Elasticity, 33, {}),  # clamped at x = 0, pulled at x = 1
-    (Elasticity, 29, {"x0": "u=0,free", "x1": "traction=1,0.2", "pin": "0.37,0.61"}),  # a roller and a pin off the coarse grids
-    (Elasticity3D, 9, {}),
+    (ElasticityFamily, 33, {}),  # clamped at x = 0, pulled at x = 1
+    (ElasticityFamily, 29, {"x0": "u=0,free", "x1": "traction=1,0.2", "pin": "0.37,0.61"}),  # a roller and a pin off the coarse grids
+    (Elasticity3DFamily, 9, {}),
 ])
 def test_geometric_multigrid_cg_is_the_direct_solve_in_few_iterations(family, grid, sides):
     f = family(resolution=(grid,) * family.dims, **sides)
@@ -41,7 +41,7 @@ def test_geometric_multigrid_cg_is_the_direct_solve_in_few_iterations(family, gr
 def test_its_iterations_do_not_grow_with_the_grid():
     counts = []
     for grid in (17, 65):
-        f = Elasticity(resolution=(grid, grid))
+        f = ElasticityFamily(resolution=(grid, grid))
         stats = {}
         f.system(f.sample(1, "random", 4)[0]).solve("gmg", tol=1e-8, stats=stats)
         counts.append(stats["iterations"])
@@ -49,7 +49,7 @@ def test_its_iterations_do_not_grow_with_the_grid():
 
 
 def test_the_hierarchy_nests_its_galerkin_operators_and_refuses_a_mismatched_k():
-    f = Elasticity(resolution=(17, 17))
+    f = ElasticityFamily(resolution=(17, 17))
     system = f.system(f.sample(1, "random", 0)[0])
     free = ~system.fixed
     k_ff = system.K[free][:, free].tocsr()
@@ -72,9 +72,9 @@ def test_the_assembly_pattern_is_sorted_csr_without_duplicates():
 
 
 def test_newton_with_geometric_multigrid_steps_reaches_the_cholesky_steps_solution():
-    from diffnet.problems.hyperelasticity import Hyperelasticity
+    from diffnet.families.hyperelasticity import HyperelasticityFamily
 
-    f = Hyperelasticity(resolution=(17, 17))
+    f = HyperelasticityFamily(resolution=(17, 17))
     p = f.sample(1, "random", 2)[0]
     by_gmg = f.classical_solver("newton-gmg-4", 17)
     u = by_gmg(p)

@@ -16,20 +16,20 @@ import torch
 from diffnet import ParameterSpec, option
 from diffnet.grid.material import POISSON_RATIO
 from diffnet.instances.boundary import vector_side_check
-from diffnet.problems.elasticity import Elasticity
+from diffnet.families.elasticity import ElasticityFamily
 
 SOFT = 1e-3  # Young's modulus inside the hole (the plate's is 1)
 
 
 @dataclass(frozen=True)
-class PlateHole(Elasticity):
+class PlateHole(ElasticityFamily):
     """The unit plate less a disc, plane stress; the displacement (S, 2, N_y, N_x)."""
 
     x1: str = option("traction=1,0", "the side x = 1 (as x0)", vector_side_check(2))
 
     name = "plate_hole"
     in_channels = 4  # the signed distance, nu, y, x
-    capabilities = Elasticity.capabilities | {"domain"}
+    capabilities = ElasticityFamily.capabilities | {"domain"}
 
     @property
     def parameters(self) -> ParameterSpec:

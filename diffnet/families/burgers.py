@@ -15,7 +15,7 @@ from diffnet.discretisation.finite_volume import conservative_residual, implicit
 from diffnet.protocol.options import all_positive, interval, nonnegative, one_of, option, positive
 
 __all__ = [
-    "BurgersProblem",
+    "BurgersFamily",
     "initial_condition",
     "first_shock_time",
 ]
@@ -32,7 +32,7 @@ def first_shock_time(c: float) -> float:
 
 
 @dataclass(frozen=True)
-class BurgersProblem(Family):
+class BurgersFamily(Family):
     """The parametric Burgers family on a nodal (N_t, N_x) space-time grid, t_n = n T / (N_t - 1).
 
     Its configuration keys ``[burgers]`` are the fields below (each :func:`~diffnet.protocol.options.option` says
@@ -240,10 +240,10 @@ class BurgersProblem(Family):
 
         return godunov_solver(self, method, grid)
 
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         from diffnet.solvers.burgers import godunov_to_grid
 
-        return godunov_to_grid(self, native, params)
+        return godunov_to_grid(self, native, instances)
 
     def reference(self, c: np.ndarray, progress=None) -> np.ndarray:
         """Converged Godunov solutions on this grid, shape (S, N_t, N_x), float64."""

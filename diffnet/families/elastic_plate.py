@@ -28,16 +28,16 @@ from diffnet.grid.material import PLANES, POISSON_RATIO, lame, plane_stress_tens
 from diffnet.grid.recovery import gauss_gradients, to_nodes
 from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vector_side_check
 from diffnet.instances.cutcell import cut_cells
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_problem
-from diffnet.problems.elasticity import ElasticBox, poisson_ratio_range
-from diffnet.problems.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, inside_fraction
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_error
+from diffnet.families.elasticity import ElasticBox, poisson_ratio_range
+from diffnet.families.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, inside_fraction
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
 from diffnet.solvers.elasticity import ElasticitySystem, to_dofs, from_dofs
 from diffnet.solvers.immersed_elasticity import immersed_elasticity_matrix, immersed_elasticity_stencil
 
-__all__ = ["ElasticPlate", "hoop_stress"]
+__all__ = ["ElasticPlateFamily", "hoop_stress"]
 
 BODY_FITTED = "body-fitted"
 # Points on the hole's edge where K_t is read (every 0.18 degrees), and the Fourier modes of the hoop stress
@@ -54,7 +54,7 @@ def hoop_stress(stress: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ElasticPlate(ElasticBox, ImmersedFamily, Family):
+class ElasticPlateFamily(ElasticBox, ImmersedFamily, Family):
     """Plane linear elasticity on the unit square less a traction-free disc (the instance: its centre x, y, radius
     and the Poisson ratio); the displacement (S, 2, N_y, N_x), zero off the active nodes."""
 
@@ -115,47 +115,47 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
         return Family.draw(self, n, distribution, seed)
 
-    def check_instances(self, params: np.ndarray) -> None:
+    def check_instances(self, instances: np.ndarray) -> None:
         """Each hole at least two cells across and a cell clear of the plate's sides."""
-        Family.check_instances(self, params)
-        for i, (x, y, r, _) in enumerate(np.asarray(params, dtype=np.float64)):
-            problem = hole_problem(x, y, r, self.resolution)
-            if problem is not None:
-                raise ValueError(f"instance {i}: {problem}")
+        Family.check_instances(self, instances)
+        for i, (x, y, r, _) in enumerate(np.asarray(instances, dtype=np.float64)):
+            error = hole_error(x, y, r, self.resolution)
+            if error is not None:
+                raise ValueError(f"instance {i}: {error}")
 
-    def shape(self, params: np.ndarray) -> Difference:
-        x, y, r = np.asarray(params, dtype=np.float64)[:3]
+    def shape(self, instances: np.ndarray) -> Difference:
+        x, y, r = np.asarray(instances, dtype=np.float64)[:3]
         return Difference(Box((-1.0, -1.0), (2.0, 2.0)), Disc((x, y), r))
 
-    def coefficient(self, params: np.ndarray) -> np.ndarray:
+    def coefficient(self, instances: np.ndarray) -> np.ndarray:
         """Young's modulus at the nodes (constant)."""
         return np.full(self.resolution, self.young)
 
-    def discretise(self, params: np.ndarray):
-        return immersed(cut_cells(self.shape(params), self.resolution), self.coefficient(params), dirichlet=False)
+    def discretise(self, instances: np.ndarray):
+        return immersed(cut_cells(self.shape(instances), self.resolution), self.coefficient(instances), dirichlet=False)
 
-    def input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
+    def input_channels(self, instances: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
         """The signed distance and nu as a constant field."""
-        return [sdf, params[:, 3].reshape(-1, 1, 1).to(sdf.dtype).expand_as(sdf)]
+        return [sdf, instances[:, 3].reshape(-1, 1, 1).to(sdf.dtype).expand_as(sdf)]
 
     # -- the field and the loss -----------------------------------------------------------
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The held components' values, the network's output elsewhere, on the active nodes (zero off them)."""
-        return ElasticBox.field(self, raw, params) * self._active(params, raw)[:, None]
+        return ElasticBox.field(self, raw, instances) * self._active(instances, raw)[:, None]
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The immersed strain energy less the tractions' work (on the active nodes)."""
-        load = self._side_fields(u)[2] * self._active(params, u)[:, None]
+        load = self._side_fields(u)[2] * self._active(instances, u)[:, None]
         young = torch.full((u.shape[0], *self.resolution), self.young, dtype=u.dtype, device=u.device)
-        strain = immersed_elasticity_energy(u, young, params[:, 3].to(u.dtype), self._data(params), self.plane)
+        strain = immersed_elasticity_energy(u, young, instances[:, 3].to(u.dtype), self._data(instances), self.plane)
         return {"energy": strain - (load * u).flatten(1).sum(1)}
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The loss's Hessian, the immersed stiffness, as a block stencil (S, 2, 2, 9, *grid) scattered from its
         element matrices (:func:`diffnet.solvers.immersed_elasticity.immersed_elasticity_stencil`), each instance's
         kept as the probed one was: the probes (2 x 9 gradient passes) were 88 % of an instance's inference (59 ms
         at 64²)."""
-        rows = params.detach().double().cpu().numpy().reshape(len(params), -1)
+        rows = instances.detach().double().cpu().numpy().reshape(len(instances), -1)
         keys = [(self, "stencil", np.ascontiguousarray(r).tobytes()) for r in rows]
         for key, row in zip(keys, rows):
             if key not in _HESSIANS:
@@ -166,9 +166,9 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         return torch.stack([_HESSIANS[key][0] for key in keys]).to(device=u.device, dtype=u.dtype)
 
     # -- the same-grid solve: reference, floor, polish -----------------------------------------
-    def system(self, params: np.ndarray) -> ElasticitySystem:
+    def system(self, instances: np.ndarray) -> ElasticitySystem:
         """One instance's assembled immersed system: the held components and the inactive nodes fixed."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         data = self.discretised(p)
         K = immersed_elasticity_matrix(data, self.coefficient(p), float(p[3]), self.plane)
         fixed, values = self.held()
@@ -177,60 +177,60 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         return ElasticitySystem(K, to_dofs(load), to_dofs(fixed | off), to_dofs(np.where(off, 0.0, values)),
                                 tuple(self.resolution))
 
-    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def reference(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The same-grid immersed solutions (S, 2, *grid) by AMG-CG with the rigid-body modes, to 1e-10."""
-        out = np.empty((len(params), 2, *self.resolution))
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        out = np.empty((len(instances), 2, *self.resolution))
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             out[k] = self.system(p).solve("amg")
             if progress is not None:
-                progress(k + 1, len(params))
-        return self._inside(params, out)
+                progress(k + 1, len(instances))
+        return self._inside(instances, out)
 
     def reference_name(self) -> str:
         return "the immersed Q1 solution on this grid"
 
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The same-grid immersed solution, the exact minimiser of the trained energy: the grid's floor."""
-        return self.reference(params), np.ones(len(params), dtype=bool)
+        return self.reference(instances), np.ones(len(instances), dtype=bool)
 
     def floor_name(self) -> str:
         return "the immersed Q1 solution on this grid"
 
     fem_system = system  # the name the immersed families' kept multigrid builds from (its ``multigrid()``)
 
-    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+    def polish(self, instances: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
         """``cycles`` V-cycles of the instance's smoothed aggregation from the network's fields (S, 2, *grid)."""
         # From the field extended past the edge (a reported field is zero there: the first cycle would spend itself
         # on those nodes, and one took the network's error from 0.0026 up to 0.0032 at 64²).
-        fields = self.extended(params, fields)
+        fields = self.extended(instances, fields)
         out = np.empty_like(fields)
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             out[k] = _multigrid(self, tuple(map(float, p))).vcycles(to_dofs(fields[k]), cycles)
-        return self._inside(params, out)
+        return self._inside(instances, out)
 
     def clear_caches(self) -> None:
         """Forget what is kept per instance, the body-fitted solves included."""
         super().clear_caches()
         _SOLIDS.clear()
 
-    def assembled_correction(self, u: torch.Tensor, params: torch.Tensor, cycles: int) -> torch.Tensor:
+    def assembled_correction(self, u: torch.Tensor, instances: torch.Tensor, cycles: int) -> torch.Tensor:
         """B g for the preconditioned loss: u minus ``cycles`` iterations of AMG-preconditioned CG on each
         instance's assembled system from u (S, 2, *grid), at the inside nodes (as the scalar immersed families)."""
         fields = u.detach().double().cpu().numpy()
         out = np.empty_like(fields)
-        for k, p in enumerate(params.detach().double().cpu().numpy()):
+        for k, p in enumerate(instances.detach().double().cpu().numpy()):
             mg = _multigrid(self, tuple(map(float, p)))
             x = np.where(mg.system.fixed, mg.system.values, to_dofs(fields[k]))
             x[mg.free] = mg.hierarchy.solve(mg.rhs, x0=x[mg.free], tol=1e-300, maxiter=cycles, accel="cg")
             out[k] = fields[k] - from_dofs(x, mg.system.shape)
-        return torch.as_tensor(self._inside(params.detach().cpu().numpy(), out), dtype=u.dtype, device=u.device)
+        return torch.as_tensor(self._inside(instances.detach().cpu().numpy(), out), dtype=u.dtype, device=u.device)
 
     # -- the body-fitted truth ------------------------------------------------------------
-    def solid(self, params: np.ndarray, h: float):
+    def solid(self, instances: np.ndarray, h: float):
         """The body-fitted P2 solve of one instance at mesh size ``h`` (:func:`diffnet.solvers.bodyfitted.body_fitted_elasticity`)."""
         from diffnet.solvers.bodyfitted import Loop, body_fitted_elasticity
 
-        x0, y0, r, nu = np.asarray(params, dtype=np.float64)
+        x0, y0, r, nu = np.asarray(instances, dtype=np.float64)
         n = max(4, int(np.ceil(1.0 / h)))
         s = np.linspace(0.0, 1.0, n, endpoint=False)
         one, zero = np.ones(n), np.zeros(n)
@@ -246,13 +246,13 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
         return body_fitted_elasticity(loops, conditions, h, self.young, float(nu), self.plane,
                                       pin=parse_pin(self.pin, 2))
 
-    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+    def body_fitted(self, instances: np.ndarray, h: float) -> np.ndarray:
         """The body-fitted displacement (2, *grid) at this grid's inside nodes, zero outside (the solve kept for the
         truth's K_t and stresses: :meth:`truth_quantities`, :meth:`truth_derived`)."""
-        return self._at_nodes(params, _solved(self, params, h))
+        return self._at_nodes(instances, _solved(self, instances, h))
 
-    def _at_nodes(self, params: np.ndarray, solid) -> np.ndarray:
-        inside = self.shape(params).on_grid(self.resolution) <= 0
+    def _at_nodes(self, instances: np.ndarray, solid) -> np.ndarray:
+        inside = self.shape(instances).on_grid(self.resolution) <= 0
         out = np.zeros((2, *self.resolution))
         out[:, inside] = solid.at(grid_points(self.resolution)[inside])
         return out
@@ -260,25 +260,25 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
     def _truth_h(self) -> float:
         return 1.0 / (self.truth_refine * (max(self.resolution) - 1))
 
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def truth(self, instances: np.ndarray, progress=None) -> np.ndarray:
         out = []
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             out.append(self.body_fitted(p, self._truth_h()))
             if progress is not None:
-                progress(k + 1, len(params))
+                progress(k + 1, len(instances))
         return np.stack(out)
 
     def truth_name(self) -> str:
         return f"body-fitted P2 FEM, mesh h = 1/{round(1 / self._truth_h())} ({self.truth_refine}x finer)"
 
     # -- derived fields and the quantity of interest --------------------------------------------
-    def extended(self, params: np.ndarray, fields: np.ndarray) -> np.ndarray:
+    def extended(self, instances: np.ndarray, fields: np.ndarray) -> np.ndarray:
         """Displacements (S, 2, *grid) given at the inside nodes (a reported field is zero outside the domain)
         extended to the active nodes outside: the values there that minimise the immersed energy with the inside
         ones held (a small solve per instance). The floor's own values come back exactly (it minimises over them
         too); a cut element's gradient is then the one its energy saw."""
         out = np.array(fields, dtype=np.float64)
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             data = self.discretised(p)
             outside = to_dofs(np.broadcast_to(data.active & (data.cells.sdf > 0), (2, *self.resolution)))
             system = self.system(p)
@@ -289,51 +289,51 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
             out[k] = from_dofs(x, system.shape)
         return out
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def derived(self, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
         """Strain, stress (tensors (S, 3, *grid): xx, yy, xy), von Mises and the principal stresses (S, *grid) of
         displacements (S, 2, *grid): the field :meth:`extended` past the edge, its Q1 gradients at every active
         element's Gauss points recovered to the nodes (:func:`diffnet.grid.recovery.to_nodes`), each element weighted
         by its inside fraction. Zero outside the domain."""
-        params = np.asarray(params, dtype=np.float64)
-        grad = gauss_gradients(self.extended(params, fields), self.spacing)  # (S, 2 (i), 2 (j), Q, *cells)
+        instances = np.asarray(instances, dtype=np.float64)
+        grad = gauss_gradients(self.extended(instances, fields), self.spacing)  # (S, 2 (i), 2 (j), Q, *cells)
         strains, stresses = [], []
-        for k, p in enumerate(params):
+        for k, p in enumerate(instances):
             g = [[grad[k, i, j] for j in range(2)] for i in range(2)]
             weight = inside_fraction(self.discretised(p))
             strains.append(to_nodes(np.stack([g[0][0], g[1][1], 0.5 * (g[0][1] + g[1][0])]), 2, weight))
             stresses.append(to_nodes(np.stack(plane_stress_tensor(g, self.young, float(p[3]), self.plane)), 2, weight))
-        return self._tensor_fields(params, np.stack(strains), np.stack(stresses))
+        return self._tensor_fields(instances, np.stack(strains), np.stack(stresses))
 
-    def _tensor_fields(self, params: np.ndarray, strain: np.ndarray, stress: np.ndarray) -> dict[str, np.ndarray]:
-        nu = np.asarray(params, dtype=np.float64)[:, 3].reshape(-1, 1, 1)
+    def _tensor_fields(self, instances: np.ndarray, strain: np.ndarray, stress: np.ndarray) -> dict[str, np.ndarray]:
+        nu = np.asarray(instances, dtype=np.float64)[:, 3].reshape(-1, 1, 1)
         first, second = principal_stresses(*np.moveaxis(stress, 1, 0))
         out = {"strain": strain, "stress": stress, "von_mises": von_mises(*np.moveaxis(stress, 1, 0), nu=nu, plane=self.plane),
                "principal_1": first, "principal_2": second}
-        return {name: self._inside(params, v) for name, v in out.items()}
+        return {name: self._inside(instances, v) for name, v in out.items()}
 
-    def truth_derived(self, params: np.ndarray) -> dict[str, np.ndarray]:
+    def truth_derived(self, instances: np.ndarray) -> dict[str, np.ndarray]:
         """The same fields of the body-fitted reference, from its own (P2, projected) stress at this grid's inside
         nodes; its strain by the material's compliance."""
-        params = np.asarray(params, dtype=np.float64)
-        stress = np.zeros((len(params), 3, *self.resolution))
-        for k, p in enumerate(params):
+        instances = np.asarray(instances, dtype=np.float64)
+        stress = np.zeros((len(instances), 3, *self.resolution))
+        for k, p in enumerate(instances):
             inside = self.shape(p).on_grid(self.resolution) <= 0
             stress[k][:, inside] = _solved(self, p, self._truth_h()).stress_at(grid_points(self.resolution)[inside])
-        lam, mu = lame(params[:, 3].reshape(-1, 1, 1), self.plane)
+        lam, mu = lame(instances[:, 3].reshape(-1, 1, 1), self.plane)
         sxx, syy, sxy = (stress[:, c] / self.young for c in range(3))
         # ε from σ = λ tr ε I + 2 μ ε: tr ε = (σ_xx + σ_yy) / (2 λ + 2 μ), then ε = (σ - λ tr ε I) / 2 μ.
         trace = (sxx + syy) / (2 * lam + 2 * mu)
         strain = np.stack([(sxx - lam * trace) / (2 * mu), (syy - lam * trace) / (2 * mu), sxy / (2 * mu)], axis=1)
-        return self._tensor_fields(params, strain, stress)
+        return self._tensor_fields(instances, strain, stress)
 
-    def quantities(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def quantities(self, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
         """K_t per instance (S,): the largest hoop stress on the hole's edge over the applied traction's largest
         component. The hoop stress at the cut cells' edge points, from their elements' gradients of the field
         :meth:`extended` past the edge, is fitted by a Fourier series in the edge's angle up to
         :data:`EDGE_MODES` (least squares weighted by the points' lengths) and its maximum read: the raw points'
         maximum is 3-13 % high at 64², where a sliver of an element sets the gradient; the fit is within 4 %."""
         out = []
-        for p, u in zip(np.asarray(params, dtype=np.float64), self.extended(params, fields)):
+        for p, u in zip(np.asarray(instances, dtype=np.float64), self.extended(instances, fields)):
             cells = self.discretised(p).cells
             nodes = _corner_nodes(cells.b_element, self.resolution[1])
             grad = [[np.einsum("pa,pa->p", u[i].ravel()[nodes], cells.b_grads[:, :, j]) for j in range(2)]
@@ -345,10 +345,10 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
             out.append((_fourier(_edge(p)[0]) @ fit).max() / self._nominal())
         return {"K_t": np.asarray(out)}
 
-    def truth_quantities(self, params: np.ndarray) -> dict[str, np.ndarray]:
+    def truth_quantities(self, instances: np.ndarray) -> dict[str, np.ndarray]:
         """K_t of the body-fitted reference, from its own P2 stress on the hole's edge."""
         out = []
-        for p in np.asarray(params, dtype=np.float64):
+        for p in np.asarray(instances, dtype=np.float64):
             theta, points = _edge(p)
             out.append(hoop_stress(_solved(self, p, self._truth_h()).stress_at(points), theta).max() / self._nominal())
         return {"K_t": np.asarray(out)}
@@ -381,28 +381,28 @@ class ElasticPlate(ElasticBox, ImmersedFamily, Family):
             return lambda p: coarse.system(np.asarray(p, dtype=np.float64)).solve("gmg", tol=1e-4)
         return lambda p: coarse.system(np.asarray(p, dtype=np.float64)).solve("amg", tol=1e-8)
 
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         carried = native if method == BODY_FITTED else np.stack([q1_to_grid(self, c) for c in native])
-        return self._inside(np.asarray(params)[None], carried[None])[0]
+        return self._inside(np.asarray(instances)[None], carried[None])[0]
 
 
 _SOLIDS: dict = {}
 
 
-def _solved(family: ElasticPlate, params: np.ndarray, h: float):
+def _solved(family: ElasticPlateFamily, instances: np.ndarray, h: float):
     """The body-fitted solve of one instance, kept for this process's last 64 (the truth's displacement and its K_t
     read one solve)."""
-    key = (family.young, family.plane, family.sides, family.pin, np.asarray(params, dtype=np.float64).tobytes(), h)
+    key = (family.young, family.plane, family.sides, family.pin, np.asarray(instances, dtype=np.float64).tobytes(), h)
     if key not in _SOLIDS:
         if len(_SOLIDS) >= 64:
             _SOLIDS.pop(next(iter(_SOLIDS)))
-        _SOLIDS[key] = family.solid(params, h)
+        _SOLIDS[key] = family.solid(instances, h)
     return _SOLIDS[key]
 
 
-def _edge(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _edge(instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Angles and points (n, 2), x first, on the hole's edge."""
-    x, y, r = params[:3]
+    x, y, r = instances[:3]
     theta = np.linspace(0.0, 2.0 * np.pi, EDGE_POINTS, endpoint=False)
     return theta, np.stack([x + r * np.cos(theta), y + r * np.sin(theta)], 1)
 

@@ -1,8 +1,8 @@
 """The Karhunen-Loève diffusivity family in any dimension: its instances (coefficient rows or nodal
 diffusivity fields), the network's inputs, and its Q1 finite-element references, floor and polish.
 
-The base of the Q1 families over KL diffusivities (:mod:`diffnet.problems.poisson`,
-:mod:`diffnet.problems.poisson3d`, :mod:`diffnet.problems.reaction_diffusion`), which add their
+The base of the Q1 families over KL diffusivities (:mod:`diffnet.families.poisson`,
+:mod:`diffnet.families.poisson3d`, :mod:`diffnet.families.reaction_diffusion`), which add their
 field, loss and system; the dimension is ``dims``, everything else is written for any.
 """
 
@@ -102,23 +102,23 @@ class KLFamily(SideFields, Q1Classical, Family):
             return np.random.default_rng(seed).standard_normal((n, self.kl_terms))
         return super().draw(n, distribution, seed)
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """log10 of each instance's diffusivity, with its coefficients as the label."""
         labels = ["ν" if np.asarray(p).ndim == self.dims else "ν, a = (" + ", ".join(f"{v:.1f}" for v in p) + ")"
-                  for p in params]
-        return np.log10(self.diffusivity_numpy(params)), labels
+                  for p in instances]
+        return np.log10(self.diffusivity_numpy(instances)), labels
 
-    def derived(self, params, fields) -> dict:
+    def derived(self, instances, fields) -> dict:
         """The flux -ν∇u per component (``flux_x``, ``flux_y``[, ``flux_z``], each (S, *grid)): Q1 gradients at the
         Gauss points times ν there, recovered to the nodes (:func:`diffnet.grid.recovery.recovered_flux`). numpy in,
         numpy out; torch tensors in, tensors out, differentiable in both (``differentiable``)."""
         u, back = as_tensors(fields)
-        flux = recovered_flux(u, self.diffusivity(torch.as_tensor(params, dtype=u.dtype, device=u.device)), self.spacing)
+        flux = recovered_flux(u, self.diffusivity(torch.as_tensor(instances, dtype=u.dtype, device=u.device)), self.spacing)
         return back({f"flux_{axis}": flux[:, k] for k, axis in enumerate("xyz"[: self.dims])})
 
-    def diffusivity_numpy(self, params: np.ndarray) -> np.ndarray:
+    def diffusivity_numpy(self, instances: np.ndarray) -> np.ndarray:
         """``diffusivity`` in float64 numpy, for the reference solver."""
-        return self.diffusivity(torch.as_tensor(np.asarray(params, dtype=np.float64))).numpy()
+        return self.diffusivity(torch.as_tensor(np.asarray(instances, dtype=np.float64))).numpy()
 
     @property
     def nu_constant(self) -> float:
@@ -146,47 +146,47 @@ class KLFamily(SideFields, Q1Classical, Family):
         names = ("z", "y", "x")[-self.dims:]
         return {k: np.linspace(0.0, 1.0, n) for k, n in zip(names, self.resolution)}
 
-    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+    def diffusivity(self, instances: torch.Tensor) -> torch.Tensor:
         """Nodal nu, shape (S, *resolution), for coefficient rows (S, m) or nu fields (S, *resolution)."""
-        if params.ndim == 1 + self.dims:
-            return params
+        if instances.ndim == 1 + self.dims:
+            return instances
         if self.nu_constant > 0:
-            return torch.full((params.shape[0], *self.resolution), self.nu_constant, dtype=params.dtype, device=params.device)
-        return torch.exp(kl_log_field(params, self.eta, self.kl_terms, self.resolution, self.kl_modes == "tensor"))
+            return torch.full((instances.shape[0], *self.resolution), self.nu_constant, dtype=instances.dtype, device=instances.device)
+        return torch.exp(kl_log_field(instances, self.eta, self.kl_terms, self.resolution, self.kl_modes == "tensor"))
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
         """Network input (S, 1 + d, *resolution): log nu, then the coordinates, outermost first."""
-        nu = self.diffusivity(params)
+        nu = self.diffusivity(instances)
         s = nu.shape[0]
         axes = [constant(("grid", k, self.resolution), lambda k=k: self.coordinates()[k], nu) for k in self.coordinates()]
         grids = torch.meshgrid(*axes, indexing="ij")
         return torch.stack([torch.log(nu), *(g.expand(s, *self.resolution) for g in grids)], dim=1)
 
-    def reference(self, params: np.ndarray, progress=None, method: str | None = None) -> np.ndarray:
+    def reference(self, instances: np.ndarray, progress=None, method: str | None = None) -> np.ndarray:
         """Q1 FEM solutions on this grid, shape (S, *resolution), float64, by ``method`` (a
         :meth:`~diffnet.solvers.fem.FEMSystem.solve` method; default ``reference_method``)."""
-        return self._solutions(np.asarray(params, dtype=np.float64), progress, method or self.reference_method)
+        return self._solutions(np.asarray(instances, dtype=np.float64), progress, method or self.reference_method)
 
     def reference_name(self) -> str:
         return "the Q1 FEM on this grid" + (" (geometric multigrid)" if self.reference_method == "gmg" else "")
 
-    def _solutions(self, params: np.ndarray, progress, method: str, stride: int = 1) -> np.ndarray:
+    def _solutions(self, instances: np.ndarray, progress, method: str, stride: int = 1) -> np.ndarray:
         """Each instance's FEM solution read off every ``stride``-th node (one full solution in memory at a time)."""
         shape = tuple((n - 1) // stride + 1 for n in self.resolution)
         every = (slice(None, None, stride),) * self.dims
-        out = np.empty((len(params), *shape))
-        for k in range(len(params)):
-            out[k] = self.fem_system(params[k]).solve(method)[every]
+        out = np.empty((len(instances), *shape))
+        for k in range(len(instances)):
+            out[k] = self.fem_system(instances[k]).solve(method)[every]
             if progress is not None:
-                progress(k + 1, len(params))
+                progress(k + 1, len(instances))
         return out
 
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The best field on this grid under the trained energy, (S, *resolution): the same-grid Q1 FEM
         solution, which minimises it exactly. Its error against :meth:`truth` is the grid's floor."""
-        return self.reference(params), np.ones(len(params), dtype=bool)
+        return self.reference(instances), np.ones(len(instances), dtype=bool)
 
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def truth(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The independent reference on this grid's nodes: the Q1 FEM on the grid with ``truth_refine``
         times the intervals in each direction, whose nodes include this grid's (read off there).
 
@@ -195,12 +195,12 @@ class KLFamily(SideFields, Q1Classical, Family):
         """
         r = self.truth_refine
         fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
-        params = np.asarray(params, dtype=np.float64)
-        if params.ndim == 1 + self.dims:
+        instances = np.asarray(instances, dtype=np.float64)
+        if instances.ndim == 1 + self.dims:
             mode = "bilinear" if self.dims == 2 else "trilinear"
-            params = F.interpolate(torch.as_tensor(params)[:, None], size=fine.resolution, mode=mode,
+            instances = F.interpolate(torch.as_tensor(instances)[:, None], size=fine.resolution, mode=mode,
                                    align_corners=True)[:, 0].numpy()
-        return fine._solutions(params, progress, self.reference_method, stride=r)
+        return fine._solutions(instances, progress, self.reference_method, stride=r)
 
     def truth_name(self) -> str:
         r = self.truth_refine
@@ -209,7 +209,7 @@ class KLFamily(SideFields, Q1Classical, Family):
     def floor_name(self) -> str:
         return "the Q1 FEM on this grid"
 
-    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+    def polish(self, instances: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
         """``cycles`` geometric-multigrid V(1,1)-cycles on each instance's Q1 system from ``fields``
         (S, *resolution): the network's output improved by a classical solver ("DiffNet + k V-cycles").
 
@@ -218,15 +218,15 @@ class KLFamily(SideFields, Q1Classical, Family):
         """
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
         for k in range(len(out)):
-            out[k] = self.fem_system(params[k]).multigrid().vcycles(fields[k], cycles)
+            out[k] = self.fem_system(instances[k]).multigrid().vcycles(fields[k], cycles)
         return out
 
-    def fem_system(self, params: np.ndarray) -> FEMSystem:
+    def fem_system(self, instances: np.ndarray) -> FEMSystem:
         """The Q1 system of one instance, boundary conditions applied (a :class:`~diffnet.solvers.fem.FEMSystem`).
 
-        ``params`` is one coefficient row (m,) or one nodal diffusivity field (*resolution).
+        ``instances`` is one coefficient row (m,) or one nodal diffusivity field (*resolution).
         """
-        return self._fem_system(self.diffusivity_numpy(np.asarray(params)[None])[0])
+        return self._fem_system(self.diffusivity_numpy(np.asarray(instances)[None])[0])
 
     def _boundary_fields(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The free-node mask, the lift and the flux load on the grid, in ``like``'s dtype and device."""
@@ -237,7 +237,7 @@ class KLFamily(SideFields, Q1Classical, Family):
                 constant(key + ("lift",), lambda: b.lift(grid, host), like),
                 constant(key + ("flux",), lambda: b.flux_load(grid), like))
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """u = lift + M * N: the lift of the Dirichlet values, the mask M zero on the Dirichlet nodes."""
         free, lift, _ = self._boundary_fields(raw)
         return lift + raw[:, 0] * free

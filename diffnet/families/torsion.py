@@ -20,15 +20,15 @@ from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.instances.geometry import Star, grid_points
 from diffnet.discretisation.immersed import immersed_energy
 from diffnet.protocol.options import integer_in, option, positive
-from diffnet.problems.immersed_family import ImmersedFamily
+from diffnet.families.immersed_family import ImmersedFamily
 
-__all__ = ["StarTorsion"]
+__all__ = ["StarTorsionFamily"]
 
 _CENTRE = (0.5, 0.5)
 
 
 @dataclass(frozen=True)
-class StarTorsion(ImmersedFamily, Family):
+class StarTorsionFamily(ImmersedFamily, Family):
     """-Δu = 1 in a star-shaped domain of the unit square, u = 0 on its boundary; the instance is the shape."""
 
     resolution: tuple[int, int]
@@ -61,17 +61,17 @@ class StarTorsion(ImmersedFamily, Family):
         return ParameterSpec("shape", (2 * k,), -self.amplitude, self.amplitude, names=names,
                              description="Fourier coefficients of the boundary radius")
 
-    def shape(self, params: np.ndarray) -> Star:
+    def shape(self, instances: np.ndarray) -> Star:
         """The domain of one instance (2K coefficients)."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         return Star(_CENTRE, self.r0, tuple(p[: self.modes]), tuple(p[self.modes:]))
 
-    def check_instances(self, params: np.ndarray) -> None:
+    def check_instances(self, instances: np.ndarray) -> None:
         """Each shape within the family's range, inside the unit square with a cell to spare, and no thinner
         than the grid resolves (its smallest radius at least two cells)."""
-        super().check_instances(params)
+        super().check_instances(instances)
         h = 1.0 / (min(self.resolution) - 1)
-        rows = np.asarray(params, dtype=np.float64).reshape(len(params), -1)
+        rows = np.asarray(instances, dtype=np.float64).reshape(len(instances), -1)
         bad = np.argwhere(np.abs(rows) > self.amplitude)
         if len(bad):  # a shape outside the family is not extrapolated: its geometry may not even be a star
             i, j = bad[0]
@@ -88,26 +88,26 @@ class StarTorsion(ImmersedFamily, Family):
                                  "the unit square's side; it must lie inside the grid")
 
     # -- the loss -----------------------------------------------------------------------
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The immersed energy ∫ ½|∇u|² - u (+ Nitsche's terms), divided per instance by the magnitude of a
         disc's of equal area, A²/(16π) (the energy at the solution is about -1)."""
-        data = self._data(params)
+        data = self._data(instances)
         nu = torch.ones_like(u)
         scale = torch.as_tensor([d.cells.area() ** 2 / (16 * np.pi) for d in data], dtype=u.dtype, device=u.device)
         return {"energy": immersed_energy(u, nu, data, f=self.source) / scale}
 
-    def derived(self, params: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
+    def derived(self, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
         """The shear stresses per unit 2Gθ (G the shear modulus, θ the twist per length), τ_xz = ∂u/∂y and
         τ_yz = -∂u/∂x of Prandtl's stress function u (-Δu = 1 here, -Δφ = 2Gθ in the usual scaling), and their
-        magnitude, at the inside nodes (:meth:`~diffnet.problems.immersed_family.ImmersedFamily.gradients`)."""
-        grad = self.gradients(params, fields)
+        magnitude, at the inside nodes (:meth:`~diffnet.families.immersed_family.ImmersedFamily.gradients`)."""
+        grad = self.gradients(instances, fields)
         return {"tau_xz": grad[:, 1], "tau_yz": -grad[:, 0], "tau": np.hypot(grad[:, 0], grad[:, 1])}
 
     # -- the references -----------------------------------------------------------------
-    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+    def body_fitted(self, instances: np.ndarray, h: float) -> np.ndarray:
         from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
 
-        star = self.shape(params)
+        star = self.shape(instances)
         n = max(64, int(np.ceil(2 * np.pi * star.r0 * 2 / h)))  # boundary vertices about h apart
         solution = body_fitted_solve([Loop(star.boundary(n), np.zeros(n, dtype=int))], {0: ("u", 0.0)}, h, f=1.0)
         sdf = star.on_grid(self.resolution)

@@ -11,11 +11,11 @@ import torch
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.discretisation.energy import reaction_diffusion_energy, reaction_diffusion_stencil
 from diffnet.protocol.options import nonnegative, one_of, option
-from diffnet.problems.kl_family import KLFamily
+from diffnet.families.kl_family import KLFamily
 from diffnet.solvers.fem import FEMSystem
 from diffnet.generators.tiling import element_sum
 
-__all__ = ["ReactionDiffusionProblem", "energy_scale"]
+__all__ = ["ReactionDiffusionFamily", "energy_scale"]
 
 
 def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
@@ -30,7 +30,7 @@ def energy_scale(nu_mean: torch.Tensor, kappa: float, f: float) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class ReactionDiffusionProblem(KLFamily):
+class ReactionDiffusionFamily(KLFamily):
     """-div(nu grad u) + kappa^2 u = f with a Dirichlet value or a flux on each side (default u = 0 on every
     side); nu from the KL family (or constant).
 
@@ -66,25 +66,25 @@ class ReactionDiffusionProblem(KLFamily):
     def describe(self) -> str:
         return f"{super().describe()} kappa={self.kappa} f={self.source}"
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample normalised energy ``energy``, shape (S,)."""
-        nu = self.diffusivity(params.to(u.dtype))
+        nu = self.diffusivity(instances.to(u.dtype))
         j = reaction_diffusion_energy(u, nu, self.kappa, self.source, *self.spacing) - self._flux_work(u)
         return {"energy": j / energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source)}
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The Hessian of :meth:`loss_terms` in u: (K + kappa^2 M) divided by the energy scale."""
-        nu = self.diffusivity(params.to(u.dtype))
+        nu = self.diffusivity(instances.to(u.dtype))
         scale = energy_scale(nu.mean(dim=(1, 2)), self.kappa, self.source).reshape(-1, 1, 1, 1)
         return reaction_diffusion_stencil(nu, self.kappa, *self.spacing) / scale
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energy of its own elements
         summed over the tiles (the scale from the whole grid's nu, which every tile computes)."""
         s = raw.shape[0]
         free, lift, flux = (tiling.local(f.expand(s, *f.shape)) for f in self._boundary_fields(raw))
         u = lift + raw[:, 0] * free
-        nu_full = self.diffusivity(params.to(u.dtype))
+        nu_full = self.diffusivity(instances.to(u.dtype))
         energy = lambda v, c: reaction_diffusion_energy(v, c, self.kappa, self.source, *self.spacing)  # noqa: E731
         j = element_sum(energy, tiling, u, tiling.local(nu_full)) - tiling.sum(self._flux_work(u, flux))
         return {"energy": j / energy_scale(nu_full.mean(dim=(1, 2)), self.kappa, self.source)}

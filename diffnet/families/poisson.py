@@ -12,14 +12,14 @@ import torch
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.discretisation.energy import dirichlet_energy, dirichlet_stencil
 from diffnet.protocol.options import option
-from diffnet.problems.kl_family import KLFamily
+from diffnet.families.kl_family import KLFamily
 from diffnet.solvers.fem import FEMSystem
 from diffnet.generators.tiling import element_sum
 
-__all__ = ["PoissonProblem"]
+__all__ = ["PoissonFamily"]
 
 @dataclass(frozen=True)
-class PoissonProblem(KLFamily):
+class PoissonFamily(KLFamily):
     """-div(nu grad u) = 0 on [0,1]^d with a Dirichlet value or a flux on each side (keys
     x0, x1, y0, y1[, z0, z1]; default u = 1 at x = 0, u = 0 at x = 1, zero flux elsewhere).
 
@@ -68,26 +68,26 @@ class PoissonProblem(KLFamily):
         """1 - x on the grid, in ``like``'s shape: its energy is 1/2 integral nu."""
         return (1.0 - torch.linspace(0.0, 1.0, self.resolution[-1], dtype=like.dtype, device=like.device)).expand_as(like)
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The Hessian of :meth:`loss_terms` in u: the stiffness stencil divided by the loss's scale."""
-        nu = self.diffusivity(params.to(u.dtype))
+        nu = self.diffusivity(instances.to(u.dtype))
         _, lift, _ = self._boundary_fields(u)
         scale = self._scale(lift, nu).reshape(-1, *([1] * u.ndim))
         return dirichlet_stencil(nu, *self.spacing) / scale
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample energy (minus the fluxes' work) divided by the scale, shape (S,)."""
-        nu = self.diffusivity(params.to(u.dtype))
+        nu = self.diffusivity(instances.to(u.dtype))
         _, lift, flux = self._boundary_fields(u)
         return {"energy": (self._energy(u, nu) - self._flux_work(u)) / self._scale(lift, nu)}
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """:meth:`loss_terms` under a domain split: the tile's field, the energies of its own elements
         and the fluxes' work on its own nodes, summed over the tiles."""
         s = raw.shape[0]
         free, lift, flux = (tiling.local(f.expand(s, *f.shape)) for f in self._boundary_fields(raw))
         u = lift + raw[:, 0] * free
-        nu_full = self.diffusivity(params.to(u.dtype))
+        nu_full = self.diffusivity(instances.to(u.dtype))
         nu = tiling.local(nu_full)
         energy = element_sum(self._energy, tiling, u, nu) - tiling.sum(self._flux_work(u, flux))
         scale = element_sum(self._energy, tiling, lift, nu)

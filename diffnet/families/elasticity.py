@@ -27,10 +27,22 @@ from diffnet.grid.material import PLANES, POISSON_RATIO, strain_components, stre
 from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
-from diffnet.problems.kl_family import kl_log_field
+from diffnet.families.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, free_rigid_motion, multigrid, to_dofs
 
-__all__ = ["ElasticBox", "SolvedBox", "Elasticity", "Elasticity3D", "poisson_ratio_range"]
+__all__ = ["ElasticBox", "SolvedBox", "ElasticityFamily", "Elasticity3DFamily", "poisson_ratio", "poisson_ratio_range"]
+
+
+def _incompressible(what: str, got: object) -> str:
+    lower, upper = POISSON_RATIO
+    return (f"need {lower:g} < {what} < {upper:g} (at nu = {upper:g} the solid is incompressible: lambda is infinite "
+            f"and the Q1 element locks), got {got}")
+
+
+def poisson_ratio(v: float) -> str | None:
+    """What is wrong with a Poisson ratio (an option's check), or None."""
+    lower, upper = POISSON_RATIO
+    return None if lower < v < upper else _incompressible("nu", v)
 
 
 def poisson_ratio_range(v: tuple[float, ...]) -> str | None:
@@ -38,8 +50,7 @@ def poisson_ratio_range(v: tuple[float, ...]) -> str | None:
     bad = interval(v)
     lower, upper = POISSON_RATIO
     if bad is None and not (lower < v[0] and v[1] < upper):
-        return (f"need {lower:g} < low < high < {upper:g} (nu = {upper:g} is incompressible: the Q1 element locks), "
-                f"got {list(v)}")
+        return _incompressible("low < high", list(v))
     return bad
 
 
@@ -96,7 +107,7 @@ class ElasticBox(SideFields):
                          .masked_fill(pinned, 0.0), like),
                 constant(key + ("load",), lambda: np.stack([b.flux_load(grid) for b in self.boundaries]), like))
 
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """u = lift + M * N per component: the held sides' values exactly, the network's output elsewhere."""
         free, lift, _ = self._side_fields(raw)
         return lift + raw * free
@@ -120,38 +131,38 @@ class SolvedBox:
 
     solution: ClassVar[str]
 
-    def solve_instance(self, params: np.ndarray) -> np.ndarray:
+    def solve_instance(self, instances: np.ndarray) -> np.ndarray:
         """One instance's discrete solution on this grid (d, *resolution)."""
         raise NotImplementedError
 
-    def _solutions(self, params: np.ndarray, progress, stride: int = 1) -> np.ndarray:
+    def _solutions(self, instances: np.ndarray, progress, stride: int = 1) -> np.ndarray:
         every = (slice(None),) + (slice(None, None, stride),) * self.dims
-        out = np.empty((len(params), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
-        for k in range(len(params)):
-            out[k] = self.solve_instance(params[k])[every]
+        out = np.empty((len(instances), self.dims, *((n - 1) // stride + 1 for n in self.resolution)))
+        for k in range(len(instances)):
+            out[k] = self.solve_instance(instances[k])[every]
             if progress is not None:
-                progress(k + 1, len(params))
+                progress(k + 1, len(instances))
         return out
 
-    def reference(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def reference(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The discrete solutions on this grid (S, d, *resolution) (:meth:`solve_instance`)."""
-        return self._solutions(np.asarray(params, dtype=np.float64), progress)
+        return self._solutions(np.asarray(instances, dtype=np.float64), progress)
 
     def reference_name(self) -> str:
         return f"the {self.solution} on this grid"
 
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The same-grid minimiser of the trained energy: the grid's floor."""
-        return self.reference(params), np.ones(len(params), dtype=bool)
+        return self.reference(instances), np.ones(len(instances), dtype=bool)
 
     def floor_name(self) -> str:
         return f"the {self.solution} on this grid"
 
-    def truth(self, params: np.ndarray, progress=None) -> np.ndarray:
+    def truth(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The solution on the grid ``truth_refine`` times finer, read off this grid's nodes."""
         r = self.truth_refine
         fine = dataclasses.replace(self, resolution=tuple(r * (n - 1) + 1 for n in self.resolution))
-        return fine._solutions(np.asarray(params, dtype=np.float64), progress, stride=r)
+        return fine._solutions(np.asarray(instances, dtype=np.float64), progress, stride=r)
 
     def truth_name(self) -> str:
         r = self.truth_refine
@@ -165,7 +176,7 @@ class SolvedBox:
 
 
 @dataclass(frozen=True)
-class Elasticity(ElasticBox, SolvedBox, Family):
+class ElasticityFamily(ElasticBox, SolvedBox, Family):
     """Plane linear elasticity on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -225,37 +236,37 @@ class Elasticity(ElasticBox, SolvedBox, Family):
                              description="log E's KL coefficients and the Poisson ratio",
                              limits=(tuple(-v for v in infinite) + (POISSON_RATIO[0],), infinite + (POISSON_RATIO[1],)))
 
-    def young(self, params: torch.Tensor) -> torch.Tensor:
+    def young(self, instances: torch.Tensor) -> torch.Tensor:
         """Nodal Young's modulus (S, *resolution) of instances (S, m + 1)."""
-        return torch.exp(kl_log_field(params[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
+        return torch.exp(kl_log_field(instances[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """log10 E of each instance, its ratio in the label."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         return np.log10(self.young(torch.as_tensor(p)).numpy()), [f"E, nu = {row[-1]:.3f}" for row in p]
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
         """(S, 2 + d, *resolution): log E, nu as a constant field, then the coordinates, outermost first."""
-        return self.box_inputs(torch.log(self.young(params)), params[:, -1])
+        return self.box_inputs(torch.log(self.young(instances)), instances[:, -1])
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the strain energy less the tractions' work."""
         load = self._side_fields(u)[2]
-        young = self.young(params.to(u.dtype))
-        strain = elasticity_energy(u, young, params[:, -1].to(u.dtype), self.spacing, self.plane)
+        young = self.young(instances.to(u.dtype))
+        strain = elasticity_energy(u, young, instances[:, -1].to(u.dtype), self.spacing, self.plane)
         return {"energy": strain - (load * u).flatten(1).sum(1)}
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The energy's Hessian, the Q1 stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
-        return elasticity_stencil(self.young(params.to(u.dtype)), params[:, -1].to(u.dtype), self.spacing, self.plane)
+        return elasticity_stencil(self.young(instances.to(u.dtype)), instances[:, -1].to(u.dtype), self.spacing, self.plane)
 
-    def derived(self, params, fields) -> dict:
+    def derived(self, instances, fields) -> dict:
         """Strain and stress (symmetric tensors (S, K, *grid), :data:`~diffnet.grid.material.SYMMETRIC` order: 2-D xx,
         yy, xy; 3-D xx, yy, zz, xy, yz, xz) and von Mises (S, *grid) of displacements (S, d, *grid): the Q1
         gradients and E at the Gauss points, recovered to the nodes (:mod:`diffnet.grid.recovery`). numpy in, numpy
         out; torch tensors in, tensors out, differentiable in both (``differentiable``)."""
         u, back = as_tensors(fields)
-        p = torch.as_tensor(params, dtype=u.dtype, device=u.device)
+        p = torch.as_tensor(instances, dtype=u.dtype, device=u.device)
         grad = gauss_gradients(u, self.spacing)  # (S, d (i), d (j), Q, *cells)
         g = [[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)]
         nu = p[:, -1].reshape(-1, *([1] * (self.dims + 1)))
@@ -266,18 +277,18 @@ class Elasticity(ElasticBox, SolvedBox, Family):
                      "von_mises": von_mises(*stress.unbind(1), nu=nu[:, 0, 0], plane=self.plane)})
 
     # -- references ---------------------------------------------------------------------
-    def system(self, params: np.ndarray) -> ElasticitySystem:
+    def system(self, instances: np.ndarray) -> ElasticitySystem:
         """The assembled Q1 system of one instance (m + 1,)."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         young = self.young(torch.as_tensor(p[None]))[0].numpy()
         return elasticity_system(young, float(p[-1]), self.boundaries, self.plane, held=self.held())
 
     solution = "Q1 solution"
 
-    def solve_instance(self, params: np.ndarray) -> np.ndarray:
+    def solve_instance(self, instances: np.ndarray) -> np.ndarray:
         """One instance's Q1 solution (d, *resolution) by geometric-multigrid CG, to 1e-10 (at 65³, one thread: 17 s
         an instance to 1e-8, against 50 s for smoothed aggregation to 1e-4)."""
-        return self.system(params).solve("gmg")
+        return self.system(instances).solve("gmg")
 
     # -- the classical side and the polish ------------------------------------------------
     def classical_solver(self, method: str, grid: int):
@@ -287,27 +298,27 @@ class Elasticity(ElasticBox, SolvedBox, Family):
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
         if method == "cholesky":
-            return lambda params: coarse.system(params).solve("cholesky")
+            return lambda instances: coarse.system(instances).solve("cholesky")
         tol = 1e-4 if method.endswith("-4") else 1e-8
         solver = "gmg" if method.startswith("gmg") else "amg"
-        return lambda params: coarse.system(params).solve(solver, tol=tol)
+        return lambda instances: coarse.system(instances).solve(solver, tol=tol)
 
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         """A Q1 solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
         return np.stack([q1_to_grid(self, component) for component in native])
 
-    def polish(self, params: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
+    def polish(self, instances: np.ndarray, fields: np.ndarray, cycles: int) -> np.ndarray:
         """``cycles`` V-cycles of the instance's smoothed-aggregation hierarchy (rigid-body modes) from the network's
         fields (S, d, *grid): "DiffNet + k AMG V-cycles". The held dofs keep their values."""
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             system = self.system(p)
             out[k] = multigrid(system).vcycles(to_dofs(fields[k]), cycles)
         return out
 
 
 @dataclass(frozen=True)
-class Elasticity3D(Elasticity):
+class Elasticity3DFamily(ElasticityFamily):
     """Linear elasticity on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
 
     # (plane unused: a 3-D body is its own model; the truth 2x finer: 4x at 33^3 would be 129^3 x 3 = 6.4 M
@@ -327,7 +338,7 @@ class Elasticity3D(Elasticity):
     dims = 3
     # No sparse Cholesky in 3-D: its fill-in makes it the slower solve at every size swept (17³: 665 ms against
     # AMG-CG's 221 ms; 33³: 45 s against 2.2 s).
-    classical_methods = {k: v for k, v in Elasticity.classical_methods.items() if k != "cholesky"}
+    classical_methods = {k: v for k, v in ElasticityFamily.classical_methods.items() if k != "cholesky"}
     in_channels = 5  # log E, nu, and the three coordinates
     unknowns = ("u_x", "u_y", "u_z")
     vectors = {"u": ("u_x", "u_y", "u_z")}

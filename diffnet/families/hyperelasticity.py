@@ -19,29 +19,21 @@ import torch
 
 from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_energy, neo_hookean_stencil,
                                                    smallest_jacobian)
-from diffnet.grid.material import POISSON_RATIO, von_mises
+from diffnet.grid.material import von_mises
 from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.instances.boundary import vector_side_check
-from diffnet.problems.elasticity import ElasticBox, SolvedBox
-from diffnet.problems.kl_family import kl_log_field
+from diffnet.families.elasticity import ElasticBox, SolvedBox, poisson_ratio
+from diffnet.families.kl_family import kl_log_field
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, option, positive
 from diffnet.solvers.classical import q1_to_grid
 from diffnet.solvers.hyperelasticity import NeoHookeanBody, NewtonFailure, NewtonStats
 
-__all__ = ["Hyperelasticity", "Hyperelasticity3D"]
+__all__ = ["HyperelasticityFamily", "Hyperelasticity3DFamily"]
 
 # The grid on which the configuration checks that the largest load does not invert the mean body (17^2: 0.3 s;
 # 9^3: 1 s).
 _CHECK_NODES = {2: 17, 3: 9}
-
-
-def _poisson_ratio(v: float) -> str | None:
-    lower, upper = POISSON_RATIO
-    if not lower < v < upper:
-        return (f"need {lower:g} < nu < {upper:g} (at {upper:g} the solid is incompressible: lambda is infinite in "
-                f"plane strain and in 3-D), got {v}")
-    return None
 
 
 def _loads(v: tuple[float, ...]) -> str | None:
@@ -52,7 +44,7 @@ def _loads(v: tuple[float, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Hyperelasticity(ElasticBox, SolvedBox, Family):
+class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
     """A Neo-Hookean body in plane strain on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
 
     resolution: tuple[int, ...]
@@ -62,7 +54,7 @@ class Hyperelasticity(ElasticBox, SolvedBox, Family):
     load_range: tuple[float, ...] = option((0.1, 0.2), "range of the load's magnitude s (each loaded side's traction "
                                            "times s)", _loads)
     shear: float = option(1.0, "the shear modulus mu where log mu's KL field is 0", positive)
-    nu: float = option(0.3, "the Poisson ratio (lambda = 2 mu nu / (1 - 2 nu))", _poisson_ratio)
+    nu: float = option(0.3, "the Poisson ratio (lambda = 2 mu nu / (1 - 2 nu))", poisson_ratio)
     x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
                      vector_side_check(2))
     x1: str = option("traction=1,-1", "the side x = 1 (as x0; a traction is scaled by the instance's load)",
@@ -119,42 +111,42 @@ class Hyperelasticity(ElasticBox, SolvedBox, Family):
                              description="log mu's KL coefficients and the load's magnitude",
                              limits=((-np.inf,) * m + (0.0,), (np.inf,) * (m + 1)))
 
-    def shear_modulus(self, params: torch.Tensor) -> torch.Tensor:
+    def shear_modulus(self, instances: torch.Tensor) -> torch.Tensor:
         """Nodal shear modulus (S, *resolution) of instances (S, m + 1)."""
-        return self.shear * torch.exp(kl_log_field(params[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
+        return self.shear * torch.exp(kl_log_field(instances[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """log10 mu of each instance, its load in the label."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         return np.log10(self.shear_modulus(torch.as_tensor(p)).numpy()), [f"mu, load = {row[-1]:.3f}" for row in p]
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
         """(S, 2 + d, *resolution): log mu, the load as a constant field, then the coordinates, outermost first."""
-        return self.box_inputs(torch.log(self.shear_modulus(params)), params[:, -1])
+        return self.box_inputs(torch.log(self.shear_modulus(instances)), instances[:, -1])
 
     # -- the loss ----------------------------------------------------------------------
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the stored energy less the scaled tractions' work."""
         load = self._side_fields(u)[2]
-        p = params.to(u.dtype)
+        p = instances.to(u.dtype)
         stored = neo_hookean_energy(u, self.shear_modulus(p), self.nu, self.spacing)
         return {"energy": stored - p[:, -1] * (load * u).flatten(1).sum(1)}
 
-    def hessian(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The energy's Hessian at u, the tangent stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
-        return neo_hookean_stencil(u, self.shear_modulus(params.to(u.dtype)), self.nu, self.spacing)
+        return neo_hookean_stencil(u, self.shear_modulus(instances.to(u.dtype)), self.nu, self.spacing)
 
-    def admissible(self, u: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def admissible(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """(S,) bool: no element inverted (det F > 0 at every Gauss point); the coarse correction's line search keeps it."""
         return smallest_jacobian(u, self.spacing) > 0
 
-    def derived(self, params, fields) -> dict:
+    def derived(self, instances, fields) -> dict:
         """The Cauchy stress (a symmetric tensor (S, K, *grid): 2-D xx, yy, xy; 3-D xx, yy, zz, xy, yz, xz) and its von
         Mises stress (S, *grid) of displacements (S, d, *grid), plane strain's σ_zz in the latter: at the Gauss points
         from F = I + ∇u and mu there (:func:`~diffnet.discretisation.hyperelasticity.cauchy_stress`), recovered to the
         nodes (:mod:`diffnet.grid.recovery`), as linear elasticity's; numpy or torch in, the same out (differentiable)."""
         u, back = as_tensors(fields)
-        p = torch.as_tensor(params, dtype=u.dtype, device=u.device)
+        p = torch.as_tensor(instances, dtype=u.dtype, device=u.device)
         grad = gauss_gradients(u, self.spacing)  # (S, d (i), d (j), Q, *cells)
         mu = at_gauss(self.shear_modulus(p), self.dims)
         sigma = cauchy_stress([[grad[:, i, j] for j in range(self.dims)] for i in range(self.dims)], mu,
@@ -168,37 +160,37 @@ class Hyperelasticity(ElasticBox, SolvedBox, Family):
                      "von_mises": to_nodes(mises, self.dims)})
 
     # -- references ---------------------------------------------------------------------
-    def body(self, params: np.ndarray) -> NeoHookeanBody:
+    def body(self, instances: np.ndarray) -> NeoHookeanBody:
         """One instance (m + 1,) as the classical solver's body."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         mu = self.shear_modulus(torch.as_tensor(p[None]))[0].numpy()
         return NeoHookeanBody(mu, self.nu, self.boundaries, float(p[-1]))
 
-    def solve(self, params: np.ndarray, tol: float = 1e-10, linear_tol: float = 1e-10,
+    def solve(self, instances: np.ndarray, tol: float = 1e-10, linear_tol: float = 1e-10,
               stats: NewtonStats | None = None, linear: str = "amg", start: np.ndarray | None = None) -> np.ndarray:
         """One instance's minimiser on this grid (d, *grid) by Newton from ``start`` (or the held values), each step
         by ``linear`` ("amg": AMG-CG; "cholesky"); a failure is one line naming it."""
         try:
-            return self.body(params).solve(tol, linear_tol, start=start, stats=stats, linear=linear)
+            return self.body(instances).solve(tol, linear_tol, start=start, stats=stats, linear=linear)
         except NewtonFailure as e:
-            values = ", ".join(f"{v:.3g}" for v in np.asarray(params, dtype=np.float64))
+            values = ", ".join(f"{v:.3g}" for v in np.asarray(instances, dtype=np.float64))
             raise ValueError(f"the {self.name} instance ({values}) on {'x'.join(map(str, self.resolution))}: {e}") from None
 
     solution = "Newton solution"
 
-    def solve_instance(self, params: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    def solve_instance(self, instances: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
         """One instance's minimiser of the energy on this grid (d, *resolution), Newton to 1e-10 of the load from
         ``start`` (d, *resolution) or the held values. Each step by a sparse Cholesky in 2-D (64², one thread: 0.44 s
         an instance against 0.58-0.73 s by AMG-CG to 1e-10, the same field to 2e-16; 127²: 2.2 s against 2.6 s), by
         AMG-CG in 3-D (where the factor fills in)."""
-        return self.solve(params, start=start, linear="cholesky" if self.dims == 2 else "amg")
+        return self.solve(instances, start=start, linear="cholesky" if self.dims == 2 else "amg")
 
-    def discrete_optimum(self, params: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The same-grid minimiser (the floor), Newton from ``initial`` (S, d, *resolution) where given: from a nearby
         instance's solution 3 steps instead of 8 at 64² (an inverse problem's chains and line searches)."""
-        params = np.asarray(params, dtype=np.float64)
-        starts = initial if initial is not None else [None] * len(params)
-        return np.stack([self.solve_instance(p, u) for p, u in zip(params, starts)]), np.ones(len(params), dtype=bool)
+        instances = np.asarray(instances, dtype=np.float64)
+        starts = initial if initial is not None else [None] * len(instances)
+        return np.stack([self.solve_instance(p, u) for p, u in zip(instances, starts)]), np.ones(len(instances), dtype=bool)
 
     # -- the classical side and the polish ------------------------------------------------
     def classical_solver(self, method: str, grid: int) -> "NewtonSolve":
@@ -209,20 +201,20 @@ class Hyperelasticity(ElasticBox, SolvedBox, Family):
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
         return NewtonSolve(coarse, 1e-4 if method.endswith("-4") else 1e-8, method.split("-")[1])
 
-    def classical_to_grid(self, method: str, native: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
         return np.stack([q1_to_grid(self, component) for component in native])
 
-    def polish(self, params: np.ndarray, fields: np.ndarray, steps: int) -> np.ndarray:
+    def polish(self, instances: np.ndarray, fields: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` damped Newton steps (AMG-CG) from the network's fields (S, d, *grid): "DiffNet + k Newton steps"."""
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
-        for k, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
             out[k] = self.body(p).polish(fields[k], steps)
         return out
 
 
 @dataclass(frozen=True)
-class Hyperelasticity3D(Hyperelasticity):
+class Hyperelasticity3DFamily(HyperelasticityFamily):
     """A Neo-Hookean body on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
 
     x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
@@ -238,7 +230,7 @@ class Hyperelasticity3D(Hyperelasticity):
 
     name = "hyperelasticity3d"
     dims = 3
-    classical_methods = {k: v for k, v in Hyperelasticity.classical_methods.items() if k != "newton-cholesky"}  # 3-D fill-in
+    classical_methods = {k: v for k, v in HyperelasticityFamily.classical_methods.items() if k != "newton-cholesky"}  # 3-D fill-in
     in_channels = 5  # log mu, the load, and the three coordinates
     unknowns = ("u_x", "u_y", "u_z")
     vectors = {"u": ("u_x", "u_y", "u_z")}
@@ -249,17 +241,17 @@ class NewtonSolve:
     """A classical solve of one instance on the family's grid, Newton and linear tolerance ``tol``; ``last`` is the
     latest call's :class:`NewtonStats` (``compare`` reports its Newton steps)."""
 
-    family: Hyperelasticity
+    family: HyperelasticityFamily
     tol: float
     linear: str = "amg"  # each Newton step's solve: "amg", "gmg" or "cholesky"
     last: NewtonStats | None = None
 
-    def __call__(self, params: np.ndarray) -> np.ndarray:
+    def __call__(self, instances: np.ndarray) -> np.ndarray:
         self.last = NewtonStats()
-        return self.family.solve(params, self.tol, self.tol, self.last, self.linear)
+        return self.family.solve(instances, self.tol, self.tol, self.last, self.linear)
 
 
-def _inverted(family: Hyperelasticity) -> str | None:
+def _inverted(family: HyperelasticityFamily) -> str | None:
     """Why the largest load inverts the mean body (log mu's KL field 0) on the check grid, or None: a load the
     Neo-Hookean energy cannot carry is refused before any run starts."""
     p = np.zeros(family.kl_terms + 1)

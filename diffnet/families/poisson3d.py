@@ -1,6 +1,6 @@
 """3-D Poisson family -div(nu grad u) = 0 on [0,1]^3 with a Karhunen-Loeve log-diffusivity.
 
-The 2-D family (:class:`~diffnet.problems.poisson.PoissonProblem`) on an (N_z, N_y, N_x) grid:
+The 2-D family (:class:`~diffnet.families.poisson.PoissonFamily`) on an (N_z, N_y, N_x) grid:
 u = 1 at x = 0, u = 0 at x = 1, zero flux on the other four faces; nu = exp(sum_i a_i
 lambda_i^{3/2} phi_i(x) phi_i(y) phi_i(z)) (the weight lambda_i^{d/2} of :mod:`diffnet.instances.kl`; with
 lambda_i alone nu would span 15 decades at 33^3); the trilinear Q1 energy and system. What is its
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from diffnet.instances.boundary import SIDE_DOC, side_check
 from diffnet.protocol.options import integer_in, option
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 
-__all__ = ["Poisson3D"]
+__all__ = ["Poisson3DFamily"]
 
 
 @dataclass(frozen=True)
-class Poisson3D(PoissonProblem):
+class Poisson3DFamily(PoissonFamily):
     """The 3-D KL Poisson family on an (N_z, N_y, N_x) nodal grid of [0,1]^3.
 
     Instance parameters are coefficient rows a (S, m), or nodal diffusivity fields

@@ -2,7 +2,7 @@
 centre and radius are part of the instance, with the box's conditions per side and an insulated hole
 (or a Dirichlet value on it).
 
-An instance is the m KL coefficients of ν (as :mod:`diffnet.problems.poisson`) followed by the hole's
+An instance is the m KL coefficients of ν (as :mod:`diffnet.families.poisson`) followed by the hole's
 centre (x, y) and radius, each in its own training range. The network reads log ν and the signed
 distance; the loss is the immersed Q1 energy (:mod:`diffnet.discretisation.immersed`: cut cells around the hole,
 Nitsche's terms where the hole carries a value) less the box fluxes' work; the floor is the same-grid
@@ -18,25 +18,25 @@ import torch
 
 from diffnet.instances.boundary import BoxBoundary, Side, parse_side, side_check
 from diffnet.protocol.family import Family, ParameterSpec
-from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_problem
+from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_error
 from diffnet.discretisation.immersed import immersed_energy
 from diffnet.instances.kl import kl_modes
 from diffnet.protocol.options import integer_in, interval, option
-from diffnet.problems.immersed_family import ImmersedFamily
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.immersed_family import ImmersedFamily
+from diffnet.families.poisson import PoissonFamily
 
-__all__ = ["PlateWithHole"]
+__all__ = ["PlateWithHoleFamily"]
 
 
 def _hole_check(text: str) -> str | None:
-    problem = side_check(text)
-    if problem is None and parse_side(text).kind == "flux" and parse_side(text).value != 0.0:
+    error = side_check(text)
+    if error is None and parse_side(text).kind == "flux" and parse_side(text).value != 0.0:
         return "the hole is insulated (\"flux=0\") or holds a value (\"u=VALUE\")"
-    return problem
+    return error
 
 
 @dataclass(frozen=True)
-class PlateWithHole(ImmersedFamily, PoissonProblem):
+class PlateWithHoleFamily(ImmersedFamily, PoissonFamily):
     """-∇·(ν∇u) = 0 on the unit square minus a disc (the instance's last three entries: centre x, y and
     radius), ν from the KL family (the first ``kl_terms`` entries), conditions per side of the square
     (default u = 1 at x = 0, u = 0 at x = 1, insulated y sides) and on the hole (default insulated)."""
@@ -74,44 +74,44 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     def draw(self, n: int, distribution: str, seed: int) -> np.ndarray:
         return Family.draw(self, n, distribution, seed)
 
-    def shape(self, params: np.ndarray) -> Difference:
+    def shape(self, instances: np.ndarray) -> Difference:
         """The plate of one instance: the square (and beyond) less its hole."""
-        x, y, r = np.asarray(params, dtype=np.float64)[self.kl_terms:]
+        x, y, r = np.asarray(instances, dtype=np.float64)[self.kl_terms:]
         return Difference(Box((-1.0, -1.0), (2.0, 2.0)), Disc((x, y), r))
 
-    def check_instances(self, params: np.ndarray) -> None:
+    def check_instances(self, instances: np.ndarray) -> None:
         """Each hole within the family's ranges, at least two cells across and a cell clear of the plate's sides."""
-        Family.check_instances(self, params)
+        Family.check_instances(self, instances)
         spec = self.parameters
         low, high = spec.bounds()
-        for i, p in enumerate(np.asarray(params, dtype=np.float64)):
+        for i, p in enumerate(np.asarray(instances, dtype=np.float64)):
             for j in range(self.kl_terms, self.kl_terms + 3):  # the hole's entries: a range of shapes, not extrapolated
                 if not low[j] <= p[j] <= high[j]:
                     raise ValueError(f"instance {i}: {spec.names[j]} = {p[j]:g} is outside the holes' range "
                                      f"[{low[j]:g}, {high[j]:g}]")
-            problem = hole_problem(*p[self.kl_terms:], self.resolution)
-            if problem is not None:
-                raise ValueError(f"instance {i}: {problem}")
+            error = hole_error(*p[self.kl_terms:], self.resolution)
+            if error is not None:
+                raise ValueError(f"instance {i}: {error}")
 
     # -- the diffusivity and the network's inputs -----------------------------------------
-    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+    def diffusivity(self, instances: torch.Tensor) -> torch.Tensor:
         """Nodal ν (S, N_y, N_x) of the instances' KL coefficients (their first ``kl_terms`` entries)."""
-        return super().diffusivity(params[:, : self.kl_terms])
+        return super().diffusivity(instances[:, : self.kl_terms])
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        labels = [f"ν, hole ({p[-3]:.2f}, {p[-2]:.2f}), r {p[-1]:.2f}" for p in np.asarray(params)]
-        return np.log10(self.diffusivity_numpy(params)), labels
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        labels = [f"ν, hole ({p[-3]:.2f}, {p[-2]:.2f}), r {p[-1]:.2f}" for p in np.asarray(instances)]
+        return np.log10(self.diffusivity_numpy(instances)), labels
 
-    def input_channels(self, params: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
-        return [torch.log(self.diffusivity(params)), sdf]
+    def input_channels(self, instances: torch.Tensor, sdf: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.log(self.diffusivity(instances)), sdf]
 
-    def coefficient(self, params: np.ndarray) -> np.ndarray:
-        return self.diffusivity_numpy(np.asarray(params)[None])[0]
+    def coefficient(self, instances: np.ndarray) -> np.ndarray:
+        return self.diffusivity_numpy(np.asarray(instances)[None])[0]
 
     # -- the field and the loss ---------------------------------------------------------------
-    def field(self, raw: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The lift of the sides' values plus the network's output off the Dirichlet nodes, on the active nodes."""
-        return PoissonProblem.field(self, raw, params) * self._active(params, raw)
+        return PoissonFamily.field(self, raw, instances) * self._active(instances, raw)
 
     @property
     def cut_condition(self) -> Side:
@@ -122,20 +122,20 @@ class PlateWithHole(ImmersedFamily, PoissonProblem):
     def box_conditions(self) -> BoxBoundary:
         return self.boundary
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The immersed energy less the sides' fluxes' work, divided by the lift's energy on the whole square."""
-        nu = self.diffusivity(params.to(u.dtype))
+        nu = self.diffusivity(instances.to(u.dtype))
         _, lift, _ = self._boundary_fields(u)
-        energy = immersed_energy(u, nu, self._data(params), **self._energy_arguments())
+        energy = immersed_energy(u, nu, self._data(instances), **self._energy_arguments())
         return {"energy": (energy - self._flux_work(u)) / self._scale(lift, nu)}
 
     hessian = ImmersedFamily.hessian  # the cut domain's, not the box's stencil of the KL family
     # -- the body-fitted truth ------------------------------------------------------------
-    def body_fitted(self, params: np.ndarray, h: float) -> np.ndarray:
+    def body_fitted(self, instances: np.ndarray, h: float) -> np.ndarray:
         from diffnet.solvers.bodyfitted import Loop, body_fitted_solve
 
         m = self.kl_terms
-        a = np.asarray(params, dtype=np.float64)
+        a = np.asarray(instances, dtype=np.float64)
         x0, y0, r = a[m:]
         n = max(4, int(np.ceil(1.0 / h)))
         s = np.linspace(0.0, 1.0, n, endpoint=False)

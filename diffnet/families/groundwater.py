@@ -12,12 +12,12 @@ import torch
 
 from diffnet.backend.constants import constant
 from diffnet.discretisation.energy import source_work
-from diffnet.problems.poisson import PoissonProblem
+from diffnet.families.poisson import PoissonFamily
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import interval, option, positive
 from diffnet.solvers.fem import FEMSystem
 
-__all__ = ["Groundwater"]
+__all__ = ["GroundwaterFamily"]
 
 
 def _unit_coordinates(values: tuple[float, ...]) -> str | None:
@@ -41,7 +41,7 @@ def well_sources(rates: torch.Tensor, x: tuple[float, ...], y: tuple[float, ...]
 
 
 @dataclass(frozen=True)
-class Groundwater(PoissonProblem):
+class GroundwaterFamily(PoissonFamily):
     """-div(nu grad u) = sum_k q_k g(x - x_k) on [0,1]^2: the Poisson family's KL conductivity and sides (default
     head 1 at x = 0, 0 at x = 1, no flow elsewhere) with wells at (``well_x``, ``well_y``), each a Gaussian source of
     radius ``well_radius`` whose rate q_k (injection > 0, pumping < 0) is an instance parameter: an instance is
@@ -83,44 +83,44 @@ class Groundwater(PoissonProblem):
             out[:, : self.kl_terms] = np.random.default_rng(seed + 1).standard_normal((n, self.kl_terms))
         return out
 
-    def diffusivity(self, params: torch.Tensor) -> torch.Tensor:
+    def diffusivity(self, instances: torch.Tensor) -> torch.Tensor:
         """Nodal nu (S, *resolution) of the instances' KL coefficients."""
-        return super().diffusivity(params[:, : self.kl_terms])
+        return super().diffusivity(instances[:, : self.kl_terms])
 
-    def source(self, params: torch.Tensor) -> torch.Tensor:
+    def source(self, instances: torch.Tensor) -> torch.Tensor:
         """The wells' nodal source (S, *resolution) of the instances' rates."""
-        return well_sources(params[:, self.kl_terms:], self.well_x, self.well_y, self.well_radius,
+        return well_sources(instances[:, self.kl_terms:], self.well_x, self.well_y, self.well_radius,
                             tuple(self.resolution))
 
-    def inputs(self, params: torch.Tensor) -> torch.Tensor:
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
         """Network input (S, 4, *resolution): log nu, the source (scaled by ρ², order one at a well of unit rate),
         then the coordinates."""
-        base = super().inputs(params)
-        scaled = self.source(params.to(base.dtype)) * (2.0 * math.pi * self.well_radius**2)
+        base = super().inputs(instances)
+        scaled = self.source(instances.to(base.dtype)) * (2.0 * math.pi * self.well_radius**2)
         return torch.cat([base[:, :1], scaled[:, None], base[:, 1:]], dim=1)
 
-    def loss_terms(self, u: torch.Tensor, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample energy less the fluxes' and the sources' work, divided by the scale, shape (S,)."""
-        p = params.to(u.dtype)
+        p = instances.to(u.dtype)
         nu = self.diffusivity(p)
         _, lift, _ = self._boundary_fields(u)
         work = self._flux_work(u) + source_work(u, self.source(p), *self.spacing)
         return {"energy": (self._energy(u, nu) - work) / self._scale(lift, nu)}
 
-    def tile_loss_terms(self, raw: torch.Tensor, params: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
+    def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling) -> dict[str, torch.Tensor]:
         """Under a domain split, the protocol's exact default (the tiles gathered, :meth:`loss_terms` on the whole
         grid): the Poisson family's tile-local energy does not carry the sources."""
-        return Family.tile_loss_terms(self, raw, params, tiling)
+        return Family.tile_loss_terms(self, raw, instances, tiling)
 
-    def input_fields(self, params: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """log10 of each instance's conductivity, labelled with its rates."""
-        p = np.asarray(params, dtype=np.float64)
+        p = np.asarray(instances, dtype=np.float64)
         labels = ["ν, q = (" + ", ".join(f"{v:.2f}" for v in row[self.kl_terms:]) + ")" for row in p]
         return np.log10(self.diffusivity_numpy(p)), labels
 
-    def fem_system(self, params: np.ndarray) -> FEMSystem:
+    def fem_system(self, instances: np.ndarray) -> FEMSystem:
         """The Q1 system of one instance (m + K,): the conductivity's stiffness, the wells' load."""
-        p = torch.as_tensor(np.asarray(params, dtype=np.float64)[None])
+        p = torch.as_tensor(np.asarray(instances, dtype=np.float64)[None])
         return self._box_system(self.diffusivity(p)[0].numpy(), f=self.source(p)[0].numpy())
 
     def describe(self) -> str:
