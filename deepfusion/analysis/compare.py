@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from deepfusion.analysis.equal_accuracy import Point, best_time, binding, break_even, cheapest, sweep, timed
-from deepfusion.analysis.evaluate import part_text
+from diffnet.backend.clock import part_text
 from diffnet.backend.clock import PartClock
 
 __all__ = ["Timings", "time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]

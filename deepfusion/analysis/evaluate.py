@@ -19,11 +19,11 @@ from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
                                             relative_l2)
 from deepfusion.files.fields import Layout, by_unknown, write_fields
-from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
+from diffnet.backend.clock import CORRECTION_PARTS, PartClock, part_text, total
 from diffnet.multigrid.preconditioned import error_estimate
 from diffnet.generators.two_stage import TwoStage
 
-__all__ = ["Assessment", "assess", "evaluate_run", "part_text", "print_assessment"]
+__all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
 
 
 @dataclass(frozen=True)
@@ -111,13 +111,6 @@ def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
     if found.parts:
         print("one instance's inference by part: " + part_text(found.parts)
               + ("" if found.newton_steps is None else f"; coarse Newton {found.newton_steps:.3g} iterations per instance"))
-
-
-def part_text(parts: dict[str, float]) -> str:
-    """Seconds per part as one phrase, largest first: ``network 4.1 ms (60 %), coarse solves 1.2 ms (18 %), ...``."""
-    whole = total(parts) or 1.0
-    return ", ".join(f"{name} {seconds * 1e3:.3g} ms ({seconds / whole:.0%})"
-                     for name, seconds in sorted(parts.items(), key=lambda kv: -kv[1]))
 
 
 def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: float | None,

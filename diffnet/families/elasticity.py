@@ -124,16 +124,45 @@ class ElasticBox(SideFields):
 
 
 class SolvedBox:
-    """The references of a solid on the whole box, one solve per instance: on this grid (the floor) and on a grid
-    ``truth_refine`` times finer (the truth), and the classical sweep's grids. A family declares ``solution`` (what
-    its solve is called: "Q1 solution", "Newton solution") and :meth:`solve_instance` (shared by the linear and the
-    Neo-Hookean families; the plate with a hole has its own, on its cut domain)."""
+    """A solid on the whole box whose KL coefficients give a modulus field and whose instance ends in one scalar (the
+    Poisson ratio, the load): the network's inputs and the plots' fields from them, and its references, one solve per
+    instance: on this grid (the floor) and on a grid ``truth_refine`` times finer (the truth), and the classical
+    sweep's grids. A family declares ``solution`` (what its solve is called: "Q1 solution", "Newton solution"),
+    ``labels`` (the modulus's and the last entry's names) and :meth:`modulus` and :meth:`solve_instance` (shared by
+    the linear and the Neo-Hookean families; the plate with a hole has its own, on its cut domain)."""
 
     solution: ClassVar[str]
+    labels: ClassVar[tuple[str, str]]
+
+    def __post_init__(self) -> None:
+        if len(self.resolution) != self.dims or min(self.resolution) < 3:
+            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
+                             f"each, got {list(self.resolution)}")
+        self.check_supports()
+        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
+            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
+                             "instance's displacement is zero and a relative error against it has no meaning; give a "
+                             "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
+
+    def modulus(self, instances: torch.Tensor) -> torch.Tensor:
+        """The nodal modulus (S, *resolution) of instances (S, m + 1)."""
+        raise NotImplementedError
 
     def solve_instance(self, instances: np.ndarray) -> np.ndarray:
         """One instance's discrete solution on this grid (d, *resolution)."""
         raise NotImplementedError
+
+    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """log10 of each instance's modulus, its last entry in the label."""
+        p = np.asarray(instances, dtype=np.float64)
+        modulus, last = self.labels
+        return (np.log10(self.modulus(torch.as_tensor(p)).numpy()),
+                [f"{modulus}, {last} = {row[-1]:.3f}" for row in p])
+
+    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
+        """(S, 2 + d, *resolution): log modulus, the last entry as a constant field, then the coordinates, outermost
+        first."""
+        return self.box_inputs(torch.log(self.modulus(instances)), instances[:, -1])
 
     def _solutions(self, instances: np.ndarray, progress, stride: int = 1) -> np.ndarray:
         every = (slice(None),) + (slice(None, None, stride),) * self.dims
@@ -210,16 +239,6 @@ class ElasticityFamily(ElasticBox, SolvedBox, Family):
     classical_baseline = "sa-rbm"
     polish_step = "AMG V-cycle"
 
-    def __post_init__(self) -> None:
-        if len(self.resolution) != self.dims or min(self.resolution) < 3:
-            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
-                             f"each, got {list(self.resolution)}")
-        self.check_supports()
-        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
-            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
-                             "instance's displacement is zero and a relative error against it has no meaning; give a "
-                             "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
-
     def describe(self) -> str:
         sides = self.sides_text()
         return (f"plane {self.plane} " if self.dims == 2 else "") + \
@@ -240,14 +259,7 @@ class ElasticityFamily(ElasticBox, SolvedBox, Family):
         """Nodal Young's modulus (S, *resolution) of instances (S, m + 1)."""
         return torch.exp(kl_log_field(instances[:, : self.kl_terms], self.eta, self.kl_terms, self.resolution))
 
-    def input_fields(self, instances: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """log10 E of each instance, its ratio in the label."""
-        p = np.asarray(instances, dtype=np.float64)
-        return np.log10(self.young(torch.as_tensor(p)).numpy()), [f"E, nu = {row[-1]:.3f}" for row in p]
-
-    def inputs(self, instances: torch.Tensor) -> torch.Tensor:
-        """(S, 2 + d, *resolution): log E, nu as a constant field, then the coordinates, outermost first."""
-        return self.box_inputs(torch.log(self.young(instances)), instances[:, -1])
+    modulus = young
 
     def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """The total potential energy per sample: the strain energy less the tractions' work."""
@@ -284,6 +296,7 @@ class ElasticityFamily(ElasticBox, SolvedBox, Family):
         return elasticity_system(young, float(p[-1]), self.boundaries, self.plane, held=self.held())
 
     solution = "Q1 solution"
+    labels = ("E", "nu")
 
     def solve_instance(self, instances: np.ndarray) -> np.ndarray:
         """One instance's Q1 solution (d, *resolution) by geometric-multigrid CG, to 1e-10 (at 65³, one thread: 17 s
