@@ -84,22 +84,27 @@ def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank")
                   f"{b_loc * groups} samples ({b_loc} per {unit})", file=sys.stderr)
 
 
-def _memory_line(peaks: list[int], node: int | None) -> str:
-    """Each rank's peak resident memory (the first eight), and the node's physical memory beside it."""
+def _memory_line(peaks: list[int], node: int | None, kept: int) -> str:
+    """Each rank's peak resident memory (the first eight), the node's physical memory and what a rank could keep of
+    its instances' set-up beside it."""
     gib = 2.0**30
     each = ", ".join(f"{p / gib:.2f}" for p in peaks[:8]) + (", ..." if len(peaks) > 8 else "")
     node_text = f" (the node has {node / gib:.1f} GiB)" if node else ""
-    return f"peak memory per rank: {each} GiB{node_text}, at most {max(peaks) / gib:.2f} GiB"
+    return (f"peak memory per rank: {each} GiB{node_text}, at most {max(peaks) / gib:.2f} GiB; kept set-up at most "
+            f"{kept / gib:.1f} GiB a rank (parallel.cache_gib)")
 
 
 def command(args: argparse.Namespace, comm) -> int:
     """Train the config on every rank of ``comm``; rank 0 writes and prints."""
     cfg, notice = agree(comm, lambda: _load_run_config(args))
-    from deepfusion.parallel.runtime import apply_threads, node_memory_bytes, peak_memory_bytes, resolve_threads
+    from deepfusion.parallel.runtime import (apply_threads, cache_budget, node_memory_bytes, peak_memory_bytes,
+                                             resolve_threads)
+    from diffnet.backend.budget import budget_bytes, set_budget_bytes
 
-    # Threads are fixed before torch does any work.
+    # Threads are fixed before torch does any work; what a rank keeps per instance within its share of the node.
     threads = resolve_threads(cfg.parallel.threads_per_rank, comm.local_size)
     apply_threads(threads)
+    set_budget_bytes(cache_budget(cfg.parallel.cache_gib, node_memory_bytes(), comm.local_size))
 
     import torch
 
@@ -201,7 +206,7 @@ def command(args: argparse.Namespace, comm) -> int:
                if cfg.model.coarse_correction and result.seconds > 0 else "")
             + clock.newton_text() + f"; checkpoint {result.checkpoint}"
         )
-        say(_memory_line(comm.allgather(peak_memory_bytes()), node_memory_bytes()))
+        say(_memory_line(comm.allgather(peak_memory_bytes()), node_memory_bytes(), budget_bytes()))
     pred = None
     if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
         from deepfusion.analysis.inference import predict

@@ -237,6 +237,10 @@ class ParallelConfig:
 
     threads_per_rank: int = _key(_nonnegative, default=0,
         doc="threads per rank; 0 = cores available / ranks on the node")
+    cache_gib: float = _key(_nonnegative, default=0.0,
+        doc="GiB each rank may keep of its instances' set-up (coarse spaces and factors, cut cells, Hessians, "
+            "multigrids; past it the least recently used is built again); 0 = a third of the node's memory / ranks "
+            "on the node, at most 12")
     device: str = _key(_choice("cpu", "cuda"), default="cpu",
         doc="`cpu` or `cuda` (one GPU per rank; see GPU)")
     gradsync: str = _key(_choice("bucketed", "flat", "hierarchical"), default="bucketed",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["available_cores", "peak_memory_bytes", "node_memory_bytes", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "mpiexec_mismatch",
+__all__ = ["available_cores", "cache_budget", "peak_memory_bytes", "node_memory_bytes", "resolve_threads", "apply_threads", "use_huge_pages", "find_mpiexec", "mpiexec_mismatch",
            "mpi4py_vendor", "launcher_vendor", "DeviceError", "select_device", "configure_cuda"]
 
 
@@ -35,6 +35,19 @@ def node_memory_bytes() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def cache_budget(requested_gib: float, node_bytes: int | None, ranks_on_node: int) -> int:
+    """Bytes one rank may keep of its instances' set-up (:mod:`diffnet.backend.budget`): ``requested_gib``, or when 0
+    a third of the node's memory shared by its ranks (the rest for the network's activations, the batch's fields
+    and the system), at most the caches' default."""
+    from diffnet.backend.budget import DEFAULT_BYTES
+
+    if requested_gib > 0:
+        return int(requested_gib * 2**30)
+    if not node_bytes:
+        return DEFAULT_BYTES
+    return min(DEFAULT_BYTES, node_bytes // (3 * max(1, ranks_on_node)))
 
 
 def resolve_threads(requested: int, ranks_on_node: int, cores: int | None = None) -> int:

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
+from diffnet.backend.budget import cache_bytes
 from diffnet.grid.nodal import inside_only
 from diffnet.grid.recovery import gauss_gradients, to_nodes
 from diffnet.instances.boundary import BoxBoundary, Side
@@ -51,33 +52,28 @@ from diffnet.solvers.matrix_stencil import apply_dirichlet
 __all__ = ["ImmersedFamily"]
 
 BODY_FITTED = "body-fitted"
-# What one process keeps of the instances' discretisations, in bytes: a 128^2 instance is about 1.7 MB,
-# so 2 GiB holds a rank's share of a few thousand; past it the least recently used is built again when met.
-CACHE_BYTES = 2 * 2**30
-
-
 class _Cache(OrderedDict):
-    """(family, row bytes) -> (what was built, its bytes), least recently used first, with their total."""
+    """(family, row bytes) -> (what was built, its bytes), least recently used first, with their total, within its
+    share of the process's budget (:func:`diffnet.backend.budget.cache_bytes` of ``share``, read when it keeps)."""
 
-    nbytes: int = 0
+    def __init__(self, share: str) -> None:
+        super().__init__()
+        self.share = share
+        self.nbytes = 0
 
 
 # Keyed by (family, instance): equal families share, and a family made again for another grid (a multigrid
-# level, the coarse correction's coarse grid: a new object each step) finds what the last one built.
-_DISCRETISATIONS = _Cache()
-_HESSIANS = _Cache()
-# The assembled multigrid of an instance (the preconditioned loss's B g, the polish): a 128^2 hierarchy is
-# 4 MB, and kept by count (4096 of them) with the caches above it took a rank past 11 GB at 128^2 and
-# was killed. Bounded by bytes instead, twice the others': a rank's shard of 1024 instances
-# at 128^2 fits, and one built again costs 0.4 s.
-MULTIGRID_BYTES = 2 * CACHE_BYTES
-_MULTIGRIDS = _Cache()
+# level, the coarse correction's coarse grid: a new object each step) finds what the last one built. A 128^2
+# instance's discretisation is about 1.7 MB; its assembled multigrid (the preconditioned loss's B g, the polish)
+# 4 MB, and one built again costs 0.4 s.
+_DISCRETISATIONS = _Cache("discretisations")
+_HESSIANS = _Cache("hessians")
+_MULTIGRIDS = _Cache("multigrids")
 
 
-def _keep(cache: _Cache, key, value, limit: int | None = None) -> None:
-    """Remember ``value`` under ``key``, forgetting the least recently used past ``limit`` bytes (default
-    :data:`CACHE_BYTES`, read when called)."""
-    limit = CACHE_BYTES if limit is None else limit
+def _keep(cache: _Cache, key, value) -> None:
+    """Remember ``value`` under ``key``, forgetting the least recently used past the cache's share of the budget."""
+    limit = cache_bytes(cache.share)
     cache[key] = (value, value.nbytes if isinstance(value, torch.Tensor) else _nbytes(value))
     cache.nbytes += cache[key][1]
     while cache.nbytes > limit and len(cache) > 1:
@@ -159,7 +155,7 @@ class ImmersedFamily(Q1Classical):
     # -- the instances' discretisations, each built once -----------------------------------
     def discretised(self, instances: np.ndarray) -> Immersed:
         """One instance's discretisation: :meth:`discretise`'s, built the first time this process meets the
-        instance and kept (:data:`CACHE_BYTES`): training revisits every instance of a rank's shard each
+        instance and kept (:mod:`diffnet.backend.budget`): training revisits every instance of a rank's shard each
         epoch, and building it per sample and step made a user's 17² family run at 13 samples/s."""
         row = np.ascontiguousarray(np.ravel(instances), dtype=np.float64)
         key = (self, row.tobytes())
@@ -401,13 +397,13 @@ class ImmersedFamily(Q1Classical):
 
 def _multigrid(family: ImmersedFamily, instances: tuple[float, ...]):
     """One instance's multigrid on its immersed system, kept (training revisits every instance) within
-    :data:`CACHE_BYTES`."""
+    :mod:`diffnet.backend.budget`."""
     key = (family, instances)
     if key in _MULTIGRIDS:
         _MULTIGRIDS.move_to_end(key)
         return _MULTIGRIDS[key][0]
     multigrid = family.fem_system(np.asarray(instances)).multigrid()
-    _keep(_MULTIGRIDS, key, multigrid, MULTIGRID_BYTES)
+    _keep(_MULTIGRIDS, key, multigrid)
     return multigrid
 
 

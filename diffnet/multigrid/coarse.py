@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from diffnet.backend.budget import cache_bytes
 from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SOLVES, PartClock
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
 from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, free_couplings
@@ -55,7 +56,7 @@ from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["CACHE_BYTES", "CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "corrected_field",
+__all__ = ["CoarseSpace", "Correct", "coarse_correction", "coarse_grid", "corrected_field",
            "forget_coarse_spaces"]
 
 
@@ -108,7 +109,7 @@ class CoarseSpace:
 
         With ``quadratic`` (the family's energy is; the configuration refuses the correction otherwise) an
         instance's space does not depend on the field: each instance's is built the first time this process
-        meets it and kept (:data:`CACHE_BYTES`), and serves every later correction of it, the second stage's and
+        meets it and kept (:mod:`diffnet.backend.budget`), and serves every later correction of it, the second stage's and
         the next epoch's alike. Else it is the linearisation at ``u``, built for this batch. The family's Hessian
         is formed in float64: from float32 coefficients A_c's rounding, times its condition number (about 1e3
         for a KL diffusivity on 9^2), reached 2e-5 of the correction."""
@@ -134,7 +135,7 @@ class CoarseSpace:
     @classmethod
     def _kept(cls, family: Family, u: torch.Tensor, instances: torch.Tensor, transfers: list[torch.Tensor],
               coarse: tuple[int, ...], vector: bool, clock: PartClock) -> list["_Instance"]:
-        """The instances' kept coarse spaces (:data:`CACHE_BYTES`), those not met before built and kept."""
+        """The instances' kept coarse spaces (:mod:`diffnet.backend.budget`), those not met before built and kept."""
         keys = [(family, coarse, u.dtype, row.tobytes())
                 for row in instances.detach().double().cpu().numpy().reshape(len(instances), -1)]
         parts: list[_Instance | None] = [_SPACES.get(key) for key in keys]
@@ -267,12 +268,11 @@ class _Instance:
             factor_bytes(self.factor)
 
 
-# What one process keeps of the instances' coarse spaces, in bytes. An elasticity instance at 64² is 1.6 MB (its
-# Hessian stencil 1.2 MB, A_c's banded factor 0.3 MB): a rank's shard of 1024 training instances on the 32² and
-# 64² levels, 2.1 GB, fits, so that no epoch after the first forms a Hessian or factorises again (training repeated
-# every factorisation every epoch: 45 % of the shipped elasticity run's time, issue 65); past it the least
-# recently used is built again when met.
-CACHE_BYTES = 4 * 2**30
+# The instances' coarse spaces, within their share of the process's budget (diffnet.backend.budget). An elasticity
+# instance at 64² is 1.6 MB (its Hessian stencil 1.2 MB, A_c's banded factor 0.3 MB): a rank's shard of 1024 training
+# instances on the 32² and 64² levels, 2.1 GB, fits the default share, so that no epoch after the first forms a
+# Hessian or factorises again (training repeated every factorisation every epoch: 45 % of the shipped elasticity
+# run's time, issue 65); past it the least recently used is built again when met.
 _SPACES: OrderedDict = OrderedDict()  # key -> _Instance, least recently used first
 _SPACE_BYTES = [0]
 
@@ -280,7 +280,7 @@ _SPACE_BYTES = [0]
 def _remember(key: tuple, part: _Instance) -> None:
     _SPACES[key] = part
     _SPACE_BYTES[0] += part.nbytes
-    while _SPACE_BYTES[0] > CACHE_BYTES and len(_SPACES) > 1:
+    while _SPACE_BYTES[0] > cache_bytes("coarse spaces") and len(_SPACES) > 1:
         _SPACE_BYTES[0] -= _SPACES.popitem(last=False)[1].nbytes
 
 

@@ -40,6 +40,8 @@ def test_tiny_training_lowers_loss_and_writes_run_dir(tiny_run):
     memory = next(line for line in stdout.splitlines() if line.startswith("peak memory per rank: "))
     peak, node = float(memory.split("at most ")[1].split()[0]), float(memory.split("node has ")[1].split()[0])
     assert 0.05 < peak < node, memory
+    kept = float(memory.split("kept set-up at most ")[1].split()[0])  # a third of the node, one rank on it
+    assert 0 < kept <= min(12.0, node / 3) + 0.05, memory
     with h5py.File(run_dir / "test_prediction.h5") as f:
         assert f["u"].shape == (5, 16, 16)
         np.testing.assert_allclose(f["c"][()], report["c"])

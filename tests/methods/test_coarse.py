@@ -473,7 +473,10 @@ def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
     u = family.field(torch.zeros(4, 1, 17, 17, dtype=torch.float64), p)
     coarse_correction(family, u[:2], p[:2], 5, quadratic=True)  # two kept
     one = next(iter(coarse._SPACES.values())).nbytes
-    monkeypatch.setattr(coarse, "CACHE_BYTES", int(2.5 * one))  # room for two, and the batch brings four
+    from diffnet.backend import budget
+
+    # room for two in the coarse spaces' share, and the batch brings four
+    monkeypatch.setattr(budget, "_BUDGET", [int(2.5 * one / budget.SHARES["coarse spaces"])])
     corrected = coarse_correction(family, u, p, 5, quadratic=True)
     expected = coarse_correction(family, u, p, 5)
     assert float((corrected - expected).abs().max()) <= 1e-12 * float(expected.abs().max())

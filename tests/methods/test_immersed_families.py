@@ -272,7 +272,9 @@ def test_each_instances_discretisation_is_built_once_until_the_caches_are_cleare
     assert len(built) == 4
     # Bounded in bytes: past the budget the least recently used instance goes first.
     one = immersed_family._nbytes(family.discretised(shapes[0]))
-    monkeypatch.setattr(immersed_family, "CACHE_BYTES", int(2.5 * one))
+    from diffnet.backend import budget
+
+    monkeypatch.setattr(budget, "_BUDGET", [int(2.5 * one / budget.SHARES["discretisations"])])
     family.clear_caches()
     for p in (shapes[0], shapes[1], shapes[0], shapes[2]):  # shapes[1] is the least recently used at the third
         family.discretised(p)
@@ -333,7 +335,9 @@ def test_each_instances_multigrid_is_kept_within_its_byte_budget(monkeypatch):
     assert immersed_family._multigrid(family, rows[0]) is first
     one = immersed_family._nbytes(first)
     assert one > 0 and immersed_family._MULTIGRIDS.nbytes == one
-    monkeypatch.setattr(immersed_family, "MULTIGRID_BYTES", int(1.5 * one))
+    from diffnet.backend import budget
+
+    monkeypatch.setattr(budget, "_BUDGET", [int(1.5 * one / budget.SHARES["multigrids"])])
     immersed_family._multigrid(family, rows[1])  # the budget holds one: rows[0] goes
     assert list(immersed_family._MULTIGRIDS) == [(family, rows[1])] and immersed_family._MULTIGRIDS.nbytes <= 1.5 * one
     family.clear_caches()
