@@ -137,13 +137,13 @@ def test_a_family_with_the_private_hooks_of_an_earlier_version_is_told_what_repl
     proc = run_cli("train", str(_legacy_config(tmp_path, "legacy_lheat:LHeat")), "--out", str(out / "run"),
                    path=[LEGACY])
     line = _refused(proc, "problem.family: the l_heat family defines members the engine no longer reads", out)
-    for old, new in (("_nu", "coefficient(params)"), ("_system_arguments", "source"), ("_box", "box_conditions"),
-                     ("_input_channels", "input_channels(params, sdf)"), ("_body_fitted", "body_fitted(params, h)")):
+    for old, new in (("_nu", "coefficient(instances)"), ("_system_arguments", "source"), ("_box", "box_conditions"),
+                     ("_input_channels", "input_channels(instances, sdf)"), ("_body_fitted", "body_fitted(instances, h)")):
         assert f"LHeat.{old} -> {new}" in line
     # The partial port of item 7: _box and _body_fitted renamed, _nu left (its loss reads it, the grid solve not).
     proc = run_cli("train", str(_legacy_config(tmp_path, "legacy_lheat:LHeatPartial")), "--out", str(out / "run"),
                    path=[LEGACY])
-    line = _refused(proc, "LHeatPartial._nu -> coefficient(params)", out)
+    line = _refused(proc, "LHeatPartial._nu -> coefficient(instances)", out)
     assert "_box" not in line and "_body_fitted" not in line
 
 
@@ -153,7 +153,7 @@ def test_a_family_that_cannot_give_its_truth_is_refused_before_training(tmp_path
     proc = run_cli("train", str(_legacy_config(tmp_path, "legacy_lheat:LHeatNoTruth")), "--out", str(out / "run"),
                    path=[LEGACY])
     _refused(proc, "problem.family: l_heat.truth failed on one instance (cx = ", out)
-    assert "NotImplementedError: the LHeatNoTruth family declares no body_fitted(params, h)" in proc.stderr
+    assert "NotImplementedError: the LHeatNoTruth family declares no body_fitted(instances, h)" in proc.stderr
 
 
 MISMATCHED = '''
@@ -192,7 +192,7 @@ def test_a_loss_and_a_reference_of_different_problems_are_refused_naming_both(tm
     assert ratio > 0.1  # the measured 1e-15 of a matching family (the hole_fields family itself) is far below 1e-2
     proc = run_cli("train", str(_legacy_config(tmp_path, "mismatched:WrongChannels")), "--out", str(out / "run"),
                    path=[tmp_path, PLUGINS])
-    _refused(proc, "hole_fields.in_channels: inputs(params) returned shape [1, 3, 17, 17] for one instance; the "
+    _refused(proc, "hole_fields.in_channels: inputs(instances) returned shape [1, 3, 17, 17] for one instance; the "
                    "network is built for in_channels = 4, [1, 4, 17, 17]", out)
 
 
@@ -207,7 +207,7 @@ def test_a_domain_of_the_wrong_shape_is_refused_at_configuration_and_one_channel
     out.mkdir()
     proc = run_cli("train", str(_legacy_config(tmp_path, "domains:PerUnknown")), "--out", str(out / "run"),
                    path=[tmp_path, PLUGINS])
-    _refused(proc, "hole_fields.domain(params) returned shape [1, 2, 17, 17] for 1 instance; it must be one value per "
+    _refused(proc, "hole_fields.domain(instances) returned shape [1, 2, 17, 17] for 1 instance; it must be one value per "
                    "instance and node, [1, 17, 17], whatever the number of unknowns", out)
     proc = run_cli("train", str(_legacy_config(tmp_path, "domains:OneChannel")), "--out", str(out / "run"),
                    path=[tmp_path, PLUGINS])

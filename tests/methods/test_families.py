@@ -289,7 +289,7 @@ def _broken(tmp_path, body: str):
      "screened_poisson declares 'classical' and has no classical_to_grid: expected a method "
      "classical_to_grid(method, native, params)"),
     ('    capabilities = frozenset({"reference", "floor", "classical", "polish"})\n',
-     "screened_poisson declares 'polish' and has no polish: expected a method polish(params, fields, k)"),
+     "screened_poisson declares 'polish' and has no polish: expected a method polish(instances, fields, k)"),
     ('    capabilities = frozenset({"reference", "classical", "solve"})\n',
      "screened_poisson declares the unknown capability 'solve' (known: reference, floor, classical, polish, "
      "input_fields, precondition, domain, derived, quantities, differentiable)"),
