@@ -287,7 +287,7 @@ def _broken(tmp_path, body: str):
      "(capability 'classical')"),
     ("    classical_to_grid = None\n",
      "screened_poisson declares 'classical' and has no classical_to_grid: expected a method "
-     "classical_to_grid(method, native, params)"),
+     "classical_to_grid(method, native, instances)"),
     ('    capabilities = frozenset({"reference", "floor", "classical", "polish"})\n',
      "screened_poisson declares 'polish' and has no polish: expected a method polish(instances, fields, k)"),
     ('    capabilities = frozenset({"reference", "classical", "solve"})\n',

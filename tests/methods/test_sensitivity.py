@@ -83,7 +83,7 @@ def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
     assert float((states[-1] - forward).abs().max()) <= 1e-12 * float(forward.abs().max())  # the same colours, order
     ctx = type("Ctx", (), {"operator": (space.hessian, space.free, operator), "count": 3, "vector": True,
                            "clock": __import__("diffnet.backend.clock", fromlist=["PartClock"]).PartClock(),
-                           "params": None, "needs_input_grad": (True, False, False)})()
+                           "instances": None, "needs_input_grad": (True, False, False)})()
     expected = Smooth.backward(ctx, g)[0]
     assert float((back - expected).abs().max()) <= 1e-11 * float(expected.abs().max())
     assert len(states) == len(directions) == 3 * 2 * 4
