@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--sweeps", type=int, nargs="+", default=[0, 1, 2, 4])
-    parser.add_argument("--coarse", type=int, nargs="*", default=[], help="coarse grids to try beside the run's")
+    parser.add_argument("--coarse", type=int, nargs="*", default=[],
+                        help="coarse grids to try beside the run's, each with every --sweeps")
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--out", type=Path)
@@ -69,8 +70,8 @@ def main(argv=None) -> int:
     print(f"{args.run_dir} ({run.family.name}, {'x'.join(map(str, run.family.resolution))}), {path.name}: "
           f"{len(instances)} held-out instances, one thread", flush=True)
     arms = [(f"coarse {base.nodes}, {k} sweeps", dataclasses.replace(base, smoothing=k)) for k in args.sweeps]
-    arms += [(f"coarse {n}, {args.sweeps[0]} sweeps", dataclasses.replace(base, nodes=n, smoothing=args.sweeps[0]))
-             for n in args.coarse]
+    arms += [(f"coarse {n}, {k} sweeps", dataclasses.replace(base, nodes=n, smoothing=k))
+             for n in args.coarse for k in args.sweeps]
     rows, truth = [], None
     for label, generator in arms:
         ratios, ms, truth = arm(run, model, generator, instances, args.batch, truth)

@@ -497,7 +497,7 @@ def test_the_smoothing_benchmark_measures_each_design_on_a_trained_run(corrected
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["arm"] for r in rows] == ["coarse 5, 0 sweeps", "coarse 5, 2 sweeps", "coarse 7, 0 sweeps"]
+    assert [r["arm"] for r in rows] == ["coarse 5, 0 sweeps", "coarse 5, 2 sweeps", "coarse 7, 0 sweeps", "coarse 7, 2 sweeps"]
     for row in rows:
         assert {"field", "energy norm", "flux_x", "flux_y"} <= set(row["ratios_to_floor"]) and row["ms_per_instance"] > 0
     # The floor and the truth are the same for every arm: only the product changed.
