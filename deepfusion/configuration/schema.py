@@ -118,7 +118,7 @@ class ModelConfig:
             "u = u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P), at most half the intervals of "
             "each level's grid; part of the generator in training and every command that runs it; families with "
             "the `precondition` capability; see Physics")
-    smoothing: int = _key(lambda v: None if 0 <= v <= 16 else "must be in 0..16", default=0,
+    smoothing: int = _key(lambda v: None if 0 <= v <= 128 else "must be in 0..128", default=0,
         doc="symmetric Gauss-Seidel sweeps with the fine Hessian after the coarse correction (needs "
             "`model.coarse_correction`): the high-frequency error the coarse space cannot touch, small in the field "
             "and large in its gradient (stress, flux), removed at about three stencil products a sweep; the product's "

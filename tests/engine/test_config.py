@@ -71,7 +71,7 @@ def test_parse_override_forms():
         ({"burgers": {"preconditioner": "jacobi"}}, "burgers.preconditioner: must be one of"),
         ({"problem": {"family": "poisson"}, "data": {"sampling": "random"}, "model": {"smoothing": 2}},
          "model.smoothing: the sweeps use the coarse correction's fine Hessian"),
-        ({"model": {"smoothing": -1}}, "model.smoothing: must be in 0..16"),
+        ({"model": {"smoothing": -1}}, "model.smoothing: must be in 0..128"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):
