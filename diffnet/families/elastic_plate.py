@@ -30,7 +30,7 @@ from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vect
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_error
 from diffnet.families.elasticity import ElasticBox, poisson_ratio_range
-from diffnet.families.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, inside_fraction
+from diffnet.families.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, _recall, inside_fraction
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.solvers.classical import q1_configurations, q1_to_grid
@@ -157,13 +157,15 @@ class ElasticPlateFamily(ElasticBox, ImmersedFamily, Family):
         at 64²)."""
         rows = instances.detach().double().cpu().numpy().reshape(len(instances), -1)
         keys = [(self, "stencil", np.ascontiguousarray(r).tobytes()) for r in rows]
+        stencils = []  # read as they come: keeping one may evict another of the same batch
         for key, row in zip(keys, rows):
-            if key not in _HESSIANS:
-                stencil = immersed_elasticity_stencil(self.discretised(row), self.coefficient(row), float(row[3]),
-                                                      self.plane)
-                _keep(_HESSIANS, key, torch.as_tensor(stencil))
-            _HESSIANS.move_to_end(key)
-        return torch.stack([_HESSIANS[key][0] for key in keys]).to(device=u.device, dtype=u.dtype)
+            stencil = _recall(_HESSIANS, key)
+            if stencil is None:
+                stencil = torch.as_tensor(immersed_elasticity_stencil(self.discretised(row), self.coefficient(row),
+                                                                      float(row[3]), self.plane))
+                _keep(_HESSIANS, key, stencil)
+            stencils.append(stencil)
+        return torch.stack(stencils).to(device=u.device, dtype=u.dtype)
 
     # -- the same-grid solve: reference, floor, polish -----------------------------------------
     def system(self, instances: np.ndarray) -> ElasticitySystem:

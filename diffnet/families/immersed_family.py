@@ -71,6 +71,14 @@ _HESSIANS = _Cache("hessians")
 _MULTIGRIDS = _Cache("multigrids")
 
 
+def _recall(cache: _Cache, key):
+    """What ``cache`` keeps under ``key``, now its most recently used, or None."""
+    if key not in cache:
+        return None
+    cache.move_to_end(key)
+    return cache[key][0]
+
+
 def _keep(cache: _Cache, key, value) -> None:
     """Remember ``value`` under ``key``, forgetting the least recently used past the cache's share of the budget."""
     limit = cache_bytes(cache.share)
@@ -174,16 +182,16 @@ class ImmersedFamily(Q1Classical):
         its speed."""
         rows = instances.detach().double().cpu().numpy().reshape(len(instances), -1)
         keys = [(self, np.ascontiguousarray(r).tobytes()) for r in rows]
-        cache = _HESSIANS
-        missing = [k for k, key in enumerate(keys) if key not in cache]
+        # The batch's stencils are read before any is kept: keeping one may evict another of the same batch.
+        stencils = [_recall(_HESSIANS, key) for key in keys]
+        missing = [k for k, stencil in enumerate(stencils) if stencil is None]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
             probed = probe_stencil(self, u.index_select(0, index), instances.index_select(0, index.to(instances.device)))
             for k, stencil in zip(missing, probed.detach().double().cpu()):
-                _keep(cache, keys[k], stencil)
-        for key in keys:
-            cache.move_to_end(key)
-        return torch.stack([cache[key][0] for key in keys]).to(device=u.device, dtype=u.dtype)
+                stencils[k] = stencil
+                _keep(_HESSIANS, keys[k], stencil)
+        return torch.stack(stencils).to(device=u.device, dtype=u.dtype)
 
     def clear_caches(self) -> None:
         """Forget every instance's discretisation, Hessian and assembled multigrid (a timed solve then builds

@@ -342,3 +342,26 @@ def test_each_instances_multigrid_is_kept_within_its_byte_budget(monkeypatch):
     assert list(immersed_family._MULTIGRIDS) == [(family, rows[1])] and immersed_family._MULTIGRIDS.nbytes <= 1.5 * one
     family.clear_caches()
     assert not immersed_family._MULTIGRIDS and immersed_family._MULTIGRIDS.nbytes == 0
+
+
+@pytest.mark.parametrize("name", ["torsion", "elastic_plate"])
+def test_a_batch_larger_than_the_kept_hessians_is_served_whole(name, monkeypatch):
+    # With the budget a third of the node shared by two ranks, the torsion family at 128^2 kept fewer Hessians than a
+    # rank's shard; keeping a batch's new ones evicted its own older ones before they were read (a KeyError at the
+    # first 128^2 step). Each is read as it comes now: the stencils are those of a cache that keeps them all.
+    import diffnet.families.immersed_family as immersed_family
+    from deepfusion.configuration.registry import family_class
+    from diffnet.backend import budget
+
+    family = family_class(name)((17, 17))
+    family.clear_caches()
+    instances = torch.as_tensor(family.sample(4, "random", 7))
+    u = family.field(torch.zeros(4, len(family.unknowns), 17, 17, dtype=torch.float64), instances)
+    whole = family.hessian(u, instances)  # all four kept (the default budget)
+    one = immersed_family._HESSIANS.nbytes // 4
+    family.clear_caches()
+    family.hessian(u[:2], instances[:2])  # two kept, the older first
+    monkeypatch.setattr(budget, "_BUDGET", [int(2.5 * one / budget.SHARES["hessians"])])  # room for two
+    served = family.hessian(u[[0, 2, 3, 1]], instances[[0, 2, 3, 1]])  # hits at the front, misses that evict them
+    assert torch.equal(served, whole[[0, 2, 3, 1]]) and len(immersed_family._HESSIANS) <= 2
+    family.clear_caches()
