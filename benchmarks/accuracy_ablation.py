@@ -116,8 +116,10 @@ def step_seconds(args, levels: list[int], arm: str, workdir: Path, extra: tuple[
                                           "train.log_every=1", *extra], quiet=True)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     out = []
-    for k in sorted({r["level"] for r in records}):
-        rates = [r["samples_per_s"] for r in records if r["level"] == k][1:]  # the first carries the warm-up
+    # Each level's steps, coarse to fine, then the second stage's (its own kind, on the finest level).
+    for key in sorted({(r.get("kind") == "second", r["level"]) for r in records}):
+        rates = [r["samples_per_s"] for r in records
+                 if (r.get("kind") == "second", r["level"]) == key][1:]  # the first carries the warm-up
         out.append(args.batch / statistics.median(rates))
     return out
 
