@@ -85,14 +85,6 @@ class ElasticPlateFamily(ElasticBox, ImmersedFamily, Family):
     classical_baseline = "sa-rbm"
     tile_loss_terms = Family.tile_loss_terms
 
-    def __post_init__(self) -> None:
-        if len(self.resolution) != 2 or min(self.resolution) < 3:
-            raise ValueError(f"problem.resolution: the {self.name} family needs 2 sizes with at least 3 nodes each, "
-                             f"got {list(self.resolution)}")
-        self.check_supports()
-        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
-            raise ValueError("x1: no load: every side is held at 0 or free; give a side a traction (\"traction=1,0\")")
-
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
         super().check_options(options, n_train=n_train, sampling=sampling, resolution=resolution)

@@ -59,6 +59,17 @@ class ElasticBox(SideFields):
     sides' texts, the node coordinates and spacings, and the field with the held sides' values exactly (shared by
     the linear and the Neo-Hookean families)."""
 
+    def __post_init__(self) -> None:
+        """The grid, the supports and a load checked once, for every solid on the box (one line each)."""
+        if len(self.resolution) != self.dims or min(self.resolution) < 3:
+            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
+                             f"each, got {list(self.resolution)}")
+        self.check_supports()
+        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
+            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
+                             "instance's displacement is zero and a relative error against it has no meaning; give a "
+                             "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
+
     @property
     def boundaries(self):
         """One :class:`~diffnet.instances.boundary.BoxBoundary` per displacement component, x first."""
@@ -133,16 +144,6 @@ class SolvedBox:
 
     solution: ClassVar[str]
     labels: ClassVar[tuple[str, str]]
-
-    def __post_init__(self) -> None:
-        if len(self.resolution) != self.dims or min(self.resolution) < 3:
-            raise ValueError(f"problem.resolution: the {self.name} family needs {self.dims} sizes with at least 3 nodes "
-                             f"each, got {list(self.resolution)}")
-        self.check_supports()
-        if all(side.value == 0.0 for b in self.boundaries for side in b.sides.values()):
-            raise ValueError("x1: no load: every side is held at 0 or free and none carries a traction, so every "
-                             "instance's displacement is zero and a relative error against it has no meaning; give a "
-                             "side a traction (\"traction=T_X,T_Y\") or a held displacement other than 0")
 
     def modulus(self, instances: torch.Tensor) -> torch.Tensor:
         """The nodal modulus (S, *resolution) of instances (S, m + 1)."""
