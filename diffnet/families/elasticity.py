@@ -56,8 +56,8 @@ def poisson_ratio_range(v: tuple[float, ...]) -> str | None:
 
 class ElasticBox(SideFields):
     """The unit box of a solid whose displacement (S, d, *grid) is its unknown: one boundary per component from the
-    sides' texts, the node coordinates and spacings, and the field with the held sides' values exactly (shared by
-    the linear and the Neo-Hookean families)."""
+    sides' texts, the node coordinates and spacings, the field with the held sides' values exactly, and the checks of
+    the grid, the supports and a load (shared by the linear and Neo-Hookean families and the plate with a hole)."""
 
     def __post_init__(self) -> None:
         """The grid, the supports and a load checked once, for every solid on the box (one line each)."""
