@@ -130,10 +130,32 @@ def _fields(family, name: str, value, count: int = 1) -> np.ndarray:
     return arr
 
 
+def _residual_is_the_loss(small, instances: np.ndarray, label: str) -> None:
+    """The ``least_squares`` promise, at a random field: the residual has the field's shape and its squares sum to the
+    summed loss terms (a residual scaled otherwise would give another correction than the loss's, silently)."""
+    import torch
+
+    p = torch.as_tensor(instances, dtype=torch.float64)
+    raw = torch.randn(1, len(small.unknowns), *small.resolution, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        u = small.field(raw, p)
+        r = small.residual(u, p)
+        loss = float(sum(t.sum() for t in small.loss_terms(u, p).values()))
+    if tuple(r.shape) != tuple(u.shape):
+        raise FamilyMismatch(f"problem.family: {small.name}.residual returned {list(r.shape)} for one instance; the "
+                             f"engine needs the field's shape {list(u.shape)} (one residual per node)")
+    squares = float(r.square().sum())
+    if not abs(squares - loss) <= 1e-6 * max(abs(loss), 1e-300):
+        raise FamilyMismatch(f"problem.family: the {small.name} family's residual squares sum to {squares:.6g} on one "
+                             f"instance ({label}) at a random field where its loss is {loss:.6g}; least_squares needs "
+                             "them equal (scale the residual)")
+
+
 def check_family(small, instances: np.ndarray) -> SelfCheck:
     """Check the family ``small`` (on the check's grid, :func:`check_grid`) against itself for the one instance
     ``instances`` (1, ...): every member of its ``reference``, ``floor``, ``polish`` and ``input_fields`` capabilities
-    runs and gives fields of the declared shape, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
+    runs and gives fields of the declared shape, a ``least_squares`` residual's squares are the loss, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
     same-grid solution. Raises :class:`FamilyMismatch` (one line) on the first disagreement."""
     t0 = time.perf_counter()
     family, grid = small, tuple(small.resolution)
@@ -170,6 +192,9 @@ def check_family(small, instances: np.ndarray) -> SelfCheck:
             raise FamilyMismatch(f"problem.family: {family.name}.input_fields returned {list(np.shape(fields))} for "
                                  f"one instance on {list(grid)}; expected {[1, *grid]}")
         ran.append("input_fields")
+    if small.has("least_squares"):
+        call("residual", lambda: _residual_is_the_loss(small, instances, label))
+        ran.append("residual")
     ratio = None
     if own is not None:
         ratio = call("loss_terms", lambda: stationarity(small, instances, own))

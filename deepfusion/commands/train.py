@@ -252,9 +252,12 @@ def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
     if notice:
         say(notice)
     if cfg.model.coarse_correction:
-        say(f"coarse correction: the generator's field u~ becomes u~ - P A_c^-1 P^T g(u~), the energy's minimiser over "
-            f"u~ + range(P), P from {run.product().coarse_text()} (model.coarse_correction = "
-            f"{cfg.model.coarse_correction}; at most half each level's intervals)")
+        product = run.product()
+        what = ("the minimiser of |r(u)|^2 over u~ + range(P) (Gauss-Newton on the coarse space)"
+                if product.least_squares else
+                "u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P)")
+        say(f"coarse correction: the generator's field u~ becomes {what}, P from {product.coarse_text()} "
+            f"(model.coarse_correction = {cfg.model.coarse_correction}; at most half each level's intervals)")
     if len(visits) < len(stages):
         s = stages[-1]
         say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "

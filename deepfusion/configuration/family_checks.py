@@ -21,7 +21,7 @@ from deepfusion.configuration.schema import Config, ConfigError, has_lbfgs
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["checked_family", "quadratic"]
+__all__ = ["checked_family", "least_squares", "quadratic"]
 
 
 def checked_family(cfg: Config) -> tuple[Family, np.ndarray]:
@@ -84,12 +84,22 @@ def _check_second_stage(cfg: Config, family: type, configured: Family) -> None:
         raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
 
 
+def least_squares(configured: Family) -> bool:
+    """Whether the family's coarse correction is its residual's least-squares minimiser (Gauss–Newton): it declares
+    ``least_squares`` and no Hessian stencil (``precondition``), with which the energy's correction is taken."""
+    return configured.has("least_squares") and not configured.has("precondition")
+
+
 def _check_coarse_correction(cfg: Config, family: type, configured: Family) -> None:
     what = "model.coarse_correction"
-    if not configured.has("precondition"):
+    if not configured.has("precondition") and not configured.has("least_squares"):
         lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
-        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian, and the {family.name} family (as "
-                          f"configured) does not declare the 'precondition' capability{lever}; use 0")
+        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian ('precondition') or its residual "
+                          f"('least_squares'), and the {family.name} family (as configured) declares neither{lever}; "
+                          "use 0")
+    if least_squares(configured) and cfg.model.smoothing:
+        raise ConfigError(f"model.smoothing: the sweeps need the loss's Hessian ('precondition'), and the "
+                          f"{family.name} family's coarse correction is its residual's least squares; use 0")
     if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
         raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
                           f"model.coarse_correction = 0")

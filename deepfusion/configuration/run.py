@@ -19,7 +19,7 @@ import numpy as np
 
 from deepfusion.configuration.schema import Config, TrainConfig
 from deepfusion.configuration.config import family_table
-from deepfusion.configuration.family_checks import checked_family
+from deepfusion.configuration.family_checks import checked_family, least_squares
 from diffnet.backend.clock import PartClock
 
 if TYPE_CHECKING:
@@ -161,6 +161,9 @@ class Run:
         from diffnet.multigrid.corrected import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
+        if least_squares(family):
+            return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, quadratic=False,
+                                   least_squares=True)
         return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic, smoothing)
 
     def build_model(self) -> torch.nn.Module:

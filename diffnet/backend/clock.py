@@ -16,11 +16,12 @@ import contextlib
 import time
 from typing import Iterator
 
-__all__ = ["PartClock", "total", "part_text", "NETWORK", "HESSIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
+__all__ = ["PartClock", "total", "part_text", "NETWORK", "HESSIAN", "JACOBIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
            "LINE_SEARCH", "SMOOTHING", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
 
 NETWORK = "network"
 HESSIAN = "fine Hessian"
+JACOBIAN = "fine Jacobian J P"  # a residual loss's coarse Gauss-Newton: the residual's derivatives along P's columns
 OPERATOR = "coarse operator A_c"
 FACTORISATION = "factorisation"
 SOLVES = "coarse solves"
@@ -29,7 +30,7 @@ VCYCLE = "V-cycle"
 SMOOTHING = "smoothing"  # the Gauss-Seidel sweeps after the coarse correction (model.smoothing)
 LINE_SEARCH = "line search"  # a nonlinear energy's coarse Newton: the energy at the trial steps
 # The coarse correction's parts (its seconds in a run's banner and reports are their sum).
-CORRECTION_PARTS = (HESSIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SMOOTHING)
+CORRECTION_PARTS = (HESSIAN, JACOBIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SMOOTHING)
 # Tallies: a nonlinear energy's coarse Newton iterations, and the instances they minimised (their mean is the ratio).
 NEWTON_STEPS = "coarse Newton iterations"
 MINIMISED = "coarse minimisations"

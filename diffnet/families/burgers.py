@@ -84,7 +84,10 @@ class BurgersFamily(Family):
     @property
     def capabilities(self) -> frozenset[str]:
         # Polishing marches the conservative scheme; the central residual has none to march.
-        return frozenset({"reference", "floor", "classical", "differentiable"} | ({"polish"} if self.stencil == "conservative" else set()))
+        # The loss is squares of one residual per node (least_squares) with the conservative scheme and exact boundaries.
+        conservative = {"polish"} | ({"least_squares"} if self.boundary == "exact" else set())
+        return frozenset({"reference", "floor", "classical", "differentiable"}
+                         | (conservative if self.stencil == "conservative" else set()))
 
     def describe(self) -> str:
         scheme = f" (order {self.scheme_order}, {self.flux} flux)" if self.stencil == "conservative" else ""
@@ -151,9 +154,7 @@ class BurgersFamily(Family):
         penalty option, ``boundary`` is lambda times the mean squared IC and BC mismatch.
         """
         if self.stencil == "conservative":
-            r = conservative_residual(u, self.dt, self.dx, self.viscosity, self.scheme_order, self.flux)
-            if self.preconditioner == "implicit_diffusion":
-                r = r @ implicit_diffusion_inverse(self.resolution[1], self.dt, self.dx, self.viscosity, r).T
+            r = self._scheme_residual(u)
         else:
             r = central_residual(u, self.dt, self.dx, self.viscosity, self.stencil)
         terms = {"residual": r.pow(2).mean(dim=(1, 2))}
@@ -163,6 +164,20 @@ class BurgersFamily(Family):
             bc = u[:, :, 0].pow(2).mean(dim=1)
             terms["boundary"] = self.penalty * (ic + bc)
         return terms
+
+    def _scheme_residual(self, u: torch.Tensor) -> torch.Tensor:
+        """The conservative scheme's residual at the unknown nodes (S, N_t - 1, N_x - 1), weighted by the
+        preconditioner where one is configured."""
+        r = conservative_residual(u, self.dt, self.dx, self.viscosity, self.scheme_order, self.flux)
+        if self.preconditioner == "implicit_diffusion":
+            r = r @ implicit_diffusion_inverse(self.resolution[1], self.dt, self.dx, self.viscosity, r).T
+        return r
+
+    def residual(self, u: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """The loss as squares (capability ``least_squares``): (S, N_t, N_x), zero on the initial row and the inflow
+        column, scaled so that its squares sum to the ``residual`` loss term (their mean)."""
+        r = self._scheme_residual(u)
+        return F.pad(r, (1, 0, 1, 0)) / math.sqrt(r[0].numel())
 
     unique_optimum = False  # the central stencils' residual has several roots: ``initial`` picks one
 

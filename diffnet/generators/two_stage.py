@@ -108,7 +108,7 @@ class SecondStage(Wrapper):
 
     wraps = "family"
     passed_on = INSTANCE_MEMBERS | {"clear_caches", "hessian", "assembled_correction", "fixed_nodes", "admissible"}
-    withheld = frozenset({"at_resolution"})
+    withheld = frozenset({"at_resolution", "residual"})  # its loss is the first stage's plus its own
 
     family: Family
     first: nn.Module

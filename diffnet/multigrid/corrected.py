@@ -1,6 +1,7 @@
 """The family a generator's fields come from under ``model.coarse_correction``: the family's fields corrected on a
-coarse space, by one kept solve for a quadratic energy (:mod:`.coarse`) or by damped Newton for any other
-(:mod:`.minimiser`), and for the latter the pull that keeps the network's own coarse part near its corrected one.
+coarse space, by one kept solve for a quadratic energy (:mod:`.coarse`), by damped Newton for any other
+(:mod:`.minimiser`) or by Gauss–Newton for a sum of squared residuals (:mod:`.gauss_newton`), and for the latter two
+the pull that keeps the network's own coarse part near its corrected one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 
 from diffnet.backend.clock import PartClock
 from diffnet.multigrid.coarse import coarse_correction, coarse_grid, forget_coarse_spaces
+from diffnet.multigrid.gauss_newton import coarse_least_squares
 from diffnet.multigrid.hessian import fixed_nodes
 from diffnet.multigrid.minimiser import coarse_minimiser
 from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["PULL", "CoarseCorrected"]
 
 
-# The weight of the pull of the network's field towards its coarse minimiser (a nonlinear energy's correction only).
+# The weight of the pull of the network's field towards its coarse minimiser (a nonlinear loss's correction only).
 PULL = 1e-3
 
 
@@ -33,7 +35,9 @@ class CoarseCorrected(Wrapper):
     ``inner`` gives the fields and the loss (the family, its preconditioned loss, a second stage);
     ``energy`` the family whose energy's coarse minimiser is taken (the family itself, whatever wraps it in ``inner``):
     with ``quadratic`` (its loss is) one closed-form solve, each instance's coarse space built once and kept; else
-    damped Newton on the coarse space (:func:`diffnet.multigrid.minimiser.coarse_minimiser`); then ``smoothing``
+    damped Newton on the coarse space (:func:`diffnet.multigrid.minimiser.coarse_minimiser`); with ``least_squares``
+    (a family whose loss is squared residuals, without a Hessian stencil) Gauss–Newton on it
+    (:func:`diffnet.multigrid.gauss_newton.coarse_least_squares`, no sweeps); then ``smoothing``
     symmetric Gauss-Seidel sweeps with the fine Hessian (:mod:`diffnet.multigrid.smoother`). Passes on what ``inner``
     says of its instances, its inputs and its Hessian; its own: the field, the loss, the fixed nodes, the kept caches
     and the family on another grid. ``clock`` gathers the seconds of the correction's parts (forward and backward)
@@ -42,6 +46,7 @@ class CoarseCorrected(Wrapper):
 
     wraps = "inner"
     passed_on = INSTANCE_MEMBERS | {"in_channels", "inputs", "hessian", "assembled_correction", "admissible"}
+    withheld = frozenset({"residual"})  # its loss carries the pull beside the residual's squares
 
     inner: Family
     energy: Family
@@ -49,12 +54,18 @@ class CoarseCorrected(Wrapper):
     clock: PartClock = field(default_factory=PartClock, compare=False)
     quadratic: bool = True
     smoothing: int = 0
+    least_squares: bool = False
+
+    def __post_init__(self) -> None:
+        if self.least_squares and (self.quadratic or self.smoothing):
+            raise ValueError("a least-squares coarse correction is neither a quadratic energy's nor followed by sweeps")
 
     @property
     def exact_parameter_gradients(self) -> bool:
         """Whether the corrected fields have exact gradients in the instances: not through sweeps with a nonlinear
-        energy's linearisation at its coarse minimiser, which moves with the instance (a third derivative: not built)."""
-        return self.quadratic or not self.smoothing
+        energy's linearisation at its coarse minimiser, which moves with the instance (a third derivative: not built),
+        nor through a least-squares minimiser (its field's gradient is the network's only)."""
+        return not self.least_squares and (self.quadratic or not self.smoothing)
 
     def coarse_text(self) -> str:
         """The coarse grid on the field's grid, as '17x17'."""
@@ -64,20 +75,24 @@ class CoarseCorrected(Wrapper):
         """One phrase for the run's banner and reports: 'an exact coarse correction on 17x17[, then 2 Gauss-Seidel
         sweeps]'."""
         sweeps = f", then {self.smoothing} Gauss-Seidel sweep{'s' if self.smoothing != 1 else ''}" if self.smoothing else ""
-        return f"an exact coarse correction on {self.coarse_text()}{sweeps}"
+        how = " (least squares, Gauss-Newton)" if self.least_squares else ""
+        return f"an exact coarse correction on {self.coarse_text()}{how}{sweeps}"
 
     def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         u = self.inner.field(raw, instances)
         if self.quadratic:
             return coarse_correction(self.energy, u, instances, self.nodes, self.clock, quadratic=True,
                                      smoothing=self.smoothing)
-        corrected = coarse_minimiser(self.energy, u, instances, self.nodes, self.clock, self.smoothing)
+        if self.least_squares:
+            corrected = coarse_least_squares(self.energy, u, instances, self.nodes, self.clock)
+        else:
+            corrected = coarse_minimiser(self.energy, u, instances, self.nodes, self.clock, self.smoothing)
         if torch.is_grad_enabled() and u.requires_grad:
             corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
         return corrected
 
     def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The inner family's loss terms and, for a nonlinear energy in training, ``coarse``: :data:`PULL` times
+        """The inner family's loss terms and, for a nonlinear loss in training, ``coarse``: :data:`PULL` times
         1/2 |ũ - sg(u)|² / |u|², the network's field pulled towards the corrected one. The backward pass of the
         correction removes the coarse part of every other term's gradient, so without it the network's coarse
         part is free, and drifted to 10x the field (the trained Neo-Hookean network, issue 66): harmless for a
@@ -102,7 +117,7 @@ class CoarseCorrected(Wrapper):
 
     def at_resolution(self, resolution: tuple[int, ...]) -> "CoarseCorrected":
         return CoarseCorrected(self.inner.at_resolution(resolution), self.energy.at_resolution(resolution),
-                               self.nodes, self.clock, self.quadratic, self.smoothing)
+                               self.nodes, self.clock, self.quadratic, self.smoothing, self.least_squares)
 
     def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.coarse_correction does not run under a domain split (parallel.domain): "

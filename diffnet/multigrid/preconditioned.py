@@ -88,6 +88,7 @@ class PreconditionedLoss(Wrapper):
     wraps = "family"
     passed_on = INSTANCE_MEMBERS | {"clear_caches", "in_channels", "inputs", "field", "hessian", "assembled_correction",
                                     "fixed_nodes", "admissible"}
+    withheld = frozenset({"residual"})  # the preconditioned loss is not the residual's squares
 
     family: Family
     cycles: int = 1

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-__all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition", "Domain",
+__all__ = ["PROTOCOLS", "Reference", "Floor", "Classical", "Polish", "InputFields", "Precondition", "LeastSquares", "Domain",
            "Differentiable", "check_capabilities", "describe"]
 
 
@@ -119,6 +119,18 @@ class Precondition(Protocol):
         minimiser's line search keeps an admissible field so (default: every field)."""
 
 
+class LeastSquares(Protocol):
+    """``least_squares``: the loss is a sum of squared residuals, one per node; the generator's coarse correction
+    (``model.coarse_correction``) is then their least-squares minimiser over ũ + range(P), by Gauss–Newton on the
+    coarse space (:mod:`diffnet.multigrid.gauss_newton`), for a family without a Hessian stencil (``precondition``)."""
+
+    def residual(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+        """(S, *grid) at the field u (S, *grid); for C unknowns (S, C, *grid) at u (S, C, *grid): the residual at each
+        node (zero at the fixed nodes), scaled so that the squares of one sample sum to its summed loss terms; a torch
+        function of u with forward-mode derivatives (``torch.autograd.forward_ad``) and local: a node's value reaches the residual
+        a few nodes away, not across the grid (measured: :func:`diffnet.multigrid.gauss_newton.reach`)."""
+
+
 class Domain(Protocol):
     """``domain``: the field lives on a domain cut out of the grid (:mod:`diffnet.instances.geometry`), not on the
     whole box. The engine then reports the field at the domain's nodes only: inference sets every unknown of
@@ -168,7 +180,8 @@ class Differentiable(Protocol):
 
 
 PROTOCOLS: dict[str, type] = {"reference": Reference, "floor": Floor, "classical": Classical, "polish": Polish,
-                              "input_fields": InputFields, "precondition": Precondition, "domain": Domain,
+                              "input_fields": InputFields, "precondition": Precondition,
+                              "least_squares": LeastSquares, "domain": Domain,
                               "derived": Derived, "quantities": Quantities, "differentiable": Differentiable}
 
 

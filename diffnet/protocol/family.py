@@ -35,6 +35,8 @@ capability      members
                 3^d neighbours only); with it the engine trains
                 on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
                 or ``assembled_correction(u, instances, cycles)``, B g itself (the immersed families)
+``least_squares`` ``residual(u, instances)``: the residual at each node (S, [C,] *grid) whose squares sum to the
+                loss; the generator's coarse correction is then their least-squares minimiser (Gauss-Newton)
 ``domain``      ``domain(instances)``: the signed distance to the domain's boundary at the nodes (S, *grid),
                 one value per node whatever the unknowns; the field lives on a domain cut out of the grid
                 (errors measured inside, files masked)

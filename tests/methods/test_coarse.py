@@ -176,9 +176,13 @@ def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["problem.family=burgers"], "model.coarse_correction: the coarse solve needs the loss's Hessian, and the burgers "
-                                 "family (as configured) does not declare the 'precondition' capability (its lever is "
-                                 "burgers.preconditioner); use 0"),
+    (["problem.family=burgers", "burgers.residual=sobel"],
+     "model.coarse_correction: the coarse solve needs the loss's Hessian ('precondition') or its residual "
+     "('least_squares'), and the burgers family (as configured) declares neither (its lever is "
+     "burgers.preconditioner); use 0"),
+    (["problem.family=burgers", "model.smoothing=2"],
+     "model.smoothing: the sweeps need the loss's Hessian ('precondition'), and the burgers family's coarse "
+     "correction is its residual's least squares; use 0"),
     (["parallel.domain=[2]"], "model.coarse_correction: the coarse solve needs each sample whole"),
     (["model.coarse_correction=2"], "model.coarse_correction: must be 0 (off) or at least 3"),
 ])
