@@ -35,6 +35,7 @@ from diffnet.backend.clock import FACTORISATION, GRADIENT, JACOBIAN, LINE_SEARCH
     SOLVES, PartClock
 from diffnet.multigrid.coarse import coarse_grid
 from diffnet.multigrid.hessian import fixed_nodes
+from diffnet.multigrid.minimiser import refuse_not_finite
 from diffnet.multigrid.stencil import as_blocks, as_fields, components
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
@@ -195,10 +196,7 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
     coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), instances, u.dtype).logical_not(),
                             vector).expand(s, channels, *coarse)
     energy = _loss(family, u, instances)
-    bad = (~torch.isfinite(energy)).nonzero().flatten().tolist()
-    if bad:
-        raise ValueError(f"the coarse least-squares correction on {'x'.join(map(str, coarse))}: the residual is not "
-                         f"finite at the network's field for instance(s) {bad}")
+    refuse_not_finite(energy, "x".join(map(str, coarse)))
     w = u.clone()
     iterations = torch.zeros(s, dtype=torch.long)
     active = torch.ones(s, dtype=torch.bool, device=u.device)

@@ -41,7 +41,8 @@ from diffnet.multigrid.vcycle import dense_interpolation
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["CoarseNewtonError", "MAX_ITERATIONS", "TOLERANCE", "coarse_minimiser", "minimise_on_coarse_space"]
+__all__ = ["CoarseNewtonError", "MAX_ITERATIONS", "TOLERANCE", "coarse_minimiser", "minimise_on_coarse_space",
+           "refuse_not_finite"]
 
 TOLERANCE = 1e-6  # a Newton step's max-norm over the field's, taken as the last: the minimiser to about 1e-12
 MAX_ITERATIONS = 50
@@ -55,6 +56,15 @@ _ROUNDING_STEP = 1e-7
 
 class CoarseNewtonError(RuntimeError):
     """The coarse minimiser was not found for some instances (one line: which, after how many iterations)."""
+
+
+def refuse_not_finite(loss: torch.Tensor, where: str) -> None:
+    """A :class:`CoarseNewtonError` naming the instances whose loss ``loss`` (S,) is not finite at the network's field
+    (the coarse grid ``where``, as '17x17')."""
+    bad = (~torch.isfinite(loss)).nonzero().flatten().tolist()
+    if bad:
+        raise CoarseNewtonError(f"the coarse correction on {where}: the loss is not finite at the network's field "
+                                f"for instance(s) {bad}")
 
 
 def _energy(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
@@ -132,10 +142,7 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, instances: torch.T
     with clock.part(LINE_SEARCH, u.device):
         energy = _energy(family, u, instances)
         start_admissible = _admissible(family, u, instances)
-    bad = (~torch.isfinite(energy)).nonzero().flatten().tolist()
-    if bad:
-        raise CoarseNewtonError(f"the coarse correction on {where}: the loss is not finite at the network's field "
-                                f"for instance(s) {bad}")
+    refuse_not_finite(energy, where)
     w = u.clone()
     parts: list[torch.Tensor | None] = [None] * s
     iterations = torch.zeros(s, dtype=torch.long)

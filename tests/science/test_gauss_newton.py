@@ -112,7 +112,6 @@ def test_the_coloured_derivatives_assemble_the_gram_matrix_of_the_dense_jacobian
             assert float((assembled - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
 
 
-@pytest.mark.slow  # 3 s quiet: 19-30 Gauss-Newton iterations
 def test_gauss_newton_ends_where_the_coarse_gradient_vanishes_and_lowers_the_residual(monkeypatch):
     # A residual with one continuous derivative (first-order states, the Engquist-Osher flux) and nearly linear
     # (nu = 0.1), so that Gauss-Newton converges from far; with the minmod limiter and Godunov's flux it stops at a
@@ -133,7 +132,6 @@ def test_gauss_newton_ends_where_the_coarse_gradient_vanishes_and_lowers_the_res
     assert torch.equal(w[:, 0], u[:, 0]) and torch.equal(w[:, :, 0], u[:, :, 0])
 
 
-@pytest.mark.slow  # 3 s quiet: three minimisations to 1e-8
 def test_the_network_gets_the_losss_own_gradient_at_the_minimiser(monkeypatch):
     # At the minimiser Pᵀ ∇L = 0, so d L(u(ũ)) / dũ = ∇L(u): the correction passes the gradient through unchanged, and
     # it is the derivative of the corrected loss (central differences along a direction).
@@ -167,3 +165,15 @@ def test_burgers_residual_squares_are_its_loss_and_its_reach_is_measured():
     assert not BurgersFamily(resolution=(9, 9), stencil="sobel").has("least_squares")
     assert not BurgersFamily(resolution=(9, 9), stencil="conservative", boundary="penalty").has("least_squares")
 
+
+
+def test_a_residual_not_finite_at_the_networks_field_is_one_line_naming_the_instance():
+    from diffnet.multigrid.minimiser import CoarseNewtonError
+
+    family = _burgers(9)
+    c = torch.tensor([3.5, 5.0], dtype=torch.float64)
+    u = _field(family, c)
+    u[1, 4, 4] = float("nan")
+    with pytest.raises(CoarseNewtonError, match=r"on 5x5: the loss is not finite at the network's field for "
+                                                r"instance\(s\) \[1\]"):
+        gauss_newton.least_squares_minimiser(family, u, c, 5)
