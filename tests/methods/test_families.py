@@ -292,7 +292,7 @@ def _broken(tmp_path, body: str):
      "screened_poisson declares 'polish' and has no polish: expected a method polish(instances, fields, k)"),
     ('    capabilities = frozenset({"reference", "classical", "solve"})\n',
      "screened_poisson declares the unknown capability 'solve' (known: reference, floor, classical, polish, "
-     "input_fields, precondition, domain, derived, quantities, differentiable)"),
+     "input_fields, precondition, least_squares, domain, derived, quantities, differentiable)"),
 ])
 def test_a_capability_member_of_the_wrong_kind_is_one_line_naming_it(tmp_path, monkeypatch, body, message):
     _tutorial(tmp_path)
