@@ -11,7 +11,8 @@ the residual along *coloured* sums of P's columns: two columns whose fields' res
 (coarse nodes ``m`` apart on an axis, ``m`` from the residual's reach, :func:`reach`, and the coarse spacing) share one
 derivative, so a pass costs ``m^d`` residual derivatives however many coarse nodes there are. Each residual node
 is owned, per colour, by the nearest coarse node of that colour, and the products of two colours' derivatives,
-summed by owner pairs, are G = J_Pᵀ J_P (dense, (S, n_c, n_c)). The step δ = -(G + μ D)⁻¹ J_Pᵀ r (a Levenberg
+summed by owner pairs, are G = J_Pᵀ J_P (dense, (S, n_c, n_c)); each derivative times the residual, summed by
+owner, is J_Pᵀ r. The step δ = -(G + μ D)⁻¹ J_Pᵀ r (a Levenberg
 damping μ of 1e-10 of the diagonal D: the scheme's limiters and upwinding make r only piecewise smooth), taken
 with a backtracking (Armijo) line search on |r|², until the step is below :data:`TOLERANCE` of the field or |r|²
 stops decreasing (a kink of the limiter), at most :data:`MAX_ITERATIONS`.
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from diffnet.backend.clock import FACTORISATION, GRADIENT, JACOBIAN, LINE_SEARCH, MINIMISED, NEWTON_STEPS, OPERATOR, \
-    SOLVES, PartClock
+from diffnet.backend.clock import FACTORISATION, JACOBIAN, LINE_SEARCH, MINIMISED, NEWTON_STEPS, OPERATOR, SOLVES, \
+    PartClock
 from diffnet.multigrid.coarse import coarse_grid
 from diffnet.multigrid.hessian import fixed_nodes
 from diffnet.multigrid.minimiser import refuse_not_finite
@@ -53,16 +55,12 @@ _PROBES = 16  # single-node derivatives, each at its own random field, that find
 _REACH: dict[tuple, tuple[int, ...]] = {}  # (family, grid) -> reach per axis
 
 
-def _residual(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
-    return family.residual(u, instances)
-
-
 def _jvp(family: Family, u: torch.Tensor, direction: torch.Tensor, instances: torch.Tensor
          ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual at u and its derivative along ``direction`` (forward mode: dual tensors, measured 1.5-14x
     cheaper than ``torch.func.jvp`` on Burgers' residual at 129^2-33^2, whose padding that transform decomposes)."""
     with fwAD.dual_level():
-        out = fwAD.unpack_dual(_residual(family, fwAD.make_dual(u, direction), instances))
+        out = fwAD.unpack_dual(family.residual(fwAD.make_dual(u, direction), instances))
     return out.primal, out.tangent
 
 
@@ -117,15 +115,18 @@ def _owners(n_fine: int, n_coarse: int, m: int, colour: int, device: torch.devic
 
 
 class _Layout:
-    """The colouring of one fine and coarse grid: per colour, the coarse nodes it holds and each fine node's owner."""
+    """The colouring of one fine and coarse grid for C unknowns: per column (a colour and a component), its coarse
+    direction (ones at the colour's nodes, in that component) and, for every fine node, its owner among the column's
+    coarse unknowns (an index into the C × coarse nodes, -1 where none). Built once per grids (:func:`_layout`)."""
 
-    def __init__(self, grid: tuple[int, ...], coarse: tuple[int, ...], reaches: tuple[int, ...], device: torch.device):
+    def __init__(self, grid: tuple[int, ...], coarse: tuple[int, ...], reaches: tuple[int, ...], channels: int,
+                 device: torch.device):
         self.ms = tuple(colours(n, m, r) for n, m, r in zip(grid, coarse, reaches))
-        self.colours = list(itertools.product(*[range(m) for m in self.ms]))
-        self.grid, self.coarse = grid, coarse
-        self.holds, self.owner = [], []
+        self.grid, self.coarse, self.channels = grid, coarse, channels
+        nodes = math.prod(coarse)
         strides = [math.prod(coarse[a + 1:]) for a in range(len(coarse))]
-        for colour in self.colours:
+        directions, owners = [], []
+        for colour in itertools.product(*[range(m) for m in self.ms]):
             held = torch.ones(coarse, dtype=torch.bool, device=device)
             owner = torch.zeros(grid, dtype=torch.long, device=device)
             valid = torch.ones(grid, dtype=torch.bool, device=device)
@@ -137,34 +138,48 @@ class _Layout:
                 shape[axis] = n
                 owner = owner + (own.clamp_min(0) * strides[axis]).reshape(shape)
                 valid = valid & (own >= 0).reshape(shape)
-            self.holds.append(held)
-            self.owner.append(torch.where(valid, owner, torch.full_like(owner, -1)))
+            for comp in range(channels):
+                direction = torch.zeros(channels, *coarse, dtype=torch.float64, device=device)
+                direction[comp] = held.double()
+                directions.append(direction)
+                owners.append(torch.where(valid, owner + comp * nodes, torch.full_like(owner, -1)).flatten())
+        self.directions = torch.stack(directions)  # (K, C, *coarse)
+        self.owners = torch.stack(owners)  # (K, N)
+        self.valid = self.owners >= 0
+
+    @property
+    def unknowns(self) -> int:
+        """n_c: C × coarse nodes."""
+        return self.channels * math.prod(self.coarse)
+
+    def gather(self, derivatives: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """G = J_Pᵀ J_P (S, n_c, n_c) and J_Pᵀ r (S, n_c, 1) from the columns' derivatives (K, S, R, *grid) and the
+        residual r (S, R, *grid), R residual components: each node's products summed at its owners' pair, one column
+        against all at a time (all pairs at once would hold K² fields, 2.7 GB at 512² for a batch of 16)."""
+        k, s, n_c = len(derivatives), derivatives.shape[1], self.unknowns
+        stacked = derivatives.flatten(3)  # (K, S, R, N)
+        gram = torch.zeros(s, n_c * n_c, dtype=stacked.dtype, device=stacked.device)
+        for i in range(k):
+            product = (stacked[i][None] * stacked).sum(2)  # (K, S, N): column i's derivative times every column's
+            keep = self.valid[i][None] & self.valid  # (K, N)
+            index = self.owners[i][None] * n_c + self.owners  # (K, N)
+            gram.index_add_(1, index[keep], product.permute(1, 0, 2)[:, keep])
+        rhs = torch.zeros(s, n_c, dtype=stacked.dtype, device=stacked.device)
+        product = (stacked * residual.flatten(2)[None]).sum(2)  # (K, S, N)
+        rhs.index_add_(1, self.owners[self.valid], product.permute(1, 0, 2)[:, self.valid])
+        return gram.reshape(s, n_c, n_c), rhs[..., None]
 
 
-def _assemble(derivatives: list[torch.Tensor], layout: _Layout, channels: int, s: int) -> torch.Tensor:
-    """G = J_Pᵀ J_P (S, n_c, n_c), n_c = C × coarse nodes (component-major), from each colour and component's
-    derivative of the residual (S, R, *grid), R residual components: one row of column pairs at a time (all pairs at
-    once would hold K² fields, 2.7 GB at 512² for a batch of 16)."""
-    nodes = math.prod(layout.coarse)
-    n_c = channels * nodes
-    g = torch.zeros(s, n_c * n_c, dtype=derivatives[0].dtype, device=derivatives[0].device)
-    # Column k = (colour, component): its owner of every node, as an index into the n_c coarse unknowns.
-    owners = torch.stack([layout.owner[k].flatten() + comp * nodes
-                          for k in range(len(layout.colours)) for comp in range(channels)])
-    valid = torch.stack([layout.owner[k].flatten() >= 0
-                         for k in range(len(layout.colours)) for _ in range(channels)])
-    stacked = torch.stack(derivatives).flatten(3)  # (K, S, R, N)
-    for i in range(len(stacked)):
-        product = (stacked[i][None] * stacked).sum(2)  # (K, S, N): column i's derivative times every column's
-        keep = valid[i][None] & valid  # (K, N)
-        index = owners[i][None] * n_c + owners  # (K, N)
-        g.index_add_(1, index[keep], product.permute(1, 0, 2)[:, keep])
-    return g.reshape(s, n_c, n_c)
+@lru_cache(maxsize=16)
+def _layout(grid: tuple[int, ...], coarse: tuple[int, ...], reaches: tuple[int, ...], channels: int,
+            device: torch.device) -> _Layout:
+    """The colouring of these grids, built once (every pass of a training meets the same few)."""
+    return _Layout(grid, coarse, reaches, channels, device)
 
 
 def _loss(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return _residual(family, u, instances).square().flatten(1).sum(1)
+        return family.residual(u, instances).square().flatten(1).sum(1)
 
 
 def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
@@ -181,7 +196,7 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
 
     Raises
     ------
-    ValueError
+    CoarseNewtonError
         When an instance's residual is not finite at ``u``.
     """
     clock = clock if clock is not None else PartClock()
@@ -190,13 +205,13 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
     grid = tuple(u.shape[2:] if vector else u.shape[1:])
     coarse = coarse_grid(grid, nodes)
     transfers = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
-    layout = _Layout(grid, coarse, reach(family, u, instances), u.device)
+    layout = _layout(grid, coarse, reach(family, u, instances), channels, u.device)
     s = u.shape[0]
     free = as_blocks(fixed_nodes(family, instances, u.dtype).logical_not(), vector).to(u.dtype)
     coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), instances, u.dtype).logical_not(),
                             vector).expand(s, channels, *coarse)
-    energy = _loss(family, u, instances)
-    refuse_not_finite(energy, "x".join(map(str, coarse)))
+    losses = _loss(family, u, instances)
+    refuse_not_finite(losses, "x".join(map(str, coarse)))
     w = u.clone()
     iterations = torch.zeros(s, dtype=torch.long)
     active = torch.ones(s, dtype=torch.bool, device=u.device)
@@ -209,24 +224,17 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
         with clock.part(JACOBIAN, u.device):
             # One forward derivative of the batch repeated once per colour and component (one call: a call's own
             # cost, not its size, dominated one per colour at 33^2).
-            columns = len(layout.holds) * channels
-            direction = torch.zeros(columns, n, channels, *coarse, dtype=u.dtype, device=u.device)
-            for k, held in enumerate(layout.holds):
-                for comp in range(channels):
-                    direction[k * channels + comp, :, comp] = held.to(u.dtype)
-            fine = along_axes(direction * cfa, transfers, False) * fa
+            columns = len(layout.directions)
+            fine = along_axes(layout.directions[:, None].to(u.dtype) * cfa, transfers, False) * fa
             repeated = pa.repeat((columns,) + (1,) * (pa.ndim - 1))
             r, d = _jvp(family, wa.repeat((columns,) + (1,) * (wa.ndim - 1)), as_fields(fine.flatten(0, 1), vector),
                         repeated)
-            derivatives = list(as_blocks(d, vector).unflatten(0, (columns, n)))
+            derivatives = as_blocks(d, vector).unflatten(0, (columns, n))
             r = as_blocks(r[:n], vector)
-        with clock.part(GRADIENT, u.device):
-            with torch.enable_grad():
-                v = wa.detach().requires_grad_(True)
-                g = torch.autograd.grad(_residual(family, v, pa), v, grad_outputs=as_fields(r, vector))[0]
-            b = (along_axes(as_blocks(g, vector) * fa, transfers, True) * cfa).reshape(n, -1, 1)
         with clock.part(OPERATOR, u.device):
-            gram = _assemble(derivatives, layout, channels, n)
+            # J_Pᵀ r from the same derivatives as G (no backward pass): each node's J P entry times its residual.
+            gram, b = layout.gather(derivatives, r)
+            b = b * cfa.reshape(n, -1, 1)
             fixed = ~cfa.reshape(n, -1)
             diagonal = torch.diagonal(gram, dim1=1, dim2=2)
             scale = diagonal.amax(dim=1, keepdim=True).clamp_min(1e-300)
@@ -236,7 +244,7 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
         with clock.part(SOLVES, u.device):
             delta = -torch.cholesky_solve(b, factor).reshape(n, channels, *coarse)
             step = as_fields(along_axes(delta * cfa, transfers, False) * fa, vector)
-        e0 = energy[index]
+        e0 = losses[index]
         slope = 2.0 * (b.flatten(1) * delta.flatten(1)).sum(1)  # dL along the step: < 0 where G is definite
         alpha = torch.ones(n, dtype=u.dtype, device=u.device)
         taken = torch.zeros(n, dtype=torch.bool, device=u.device)
@@ -253,7 +261,7 @@ def least_squares_minimiser(family: Family, u: torch.Tensor, instances: torch.Te
                 alpha = torch.where(taken, alpha, 0.5 * alpha)
         ok = taken & (info == 0) & (slope < 0)
         w[index[ok]] = wa[ok] + alpha[ok].reshape(shape) * step[ok]
-        energy[index[ok]] = e_new[ok]
+        losses[index[ok]] = e_new[ok]
         iterations[index[ok].cpu()] += 1
         size = (alpha.reshape(shape) * step).abs().flatten(1).amax(1) / wa.abs().flatten(1).amax(1).clamp_min(1e-300)
         # Stop where the step is below the tolerance, or no step lowers |r|² (a kink of the limiter or the flux).

@@ -1,5 +1,5 @@
 """A residual loss's coarse correction (diffnet/multigrid/gauss_newton.py): the coloured derivatives assemble
-(J P)ᵀ (J P) exactly (against the dense Jacobian, one unknown and two, S = C), Gauss–Newton ends where Pᵀ Jᵀ r = 0,
+(J P)ᵀ (J P) and (J P)ᵀ r exactly (against the dense Jacobian, one unknown and two, S = C), Gauss–Newton ends where Pᵀ Jᵀ r = 0,
 the network gets the loss's own gradient at the minimiser (the envelope theorem, by finite differences), the
 residual's squares are Burgers' loss, and its reach is measured."""
 
@@ -84,7 +84,7 @@ def _dense_jp(family, w, c, nodes):
 
 
 @pytest.mark.slow  # 4 s quiet: the dense Jacobians
-def test_the_coloured_derivatives_assemble_the_gram_matrix_of_the_dense_jacobian():
+def test_the_coloured_derivatives_assemble_the_gram_matrix_and_gradient_of_the_dense_jacobian():
     for family in (_burgers(), TwoSpecies(_burgers())):  # S = C = 2 in the second
         c = torch.tensor([3.5, 5.0], dtype=torch.float64)
         u = _field(family, c)
@@ -92,24 +92,23 @@ def test_the_coloured_derivatives_assemble_the_gram_matrix_of_the_dense_jacobian
         grid = tuple(family.resolution)
         coarse = coarse_grid(grid, 5)
         t = [dense_interpolation(n, m, u) for n, m in zip(grid, coarse)]
-        layout = gauss_newton._Layout(grid, coarse, gauss_newton.reach(family, u, c), u.device)
         channels = components(family)
+        layout = gauss_newton._Layout(grid, coarse, gauss_newton.reach(family, u, c), channels, u.device)
         free = as_blocks(fixed_nodes(family, c, u.dtype).logical_not(), vector).double()
         coarse_free = as_blocks(fixed_nodes(family.at_resolution(coarse), c, u.dtype).logical_not(), vector)
         derivatives = []
-        for held in layout.holds:
-            for comp in range(channels):
-                direction = torch.zeros(len(c), channels, *coarse, dtype=torch.float64)
-                direction[:, comp] = held.double()
-                fine = along_axes(direction * coarse_free, t, False) * free
-                _, d = gauss_newton._jvp(family, u, fine if vector else fine[:, 0], c)
-                derivatives.append(as_blocks(d, vector))
-        gram = gauss_newton._assemble(derivatives, layout, channels, len(c))
+        for direction in layout.directions:
+            fine = along_axes(direction[None] * coarse_free, t, False) * free
+            r, d = gauss_newton._jvp(family, u, fine if vector else fine[:, 0], c)
+            derivatives.append(as_blocks(d, vector))
+        gram, rhs = layout.gather(torch.stack(derivatives), as_blocks(r, vector))
         for k, jp in enumerate(_dense_jp(family, u, c, 5)):
             keep = coarse_free[k].flatten()
             assembled = gram[k][keep][:, keep]
             expected = jp.T @ jp
             assert float((assembled - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
+            gradient = jp.T @ family.residual(u[k:k + 1], c[k:k + 1]).flatten()
+            assert float((rhs[k, keep, 0] - gradient).abs().max()) <= 1e-12 * float(gradient.abs().max())
 
 
 def test_gauss_newton_ends_where_the_coarse_gradient_vanishes_and_lowers_the_residual(monkeypatch):
