@@ -161,10 +161,9 @@ class Run:
         from diffnet.multigrid.corrected import CoarseCorrected
 
         clock = clock if clock is not None else PartClock()
-        if least_squares(family):
-            return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, quadratic=False,
-                                   least_squares=True)
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock, self.quadratic, smoothing)
+        residual = least_squares(family)  # then no Hessian to probe for quadratic, and no sweeps (the config refuses them)
+        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock,
+                               not residual and self.quadratic, smoothing, residual)
 
     def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a
