@@ -5,15 +5,20 @@ instance (batched, one thread), all in one run.
 
 The network is the run's as trained; only the product around it changes (``--sweeps``, ``--coarse``), so the arms
 differ by what each design removes at inference. A run trained with sweeps is measured the same way (its own k is
-one of the arms when listed).
+one of the arms when listed). ``--cycles``: the correction and its sweeps repeated (``model.cycles``), each count with
+every sweep count above 0; ``--from-lift``: the same products with the network's output replaced by zero (the field
+is then the boundary data's lift alone): the classical two-grid iteration the network's field starts, at the cost
+of what it spares.
 
-    python benchmarks/smoothing.py RUN_DIR [--sweeps 0 1 2 4] [--coarse 33] [--samples 16] [--out FILE.json]
+    python benchmarks/smoothing.py RUN_DIR [--sweeps 0 1 2 4] [--cycles 1 2 3] [--coarse 33] [--from-lift]
+                                   [--samples 16] [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import sys
 import time
@@ -46,12 +51,36 @@ def arm(run, model, generator, instances, batch: int, truth=None) -> tuple[dict,
     return ratios, ms, acc.truth
 
 
+def lift(model, run, instances):
+    """In place of the network: a module with a zero output of the network's shape (its channels read off one forward
+    pass), in its dtype, so the product's field starts from the boundary data's lift alone."""
+    import torch
+
+    weight = next(model.parameters())
+    with torch.no_grad():
+        channels = model(run.family.inputs(torch.as_tensor(instances[:1], dtype=weight.dtype))).shape[1]
+
+    class Lift(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dtype_of = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype), requires_grad=False)
+
+        def forward(self, x):
+            return x.new_zeros(x.shape[0], channels, *x.shape[2:])
+
+    return Lift()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--sweeps", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--coarse", type=int, nargs="*", default=[],
                         help="coarse grids to try beside the run's, each with every --sweeps")
+    parser.add_argument("--cycles", type=int, nargs="+", default=[1],
+                        help="times the correction and its sweeps run (model.cycles), with every --sweeps above 0")
+    parser.add_argument("--from-lift", action="store_true",
+                        help="also every arm with the network's output replaced by zero (the boundary data's lift)")
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--out", type=Path)
@@ -69,12 +98,14 @@ def main(argv=None) -> int:
     instances = run.heldout_first(args.samples)
     print(f"{args.run_dir} ({run.family.name}, {'x'.join(map(str, run.family.resolution))}), {path.name}: "
           f"{len(instances)} held-out instances, one thread", flush=True)
-    arms = [(f"coarse {base.nodes}, {k} sweeps", dataclasses.replace(base, smoothing=k)) for k in args.sweeps]
-    arms += [(f"coarse {n}, {k} sweeps", dataclasses.replace(base, nodes=n, smoothing=k))
-             for n in args.coarse for k in args.sweeps]
+    arms = [(f"coarse {n}, {k} sweeps" + (f" x {c}" if c > 1 else ""), dataclasses.replace(base, nodes=n, smoothing=k,
+                                                                                         cycles=c))
+            for n in (base.nodes, *args.coarse) for k in args.sweeps for c in args.cycles if k or c == 1]
+    starts = [("", model)] + ([("lift: ", lift(model, run, instances))] if args.from_lift else [])
     rows, truth = [], None
-    for label, generator in arms:
-        ratios, ms, truth = arm(run, model, generator, instances, args.batch, truth)
+    for (start, network), (label, generator) in itertools.product(starts, arms):
+        label = start + label
+        ratios, ms, truth = arm(run, network, generator, instances, args.batch, truth)
         rows.append({"arm": label, "ms_per_instance": ms, "ratios_to_floor": ratios})
         print(f"  {label:24s} {ms:7.2f} ms  " + ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v[0]:.2%}/{v[1]:.2%}"

@@ -138,12 +138,13 @@ def command(args: argparse.Namespace, comm) -> int:
 
 
 def _product(family, product_family) -> str:
-    """What the network product is called in the rows: the network, with its coarse solve (and the sweeps after it)
-    if it has one."""
+    """What the network product is called in the rows: the network, with its coarse solve (and the sweeps after it,
+    and how many times both run) if it has one."""
     if product_family is family:
         return "DiffNet"
     sweeps = f", {product_family.smoothing} sweeps" if product_family.smoothing else ""
-    return f"DiffNet + coarse solve ({product_family.coarse_text()}{sweeps})"
+    times = f", x{product_family.cycles}" if product_family.cycles > 1 else ""
+    return f"DiffNet + coarse solve ({product_family.coarse_text()}{sweeps}{times})"
 
 
 def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: tuple[list[int], int],

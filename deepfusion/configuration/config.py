@@ -101,6 +101,9 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.model.smoothing and not cfg.model.coarse_correction:
         raise ConfigError(f"model.smoothing: the sweeps use the coarse correction's fine Hessian; set "
                           f"model.coarse_correction (e.g. 17) or use 0 (got {cfg.model.smoothing})")
+    if cfg.model.cycles > 1 and not cfg.model.smoothing:
+        raise ConfigError(f"model.cycles: repeating the exact coarse correction without sweeps between changes "
+                          f"nothing; set model.smoothing (e.g. 8) or use 1 (got {cfg.model.cycles})")
     if cfg.train.batch_size > cfg.data.n_train:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"

@@ -128,9 +128,10 @@ class Run:
         its field ends with that many Gauss-Seidel sweeps: the product's, at inference and in a second stage's
         training (whose product they end: the sweeps and the correction are affine, so smoothing the first stage's
         field and the second's correction of it smooths their sum); the first stage trains on :meth:`trained`,
-        corrected without them."""
+        corrected without them. With ``model.cycles`` the correction and its sweeps are repeated (the same affine
+        argument holds)."""
         family = self.family if family is None else family
-        return self._corrected(family, family, clock, self.cfg.model.smoothing)
+        return self._corrected(family, family, clock, self.cfg.model.smoothing, self.cfg.model.cycles)
 
     def generator(self, *args, **kwargs) -> None:
         """Retired: :meth:`product` (the generator is the network; the family its fields come from is the product)."""
@@ -155,7 +156,8 @@ class Run:
 
         return quadratic(self.on_grid(tuple(min(n, 17) for n in self.family.resolution)))
 
-    def _corrected(self, fields: Family, family: Family, clock: PartClock | None, smoothing: int = 0) -> Family:
+    def _corrected(self, fields: Family, family: Family, clock: PartClock | None, smoothing: int = 0,
+                   cycles: int = 1) -> Family:
         if not self.cfg.model.coarse_correction:
             return fields
         from diffnet.multigrid.corrected import CoarseCorrected
@@ -163,7 +165,7 @@ class Run:
         clock = clock if clock is not None else PartClock()
         residual = least_squares(family)  # then no Hessian to probe for quadratic, and no sweeps (the config refuses them)
         return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock,
-                               not residual and self.quadratic, smoothing, residual)
+                               not residual and self.quadratic, smoothing, residual, cycles)
 
     def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a

@@ -124,6 +124,11 @@ class ModelConfig:
             "and large in its gradient (stress, flux), removed at about three stencil products a sweep; the product's "
             "last step in every command that runs a trained generator (the first stage trains without them, a "
             "second stage through them); see Physics")
+    cycles: int = _key(lambda v: None if 1 <= v <= 16 else "must be in 1..16", default=1,
+        doc="times the product repeats its coarse correction and sweeps (a two-grid iteration from the network's "
+            "field; more than 1 needs `model.smoothing`): the second correction removes the smooth error the first "
+            "one's sweeps leave, where more sweeps would not (Poisson 256^2: 1 cycle of 32 sweeps 2.2x the floor, "
+            "3 of 8 sweeps 1.00x); inference only, like the sweeps; see Physics")
 
 
 @dataclass(frozen=True)

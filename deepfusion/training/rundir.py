@@ -54,6 +54,10 @@ def config_differences(old: Config, new: Config) -> list[str]:
 LAYOUT_KEYS = ("parallel.domain", "parallel.threads_per_rank", "parallel.gradsync", "parallel.bucket_mb",
                "parallel.progress_ms", "parallel.check_every", "parallel.collective_timeout_s")
 
+# The product's last steps (model.smoothing, model.cycles): the first stage trains without them, so a run without a
+# second stage (which trains through them) may continue, or be evaluated again, with others.
+INFERENCE_KEYS = ("model.smoothing", "model.cycles")
+
 
 def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str], None],
                       may_differ: tuple[str, ...] = ()) -> tuple[Path, object] | None:
@@ -62,8 +66,9 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
     A run directory holding checkpoints is resumed whether or not ``--resume`` is given
     (a requeued job simply runs the same command again); damaged checkpoints are
     skipped with one line each (``warn``); it must have been written with the same
-    config except for the keys in ``may_differ`` (a longer schedule) and the layout over ranks
-    (:data:`LAYOUT_KEYS`), so a run is never mixed with another; the refusal names the keys that differ.
+    config except for the keys in ``may_differ`` (a longer schedule), the layout over ranks
+    (:data:`LAYOUT_KEYS`) and, without a second stage, :data:`INFERENCE_KEYS`, so a run is never mixed with another;
+    the refusal names the keys that differ.
     """
     from deepfusion.files.checkpoint import checkpoint_files, latest_valid_checkpoint
 
@@ -76,8 +81,10 @@ def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[
     if found is None:
         raise InputError(f"{directory}: no valid checkpoint left to resume from (all refused above)")
     path, ckpt = found
-    differ = [k for k in config_differences(saved_config(ckpt, path), cfg)
-              if k not in may_differ and k not in LAYOUT_KEYS and not k.startswith("output.")]  # the run may have been moved
+    saved = saved_config(ckpt, path)
+    inference = () if saved.train.second_stage_epochs or cfg.train.second_stage_epochs else INFERENCE_KEYS
+    differ = [k for k in config_differences(saved, cfg)
+              if k not in (*may_differ, *LAYOUT_KEYS, *inference) and not k.startswith("output.")]  # the run may have been moved
     if differ:
         shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
         raise InputError(
@@ -185,10 +192,10 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 def _architecture(cfg: Config) -> tuple:
     """What a checkpoint's weights depend on: the family on its grid, the model (not the sweeps that end its product at
-    inference, ``model.smoothing``: a trained run gains them by its config alone), the multigrid levels it deepened
-    and whether it has a second stage."""
+    inference, ``model.smoothing`` and ``model.cycles``: a trained run gains them by its config alone), the multigrid
+    levels it deepened and whether it has a second stage."""
     mg = cfg.multigrid
-    model = dataclasses.replace(cfg.model, smoothing=0)
+    model = dataclasses.replace(cfg.model, smoothing=0, cycles=1)
     return (cfg.problem, cfg.family_keys, model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
             cfg.train.second_stage_epochs > 0)
 

@@ -72,6 +72,9 @@ def test_parse_override_forms():
         ({"problem": {"family": "poisson"}, "data": {"sampling": "random"}, "model": {"smoothing": 2}},
          "model.smoothing: the sweeps use the coarse correction's fine Hessian"),
         ({"model": {"smoothing": -1}}, "model.smoothing: must be in 0..128"),
+        ({"problem": {"family": "poisson"}, "data": {"sampling": "random"},
+          "model": {"coarse_correction": 5, "cycles": 3}}, "model.cycles: repeating the exact coarse correction"),
+        ({"model": {"cycles": 0}}, "model.cycles: must be in 1..16"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):

@@ -78,3 +78,9 @@ def test_the_sweeps_end_the_product_at_inference_and_a_trained_run_gains_them_by
     assert run.product().smoothing == 3 and run.trained(run.family).smoothing == 0
     plain = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, smoothing=0))
     assert _architecture(plain) == _architecture(cfg)
+    # model.cycles alike: the product's, not the first stage's training family's, and not the checkpoint's
+    cycled = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cycles=3))
+    product = Run.from_config(cycled).product()
+    assert product.cycles == 3 and Run.from_config(cycled).trained(run.family).cycles == 1
+    assert product.describe_correction().endswith("5x5, then 3 Gauss-Seidel sweeps, 3 times")
+    assert _architecture(cycled) == _architecture(cfg)

@@ -26,13 +26,13 @@ def _instances(family, n, seed=3):
     return torch.as_tensor(family.sample(n, "random", seed), dtype=torch.float64)
 
 
-def _product(family, nodes, smoothing, quadratic=True, scale=1.0):
+def _product(family, nodes, smoothing, quadratic=True, scale=1.0, cycles=1):
     """p -> a weighted sum of the corrected, smoothed field of a fixed raw output: every stage after the network."""
     raw = scale * torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
                       generator=torch.Generator().manual_seed(1))
     weights = torch.randn(2, *family.field(raw, _instances(family, 2)).shape[1:], dtype=torch.float64,
                           generator=torch.Generator().manual_seed(2))
-    corrected = CoarseCorrected(family, family, nodes, quadratic=quadratic, smoothing=smoothing)
+    corrected = CoarseCorrected(family, family, nodes, quadratic=quadratic, smoothing=smoothing, cycles=cycles)
     return lambda p: (corrected.field(raw, p) * weights).sum()
 
 
@@ -55,6 +55,16 @@ def _agrees_with_central_differences(f, p: torch.Tensor, grad: torch.Tensor, h: 
 def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_differences(family, nodes):
     assert family.has("differentiable")
     f = _product(family, nodes, smoothing=2)
+    p = _instances(family, 2).requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(p), p)
+    _agrees_with_central_differences(f, p.detach(), grad)
+
+
+def test_the_gradient_through_repeated_cycles_is_the_central_differences():
+    """model.cycles: the correction and its sweeps composed three times, each cycle's implicit-function terms at its
+    own fields (the two-unknown family, S = C = 2)."""
+    family = ElasticityFamily((11, 10))
+    f = _product(family, 4, smoothing=2, cycles=3)
     p = _instances(family, 2).requires_grad_(True)
     (grad,) = torch.autograd.grad(f(p), p)
     _agrees_with_central_differences(f, p.detach(), grad)

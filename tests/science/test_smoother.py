@@ -1,12 +1,16 @@
 """The Gauss-Seidel sweeps after the coarse correction (diffnet/multigrid/smoother.py): symmetric multicolour block
 sweeps on the free nodes keep the grid's own solution (their fixed point), lower the energy every sweep, leave the
-fixed nodes alone, and their backward pass is the exact transpose (finite differences), with as many instances as unknowns."""
+fixed nodes alone, and their backward pass is the exact transpose (finite differences), with as many instances as unknowns;
+repeated with the correction (``cycles``) they are a convergent two-grid iteration."""
 
 from __future__ import annotations
 
 import torch
 
+import pytest
+
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction
+from diffnet.multigrid.corrected import CoarseCorrected
 from diffnet.multigrid.hessian import energy_norms
 from diffnet.multigrid.stencil import as_blocks, as_fields
 from diffnet.multigrid.smoother import sweeps
@@ -77,3 +81,30 @@ def test_the_gpus_batched_sweeps_and_the_cpus_compiled_ones_agree():
         compiled = prepared(space.hessian, space.free)
         one, two = (sweeps(space.hessian, space.free, space.load, x, 2, op) for op in (batched, compiled))
         assert float((one - two).abs().max()) <= 1e-12 * float(x.abs().max()), family.name
+
+
+def test_cycles_repeat_the_correction_and_its_sweeps_and_converge_to_the_grids_solution():
+    """CoarseCorrected(cycles=k): the correction then the sweeps, k times, a two-grid iteration from the network's
+    field: each cycle cuts the energy norm's error to the grid's solution (measured on white noise, 33^2 from 9^2 with 2
+    sweeps: 0.28-0.52x a cycle for Poisson, 0.31-0.54x for elasticity; asserted 0.6x), and three cycles of 2 sweeps
+    beat one correction with the same 6 sweeps (measured 4.4x and 2.6x; asserted 2x), where sweeps alone stall; with
+    S = C = 2 for the two-unknown family."""
+    for family in (PoissonFamily(resolution=(33, 33)), ElasticityFamily(resolution=(33, 33))):
+        p, exact, u = _setup(family, s=2, noise=1e-2)
+        lift = family.field(torch.zeros(u.shape[0], len(family.unknowns), *family.resolution, dtype=torch.float64), p)
+        raw = (u - lift).reshape(u.shape[0], len(family.unknowns), *family.resolution)
+        product = lambda k, sweeps=2: CoarseCorrected(family, family, 9, smoothing=sweeps, cycles=k).field(raw, p)  # noqa: E731
+        composed = u
+        for _ in range(2):
+            composed = coarse_correction(family, composed, p, 9, quadratic=True, smoothing=2)
+        assert float((product(2) - composed).abs().max()) <= 1e-12 * float(exact.abs().max()), family.name
+        errors = [energy_norms(family, p, exact, product(k) - exact)[0] for k in (1, 2, 3)]
+        assert (errors[1] < 0.6 * errors[0]).all() and (errors[2] < 0.6 * errors[1]).all(), (family.name, errors)
+        one_long = energy_norms(family, p, exact, product(1, sweeps=6) - exact)[0]  # the same 6 sweeps, one correction
+        assert (errors[2] < 0.5 * one_long).all(), (family.name, errors[2], one_long)
+
+
+def test_cycles_without_sweeps_between_are_refused():
+    family = PoissonFamily(resolution=(9, 9))
+    with pytest.raises(ValueError, match="cycles must be 1, or more with sweeps"):
+        CoarseCorrected(family, family, 3, smoothing=0, cycles=2)
