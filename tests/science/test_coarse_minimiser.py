@@ -106,3 +106,22 @@ def test_smoothing_after_the_minimiser_lowers_the_nonlinear_energy_towards_the_f
     distance = [float((f - floor).norm()) for f in fields]
     assert (energy[1] < energy[0]).all() and (energy[2] < energy[1]).all()
     assert distance[2] < distance[1] < distance[0]
+
+
+def test_cycles_of_the_minimiser_and_its_sweeps_go_on_towards_the_floor():
+    """model.cycles on a nonlinear energy: the coarse minimiser and its sweeps again from their own field, each cycle
+    lowering the energy and moving the field towards the grid's own minimiser (the cubic plugin, through the
+    product's wrapper)."""
+    from diffnet.multigrid.corrected import CoarseCorrected
+
+    family = _cubic((9, 9))
+    p = torch.as_tensor(family.sample(2, "random", 6))
+    floor = torch.as_tensor(family.reference(p.numpy()))
+    lift = family.field(torch.zeros_like(floor)[:, None], p)
+    raw = (floor - lift + 1e-2 * torch.randn(floor.shape, dtype=torch.float64,
+                                             generator=torch.Generator().manual_seed(7)))[:, None]
+    fields = [CoarseCorrected(family, family, 5, quadratic=False, smoothing=2, cycles=k).field(raw, p) for k in (1, 2, 3)]
+    energy = [sum(family.loss_terms(f, p).values()) for f in fields]
+    distance = [float((f - floor).norm()) for f in fields]
+    assert (energy[1] < energy[0]).all() and (energy[2] < energy[1]).all()
+    assert distance[2] < distance[1] < distance[0]
