@@ -88,19 +88,15 @@ class CoarseCorrected(Wrapper):
 
     def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         u = self.inner.field(raw, instances)
-        if self.quadratic:
-            corrected = u
-            for _ in range(self.cycles):
-                corrected = coarse_correction(self.energy, corrected, instances, self.nodes, self.clock, quadratic=True,
-                                              smoothing=self.smoothing)
-            return corrected
         if self.least_squares:
             corrected = coarse_least_squares(self.energy, u, instances, self.nodes, self.clock)
         else:
             corrected = u
             for _ in range(self.cycles):
-                corrected = coarse_minimiser(self.energy, corrected, instances, self.nodes, self.clock, self.smoothing)
-        if torch.is_grad_enabled() and u.requires_grad:
+                corrected = (coarse_correction(self.energy, corrected, instances, self.nodes, self.clock, quadratic=True,
+                                               smoothing=self.smoothing) if self.quadratic else
+                             coarse_minimiser(self.energy, corrected, instances, self.nodes, self.clock, self.smoothing))
+        if not self.quadratic and torch.is_grad_enabled() and u.requires_grad:
             corrected.uncorrected = u  # the network's own field, for the pull in :meth:`loss_terms`
         return corrected
 
