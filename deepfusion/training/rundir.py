@@ -191,11 +191,12 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def _architecture(cfg: Config) -> tuple:
-    """What a checkpoint's weights depend on: the family on its grid, the model (not the sweeps that end its product at
-    inference, ``model.smoothing`` and ``model.cycles``: a trained run gains them by its config alone), the multigrid
-    levels it deepened and whether it has a second stage."""
+    """What a checkpoint's weights depend on: the family on its grid, the model (not the steps that end its product at
+    inference, :data:`INFERENCE_KEYS`, taken at their defaults: a trained run gains them by its config alone), the
+    multigrid levels it deepened and whether it has a second stage."""
     mg = cfg.multigrid
-    model = dataclasses.replace(cfg.model, smoothing=0, cycles=1)
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg.model)}
+    model = dataclasses.replace(cfg.model, **{key: defaults[key] for key in (k.split(".", 1)[1] for k in INFERENCE_KEYS)})
     return (cfg.problem, cfg.family_keys, model, (mg.levels, mg.top_channels) if mg.transfer == "deepen" else (),
             cfg.train.second_stage_epochs > 0)
 
