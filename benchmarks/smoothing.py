@@ -98,9 +98,10 @@ def main(argv=None) -> int:
     instances = run.heldout_first(args.samples)
     print(f"{args.run_dir} ({run.family.name}, {'x'.join(map(str, run.family.resolution))}), {path.name}: "
           f"{len(instances)} held-out instances, one thread", flush=True)
-    arms = [(f"coarse {n}, {k} sweeps" + (f" x {c}" if c > 1 else ""), dataclasses.replace(base, nodes=n, smoothing=k,
-                                                                                         cycles=c))
-            for n in (base.nodes, *args.coarse) for k in args.sweeps for c in args.cycles if k or c == 1]
+    # Every coarse grid with every sweep count, and each count above 0 with every number of cycles.
+    designs = [(n, k, c) for n in (base.nodes, *args.coarse) for k in args.sweeps for c in args.cycles if k or c == 1]
+    arms = [(f"coarse {n}, {k} sweeps" + (f" x {c}" if c > 1 else ""),
+             dataclasses.replace(base, nodes=n, smoothing=k, cycles=c)) for n, k, c in designs]
     starts = [("", model)] + ([("lift: ", lift(model, run, instances))] if args.from_lift else [])
     rows, truth = [], None
     for (start, network), (label, generator) in itertools.product(starts, arms):

@@ -488,20 +488,25 @@ def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
     coarse.forget_coarse_spaces()
 
 
-@pytest.mark.slow  # a process of its own (torch's import) and three arms' inference and truths: about 5 s
+@pytest.mark.slow  # a process of its own (torch's import) and twelve arms' inference and truths: about 5 s
 def test_the_smoothing_benchmark_measures_each_design_on_a_trained_run(corrected_run, tmp_path):
-    """benchmarks/smoothing.py end to end at its smoke size: one row per arm (sweep counts, a finer coarse grid), each
-    with the field's, the energy norm's and every derived field's ratio to its floor and the product's time."""
+    """benchmarks/smoothing.py end to end at its smoke size, as the user guide runs it: one row per arm (sweep counts,
+    cycles, a finer coarse grid), each with the field's, the energy norm's and every derived field's ratio to its floor
+    and the product's time; with --from-lift the same arms again from the boundary data's lift, no network."""
     import subprocess
 
     run_dir, _ = corrected_run
     out = tmp_path / "smoothing.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "smoothing.py"), str(run_dir), "--sweeps", "0", "2",
-                           "--coarse", "7", "--samples", "2", "--batch", "2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                           "--cycles", "1", "2", "--coarse", "7", "--from-lift", "--samples", "2", "--batch", "2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["arm"] for r in rows] == ["coarse 5, 0 sweeps", "coarse 5, 2 sweeps", "coarse 7, 0 sweeps", "coarse 7, 2 sweeps"]
+    arms = ["coarse 5, 0 sweeps", "coarse 5, 2 sweeps", "coarse 5, 2 sweeps x 2",
+            "coarse 7, 0 sweeps", "coarse 7, 2 sweeps", "coarse 7, 2 sweeps x 2"]
+    assert [r["arm"] for r in rows] == arms + [f"lift: {arm}" for arm in arms]
+    by_arm = {r["arm"]: r["ratios_to_floor"]["field"] for r in rows}
+    assert by_arm["coarse 5, 0 sweeps"] != by_arm["lift: coarse 5, 0 sweeps"]  # the network's field, then none
     for row in rows:
         assert {"field", "energy norm", "flux_x", "flux_y"} <= set(row["ratios_to_floor"]) and row["ms_per_instance"] > 0
     # The floor and the truth are the same for every arm: only the product changed.
