@@ -105,11 +105,9 @@ class Surrogate:
     def exact_gradients(self) -> bool:
         """Whether :meth:`evaluate` gives exact gradients in the instances: the family is ``differentiable`` and its
         product has them (not the Neo-Hookean solids' sweeps after their coarse minimiser, whose linearisation moves
-        with the instance). Without them ``deepfusion invert`` takes central differences of the fields."""
-        from diffnet.multigrid.corrected import CoarseCorrected
-
-        corrected = self._product if isinstance(self._product, CoarseCorrected) else None
-        return self.family.has("differentiable") and (corrected is None or corrected.exact_parameter_gradients)
+        with the instance), nor a product finished by ``model.polish``. Without them ``deepfusion invert`` takes
+        central differences of the fields."""
+        return self.family.has("differentiable") and getattr(self._product, "exact_parameter_gradients", True)
 
     @property
     def parameter_name(self) -> str:
@@ -225,9 +223,13 @@ class Surrogate:
                              f"{type(instances).__name__}")
         require(self.family, "differentiable", "Surrogate.evaluate")
         if not self.exact_gradients:
-            raise InputError(f"Surrogate.evaluate: this run's product ({self._product.describe_correction()}) has no "
-                             "exact gradients in the instances (the sweeps' linearisation moves with them); take "
-                             "central differences of surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
+            from diffnet.generators.polished import Polished
+
+            why = (f"the network's field {self._product.describe_polish()}, numpy steps without gradients"
+                   if isinstance(self._product, Polished) else
+                   f"{self._product.describe_correction()}: the sweeps' linearisation moves with them")
+            raise InputError(f"Surrogate.evaluate: this run's product ({why}) has no exact gradients in the instances; "
+                             "take central differences of surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
         self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
         weights = None if points is None else self._point_weights(points)
         p = instances.to(torch.float64)

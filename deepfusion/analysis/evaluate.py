@@ -19,8 +19,9 @@ from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
 from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
                                             relative_l2)
 from deepfusion.files.fields import Layout, by_unknown, write_fields
-from diffnet.backend.clock import CORRECTION_PARTS, PartClock, part_text, total
+from diffnet.backend.clock import CORRECTION_PARTS, POLISH, PartClock, part_text, total
 from diffnet.multigrid.preconditioned import error_estimate
+from diffnet.generators.polished import unpolished
 from diffnet.generators.two_stage import TwoStage
 
 __all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
@@ -105,8 +106,10 @@ def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
     seconds, count = found.infer_seconds, len(found.test)
     correction = total(found.parts, CORRECTION_PARTS) * count
     print(f"inference {seconds:.3f} s for {count} instances"
-          + (f" ({product.describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
+          + (f" ({unpolished(product).describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
              if cfg.model.coarse_correction and seconds > 0 else "")
+          + (f" (the network's field {product.describe_polish()}: {total(found.parts, (POLISH,)) * count:.3f} s)"
+             if cfg.model.polish else "")
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if found.parts:
         print("one instance's inference by part: " + part_text(found.parts)

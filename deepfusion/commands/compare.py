@@ -140,11 +140,15 @@ def command(args: argparse.Namespace, comm) -> int:
 def _product(family, product_family) -> str:
     """What the network product is called in the rows: the network, with its coarse solve (and the sweeps after it,
     and how many times both run) if it has one."""
-    if product_family is family:
-        return "DiffNet"
-    sweeps = f", {product_family.smoothing} sweeps" if product_family.smoothing else ""
-    times = f", x{product_family.cycles}" if product_family.cycles > 1 else ""
-    return f"DiffNet + coarse solve ({product_family.coarse_text()}{sweeps}{times})"
+    from diffnet.generators.polished import unpolished
+
+    corrected = unpolished(product_family)
+    polish = "" if corrected is product_family else f" + {product_family.describe_polish().removeprefix('then ')}"
+    if corrected is family:
+        return f"DiffNet{polish}"
+    sweeps = f", {corrected.smoothing} sweeps" if corrected.smoothing else ""
+    times = f", x{corrected.cycles}" if corrected.cycles > 1 else ""
+    return f"DiffNet + coarse solve ({corrected.coarse_text()}{sweeps}{times}){polish}"
 
 
 def _polished_rows(family, network: tuple, instances, acc, cycles: int, timing: tuple[list[int], int],

@@ -38,14 +38,15 @@ def command(args: argparse.Namespace, comm) -> int:
     seconds = time.perf_counter() - t0
     if comm.rank != 0:
         return 0
-    attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": args.polish}
+    steps = surrogate.run.cfg.model.polish + args.polish  # the product's own (model.polish), then the command's
+    attrs = surrogate.run.field_attrs("diffnet") | {"checkpoint": str(surrogate.checkpoint), "polish": steps}
     family = surrogate.family
     derived, values = derived_fields(family, instances, u), quantities(family, instances, u)
     datasets = {dataset_name(family, instances): instances} | values  # each quantity of interest one value per instance
     out = write_fields(args.out, u, family.coordinates(), datasets, attrs, domain_of(family, instances),
                        Layout.of(family), derived)
     n = len(instances)
-    what = f" + {args.polish} polish iteration{'s' if args.polish != 1 else ''}" if args.polish else ""
+    what = f" + {steps} polish iteration{'s' if steps != 1 else ''}" if steps else ""
     print(f"wrote {out} and {out.with_suffix('.xdmf')}: {n} field{'s' if n != 1 else ''} {u.shape[1:]} "
           f"in {seconds:.3f} s, from checkpoint {surrogate.checkpoint}{what}"
           + (f"; derived: {', '.join(derived)}" if derived else ""))

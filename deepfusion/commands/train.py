@@ -252,12 +252,17 @@ def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
     if notice:
         say(notice)
     if cfg.model.coarse_correction:
-        product = run.product()
+        from diffnet.generators.polished import unpolished
+
+        product = unpolished(run.product())
         what = ("the minimiser of |r(u)|^2 over u~ + range(P) (Gauss-Newton on the coarse space)"
                 if product.least_squares else
                 "u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P)")
         say(f"coarse correction: the generator's field u~ becomes {what}, P from {product.coarse_text()} "
             f"(model.coarse_correction = {cfg.model.coarse_correction}; at most half each level's intervals)")
+    if cfg.model.polish:
+        say(f"product: the generator's field, {run.product().describe_polish()} (model.polish; at inference only, "
+            "the training's loss is the network's own)")
     if len(visits) < len(stages):
         s = stages[-1]
         say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "

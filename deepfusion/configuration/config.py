@@ -104,6 +104,9 @@ def _cross_checks(cfg: Config, family: type) -> None:
     if cfg.model.cycles > 1 and not cfg.model.smoothing:
         raise ConfigError(f"model.cycles: repeating the exact coarse correction without sweeps between changes "
                           f"nothing; set model.smoothing (e.g. 8) or use 1 (got {cfg.model.cycles})")
+    if cfg.model.polish and cfg.train.second_stage_epochs:
+        raise ConfigError(f"model.polish: a second stage trains through the product, and the polish step has no "
+                          f"gradient; use 0 with train.second_stage_epochs (got {cfg.model.polish})")
     if cfg.train.batch_size > cfg.data.n_train:
         raise ConfigError(
             f"train.batch_size: must be <= data.n_train ({cfg.data.n_train}) (got {cfg.train.batch_size})"

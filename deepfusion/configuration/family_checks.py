@@ -71,6 +71,9 @@ def _training_needs(cfg: Config, family: type, configured: Family) -> None:
                           "on the host), which a CUDA graph cannot capture; use parallel.cuda_graphs = false")
     if cfg.model.coarse_correction:
         _check_coarse_correction(cfg, family, configured)
+    if cfg.model.polish and not configured.has("polish"):
+        raise ConfigError(f"model.polish: the {family.name} family (as configured) declares no polish step (the "
+                          "'polish' capability); use 0")
 
 
 def _check_second_stage(cfg: Config, family: type, configured: Family) -> None:

@@ -129,9 +129,16 @@ class Run:
         training (whose product they end: the sweeps and the correction are affine, so smoothing the first stage's
         field and the second's correction of it smooths their sum); the first stage trains on :meth:`trained`,
         corrected without them. With ``model.cycles`` the correction and its sweeps are repeated (the same affine
-        argument holds)."""
+        argument holds). With ``model.polish`` the field ends with that many of the family's classical polish steps
+        (:class:`diffnet.generators.polished.Polished`: inference only, no gradients)."""
         family = self.family if family is None else family
-        return self._corrected(family, family, clock, self.cfg.model.smoothing, self.cfg.model.cycles)
+        clock = clock if clock is not None else PartClock()
+        product = self._corrected(family, family, clock, self.cfg.model.smoothing, self.cfg.model.cycles)
+        if not self.cfg.model.polish:
+            return product
+        from diffnet.generators.polished import Polished
+
+        return Polished(product, self.cfg.model.polish, clock)
 
     def generator(self, *args, **kwargs) -> None:
         """Retired: :meth:`product` (the generator is the network; the family its fields come from is the product)."""

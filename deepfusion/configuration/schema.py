@@ -129,6 +129,11 @@ class ModelConfig:
             "field; more than 1 needs `model.smoothing`): the second correction removes the smooth error the first "
             "one's sweeps leave, where more sweeps would not (Poisson 256^2: 1 cycle of 32 sweeps 2.2x the floor, "
             "3 of 8 sweeps 1.00x); inference only, like the sweeps; see Physics")
+    polish: int = _key(lambda v: None if 0 <= v <= 100 else "must be in 0..100", default=0,
+        doc="iterations of the family's classical polish step (Burgers: Newton sweeps of its implicit scheme; the Q1 "
+            "families: V-cycles) that finish the product's field in every command that runs a trained generator: a "
+            "hybrid, reported as the run's product; inference only and without gradients (inverse problems take "
+            "central differences; no second stage); families with the `polish` capability; see Physics")
 
 
 @dataclass(frozen=True)

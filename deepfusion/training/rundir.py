@@ -54,9 +54,9 @@ def config_differences(old: Config, new: Config) -> list[str]:
 LAYOUT_KEYS = ("parallel.domain", "parallel.threads_per_rank", "parallel.gradsync", "parallel.bucket_mb",
                "parallel.progress_ms", "parallel.check_every", "parallel.collective_timeout_s")
 
-# The product's last steps (model.smoothing, model.cycles): the first stage trains without them, so a run without a
-# second stage (which trains through them) may continue, or be evaluated again, with others.
-INFERENCE_KEYS = ("model.smoothing", "model.cycles")
+# The product's last steps (model.smoothing, model.cycles, model.polish): the first stage trains without them, so a run
+# without a second stage (which trains through the product) may continue, or be evaluated again, with others.
+INFERENCE_KEYS = ("model.smoothing", "model.cycles", "model.polish")
 
 
 def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str], None],

@@ -17,7 +17,7 @@ import time
 from typing import Iterator
 
 __all__ = ["PartClock", "total", "part_text", "NETWORK", "HESSIAN", "JACOBIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
-           "LINE_SEARCH", "SMOOTHING", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
+           "LINE_SEARCH", "SMOOTHING", "POLISH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
 
 NETWORK = "network"
 HESSIAN = "fine Hessian"
@@ -28,6 +28,7 @@ SOLVES = "coarse solves"
 GRADIENT = "loss gradient"
 VCYCLE = "V-cycle"
 SMOOTHING = "smoothing"  # the Gauss-Seidel sweeps after the coarse correction (model.smoothing)
+POLISH = "polish"  # the family's classical iterations that finish the product (model.polish)
 LINE_SEARCH = "line search"  # a nonlinear energy's coarse Newton: the energy at the trial steps
 # The coarse correction's parts (its seconds in a run's banner and reports are their sum).
 CORRECTION_PARTS = (HESSIAN, JACOBIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SMOOTHING)

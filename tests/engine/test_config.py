@@ -75,6 +75,10 @@ def test_parse_override_forms():
         ({"problem": {"family": "poisson"}, "data": {"sampling": "random"},
           "model": {"coarse_correction": 5, "cycles": 3}}, "model.cycles: repeating the exact coarse correction"),
         ({"model": {"cycles": 0}}, "model.cycles: must be in 1..16"),
+        ({"model": {"polish": 101}}, "model.polish: must be in 0..100"),
+        ({"model": {"polish": 2}}, "model.polish: the burgers family (as configured) declares no polish step"),
+        ({"problem": {"family": "poisson"}, "data": {"sampling": "random"}, "model": {"polish": 1},
+          "train": {"second_stage_epochs": 2}}, "model.polish: a second stage trains through the product"),
     ],
 )
 def test_invalid_values_name_the_key(data, fragment):

@@ -84,3 +84,10 @@ def test_the_sweeps_end_the_product_at_inference_and_a_trained_run_gains_them_by
     assert product.cycles == 3 and Run.from_config(cycled).trained(run.family).cycles == 1
     assert product.describe_correction().endswith("5x5, then 3 Gauss-Seidel sweeps, 3 times")
     assert _architecture(cycled) == _architecture(cfg)
+    # model.polish alike, and outermost: the corrected, swept product's field then the family's V-cycles
+    polished = dataclasses.replace(cycled, model=dataclasses.replace(cycled.model, polish=2))
+    product = Run.from_config(polished).product()
+    assert product.steps == 2 and product.inner.cycles == 3 and product.describe_polish() == "then 2 V-cycles"
+    trained = Run.from_config(polished).trained(run.family)
+    assert trained.cycles == 1 and not hasattr(trained, "steps")
+    assert _architecture(polished) == _architecture(cfg)

@@ -8,6 +8,7 @@ import pkgutil
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -94,3 +95,36 @@ def test_a_member_decided_twice_is_refused():
 
             def field(self, raw, params):
                 return raw
+
+
+def test_a_polished_product_is_the_fields_then_the_familys_polish_and_refuses_gradients():
+    """model.polish (diffnet.generators.polished): the inner field then the family's own polish, the same numbers as
+    calling it by hand; the family on another grid keeps its steps; a gradient through it is refused, not zero."""
+    from diffnet.families.burgers import BurgersFamily
+    from diffnet.families.elasticity import ElasticityFamily
+    from diffnet.generators.polished import Polished, unpolished
+
+    burgers = BurgersFamily((9, 17), stencil="conservative")
+    elastic = ElasticityFamily(resolution=(9, 9))  # two unknowns and two instances: S = C
+    for family, steps in ((burgers, 2), (elastic, 1)):
+        params = torch.as_tensor(family.sample(2, "uniform" if family is burgers else "sobol", 0))
+        raw = torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(0))
+        polished = Polished(family, steps)
+        np.random.seed(0)  # pyamg's hierarchy (elasticity's polish) estimates a spectral radius from a random vector
+        u = polished.field(raw, params)
+        np.random.seed(0)
+        by_hand = family.polish(params.numpy(), family.field(raw, params).numpy(), steps)
+        np.testing.assert_allclose(u.numpy(), by_hand, rtol=0, atol=1e-12)
+        with torch.inference_mode():  # as predict runs it: Burgers' Newton differentiates its residual inside
+            np.random.seed(0)
+            np.testing.assert_allclose(polished.field(raw, params).numpy(), by_hand, rtol=0, atol=1e-12)
+        assert not np.allclose(by_hand, family.field(raw, params).numpy())  # the polish moved the field
+        assert unpolished(polished) is family and polished.loss_terms.__func__ is type(family).loss_terms
+        assert polished.exact_parameter_gradients is False
+    assert polished.at_resolution((5, 5)).steps == 1 and polished.at_resolution((5, 5)).resolution == (5, 5)
+    assert Polished(burgers, 2).describe_polish() == "then 2 Newton sweeps"
+    with pytest.raises(RuntimeError, match="model.polish: the polish step has no gradient"):
+        Polished(burgers, 2).field(torch.zeros(1, 1, 9, 17, requires_grad=True), torch.tensor([4.0]))
+    with pytest.raises(ValueError, match="declares no polish step"):
+        Polished(BurgersFamily((9, 17)), 1)  # the central residual has no scheme to march
