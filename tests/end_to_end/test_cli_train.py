@@ -169,4 +169,7 @@ def test_high_resolution_configs_train_here(tmp_path, config, extra):
         assert f["u"].shape == (1, *grid) and np.isfinite(f["u"][()]).all()
     report = json.loads((run_dir / "eval.json").read_text())
     assert len(report["rel_l2"]) == 1 and np.isfinite(report["rel_l2"][0])
-    assert 0 < report["floor_rel_l2"][0] < report["rel_l2"][0]
+    if cfg.model.polish:  # the product ends with the scheme's Newton sweeps (burgers_512_c16): at the floor from one step
+        assert report["ratio_to_floor"] == pytest.approx(1.0, abs=0.05)
+    else:  # a network of one step a level is far from its grid's best
+        assert 0 < report["floor_rel_l2"][0] < report["rel_l2"][0]
