@@ -16,7 +16,7 @@ from deepfusion.commands import agree, warn
 from deepfusion.configuration.schema import Config
 from deepfusion.configuration.config import defaults_notice, load_config, to_toml
 from deepfusion.configuration.run import Run
-from deepfusion.training.rundir import initial_weights, resume_point, trained_seconds
+from deepfusion.training.rundir import initial_weights, resume_point, training_time
 from deepfusion.configuration.inputs import InputError
 from diffnet.backend.clock import CORRECTION_PARTS, PartClock
 
@@ -217,7 +217,7 @@ def command(args: argparse.Namespace, comm) -> int:
     if leader:
         from deepfusion.analysis.evaluate import evaluate_run
 
-        evaluate_run(run, model, run_dir, result.seconds if result is not None else trained_seconds(run_dir),
+        evaluate_run(run, model, run_dir, result.seconds if result is not None else training_time(run_dir)[0],
                      pred=pred)
     return 0
 

@@ -19,7 +19,7 @@ from deepfusion.configuration.inputs import InputError
 from deepfusion.configuration.schedule import adam_steps, build_schedule, stage_at, total_steps
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
-           "extension", "initial_weights", "trained_seconds", "truncate_metrics", "trained_model"]
+           "extension", "initial_weights", "truncate_metrics", "trained_model"]
 
 
 def run_config(run_dir: Path) -> Config:
@@ -174,7 +174,7 @@ def initial_weights(source: Path, model, warn: Callable[[str], None]) -> Path:
     return path
 
 
-def trained_seconds(run_dir: Path) -> float | None:
+def _trained_seconds(run_dir: Path) -> float | None:
     """The training time an earlier evaluation of a complete run recorded (kept when it is evaluated again)."""
     try:
         return float(json.loads((run_dir / "eval.json").read_text())["train_seconds"])
@@ -244,7 +244,7 @@ def training_time(run_dir: Path) -> tuple[float | None, int | None]:
     """The run's training wall-clock seconds and its ranks, where recorded: the seconds an evaluation wrote to
     eval.json, else those metrics.jsonl logged (the last ``elapsed_s`` of each session, summed over the sessions
     of a resumed run: each starts its clock again); the ranks from metrics.jsonl."""
-    seconds, ranks = trained_seconds(run_dir), None
+    seconds, ranks = _trained_seconds(run_dir), None
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         try:

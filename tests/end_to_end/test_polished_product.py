@@ -15,12 +15,14 @@ import torch
 
 from helpers import run_cli
 from deepfusion import InputError, Surrogate
+from deepfusion.training.rundir import training_time
 
 
 def test_a_finished_run_gains_the_polish_by_its_config_and_every_path_gives_the_polished_product(tiny_runs, tmp_path):
     run_dir = tmp_path / "poisson"
     shutil.copytree(tiny_runs["poisson"], run_dir)  # the session's run is read only
     before = json.loads((run_dir / "eval.json").read_text())
+    (run_dir / "eval.json").unlink()  # as when the first evaluation died: the training time comes from metrics.jsonl
     proc = run_cli("train", str(run_dir / "config.toml"), "--out", str(run_dir), "--set", "model.polish=2")
     assert proc.returncode == 0, proc.stderr
     assert "evaluating it again" in proc.stdout
@@ -28,6 +30,8 @@ def test_a_finished_run_gains_the_polish_by_its_config_and_every_path_gives_the_
     assert "(the network's field then 2 V-cycles:" in proc.stdout  # the evaluation's inference line
     after = json.loads((run_dir / "eval.json").read_text())
     assert after["mean_floor"] == pytest.approx(before["mean_floor"])
+    # the seconds as logged, to the last logged step
+    assert 0 < after["train_seconds"] == training_time(run_dir)[0] <= before["train_seconds"]
     # Two V-cycles from a two-epoch network: most of the way to the grid's own solution.
     assert after["ratio_to_floor"] < 1 + 0.25 * (before["ratio_to_floor"] - 1)
     assert after["inference_parts_per_instance_s"]["polish"] > 0
