@@ -172,7 +172,9 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     names = instance_labels(family, test)
     print_assessment(run, product, found, names)
     if cfg.output.plots:
-        _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived)
+        polished = product if cfg.model.polish else None
+        _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived,
+               "DiffNet" if polished is None else f"DiffNet + {polished.steps_text()}")
     print(f"run directory: {run_dir}")
     return found.accuracy
 
@@ -231,7 +233,8 @@ def _by_field(family, fields: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Derived()) -> None:
+def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Derived(),
+           product: str = "DiffNet") -> None:
     from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss
 
     plots.mkdir(exist_ok=True)
@@ -256,7 +259,8 @@ def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Deriv
         domain = None if domain is None else domain[:, mid]
         labels = [f"{label}, {plane}" for label in labels]
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
-                inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors)
+                inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors,
+                product=product)
     shown_plots = [plots / "loss.png", plots / "fields.png"]
     displacement = [parts for parts in family.vectors.values() if len(parts) == 2 == len(coords)]
     if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)

@@ -143,7 +143,7 @@ def _product(family, product_family) -> str:
     from diffnet.generators.polished import unpolished
 
     corrected = unpolished(product_family)
-    polish = "" if corrected is product_family else f" + {product_family.describe_polish().removeprefix('then ')}"
+    polish = "" if corrected is product_family else f" + {product_family.steps_text()}"
     if corrected is family:
         return f"DiffNet{polish}"
     sweeps = f", {corrected.smoothing} sweeps" if corrected.smoothing else ""

@@ -106,8 +106,10 @@ def plot_fields(
     inputs: tuple[np.ndarray, list[str]] | None = None,
     domain: np.ndarray | None = None,
     errors: list[float] | dict[str, list[float]] | None = None,
+    product: str = "DiffNet",
 ) -> Path:
-    """One row per sample: predicted field, reference field and their difference (DiffNet − reference).
+    """One row per sample: predicted field, reference field and their difference (DiffNet − reference); ``product``
+    names the predicted fields (e.g. "DiffNet + 2 Newton sweeps" for a polished product).
     For a family of several fields, ``pred``, ``ref`` (and ``errors``) are dicts by field name, each
     (S, *grid): one row per sample and field, each row with its own colour scale.
 
@@ -122,10 +124,10 @@ def plot_fields(
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
-    return _save(_fields_figure(pred, ref, coords, labels, "reference", inputs, domain, errors), out, 110)
+    return _save(_fields_figure(pred, ref, coords, labels, "reference", inputs, domain, errors, product), out, 110)
 
 
-def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, errors=None):
+def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, errors=None, product="DiffNet"):
     (vertical, ys), (horizontal, xs) = coords.items()
     extent, axis_names = (xs[0], xs[-1], ys[0], ys[-1]), (horizontal, vertical)
     plt = _pyplot()
@@ -148,10 +150,10 @@ def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, err
         core = diff[1:-1, 1:-1] if min(diff.shape) > 2 else diff
         dmax = float(np.percentile(np.abs(core), 99)) or peak or 1.0
         panels = [
-            (p, f"DiffNet, {label_k}" + ("" if error is None else f"\nrel. L2 {error:.3g}"),
+            (p, f"{product}, {label_k}" + ("" if error is None else f"\nrel. L2 {error:.3g}"),
              "viridis", vmin, vmax, name),
             (r, f"{ref_name}, {label_k}", "viridis", vmin, vmax, name),
-            (diff, f"DiffNet − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
+            (diff, f"{product} − {ref_name} (max |·| {peak:.2g})", "RdBu_r", -dmax, dmax, "difference"),
         ]
         if inputs is not None:
             data, titles = inputs[0][k], inputs[1]

@@ -49,9 +49,13 @@ class Polished(Wrapper):
     #: The polish is the family's numpy iteration: nothing flows back through it.
     exact_parameter_gradients = False
 
+    def steps_text(self) -> str:
+        """'2 Newton sweeps' (the family's ``polish_step``), for the product's name in rows and plots."""
+        return f"{self.steps} {self.inner.polish_step}{'s' if self.steps != 1 else ''}"
+
     def describe_polish(self) -> str:
-        """'then 2 Newton sweeps' (the family's ``polish_step``), for banners and reports."""
-        return f"then {self.steps} {self.inner.polish_step}{'s' if self.steps != 1 else ''}"
+        """'then 2 Newton sweeps', for banners and reports."""
+        return f"then {self.steps_text()}"
 
     def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         u = self.inner.field(raw, instances)

@@ -32,6 +32,15 @@ def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():
         assert image_axes[1].get_title() == "Godunov, c = 3" and image_axes[4].get_title() == "Godunov, c = 4"
     finally:
         plots._pyplot().close(fig)
+    # A product finished by its family's polish (model.polish) is named as such, never as the network alone.
+    pred, ref = np.zeros((1, 8, 8)), np.ones((1, 8, 8))
+    coords = {"t": np.linspace(0, 1, 8), "x": np.linspace(0, 1, 8)}
+    fig = plots._fields_figure(pred, ref, coords, ["c = 3"], "Godunov", None, product="DiffNet + 2 Newton sweeps")
+    try:
+        titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
+        assert titles[0] == "DiffNet + 2 Newton sweeps, c = 3" and titles[2].startswith("DiffNet + 2 Newton sweeps − ")
+    finally:
+        plots._pyplot().close(fig)
 
 
 def test_difference_scale_is_not_set_by_one_outflow_column():
