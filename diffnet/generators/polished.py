@@ -41,7 +41,7 @@ class Polished(Wrapper):
     clock: PartClock = field(default_factory=PartClock, compare=False)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.steps:
+        if self.steps < 1:
             raise ValueError(f"polish: at least one step (got {self.steps})")
         if not self.inner.has("polish"):
             raise ValueError(f"polish: the {self.inner.name} family declares no polish step (capability 'polish')")
