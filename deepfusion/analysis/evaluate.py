@@ -244,10 +244,8 @@ def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Deriv
     shown = min(len(test), 2 if several else 6)  # several fields: a row per field and sample
     labels = names[:shown]
     pred, truth = pred[:shown], acc.truth[:shown]
-    errors = list(acc.error[:shown])
     if several:
         pred, truth = _by_field(family, pred), _by_field(family, truth)
-        errors = {k: list(relative_l2(pred[k], truth[k])) for k in pred}
     inputs = input_labels = None
     if family.has("input_fields"):  # the instance itself, e.g. its diffusivity field
         inputs, input_labels = family.input_fields(test[:shown])
@@ -259,8 +257,7 @@ def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Deriv
         domain = None if domain is None else domain[:, mid]
         labels = [f"{label}, {plane}" for label in labels]
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
-                inputs=None if inputs is None else (inputs, input_labels), domain=domain, errors=errors,
-                product=product)
+                inputs=None if inputs is None else (inputs, input_labels), domain=domain, product=product)
     shown_plots = [plots / "loss.png", plots / "fields.png"]
     displacement = [parts for parts in family.vectors.values() if len(parts) == 2 == len(coords)]
     if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
@@ -270,7 +267,6 @@ def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Deriv
     scalars = {k: v[:shown] for k, v in derived.fields.items() if v.ndim == 1 + len(coords)}
     if scalars and len(coords) == 2:  # derived scalars (von Mises, principal stresses) beside the truth's
         theirs = {k: derived.truth_fields[k][:shown] for k in scalars}
-        plot_fields(scalars, theirs, coords, labels, plots / "derived.png", domain=domain,
-                    errors={k: list(relative_l2(scalars[k], theirs[k])) for k in scalars})
+        plot_fields(scalars, theirs, coords, labels, plots / "derived.png", domain=domain, product=product)
         shown_plots.append(plots / "derived.png")
     print("plots: " + " ".join(map(str, shown_plots)))

@@ -105,16 +105,15 @@ def plot_fields(
     out: Path,
     inputs: tuple[np.ndarray, list[str]] | None = None,
     domain: np.ndarray | None = None,
-    errors: list[float] | dict[str, list[float]] | None = None,
     product: str = "DiffNet",
 ) -> Path:
     """One row per sample: predicted field, reference field and their difference (DiffNet − reference); ``product``
     names the predicted fields (e.g. "DiffNet + 2 Newton sweeps" for a polished product).
-    For a family of several fields, ``pred``, ``ref`` (and ``errors``) are dicts by field name, each
+    For a family of several fields, ``pred`` and ``ref`` are dicts by field name, each
     (S, *grid): one row per sample and field, each row with its own colour scale.
 
-    ``labels`` name each sample's instance (its parameters); ``errors``, the network's relative L2
-    error per sample, go in the network's panel only.
+    ``labels`` name each sample's instance (its parameters); the prediction's relative L2 error against
+    ``ref`` per sample (and field) goes in its panel only.
 
     ``coords`` are the fields' two nodal coordinate arrays (e.g. ``{"t": ..., "x": ...}``: the
     vertical axis first). ``inputs``, (fields, titles) with one field per sample (e.g. log10 of the
@@ -124,10 +123,15 @@ def plot_fields(
     magnitude away from the edges, so that a few large values (a shock, the outflow
     column) do not wash out the rest; its title gives the true maximum.
     """
-    return _save(_fields_figure(pred, ref, coords, labels, "reference", inputs, domain, errors, product), out, 110)
+    def relative(p: np.ndarray, r: np.ndarray) -> list[float]:  # per sample, over all nodes (zero outside a domain)
+        return list(np.linalg.norm((p - r).reshape(len(r), -1), axis=1) / np.linalg.norm(r.reshape(len(r), -1), axis=1))
+
+    errors = {k: relative(pred[k], ref[k]) for k in pred} if isinstance(pred, dict) else relative(pred, ref)
+    return _save(_fields_figure(pred, ref, coords, labels, (product, "reference"), inputs, domain, errors), out, 110)
 
 
-def _fields_figure(pred, ref, coords, labels, ref_name, inputs, domain=None, errors=None, product="DiffNet"):
+def _fields_figure(pred, ref, coords, labels, names, inputs, domain=None, errors=None):
+    product, ref_name = names  # what the predicted fields are ("DiffNet", or a polished product), what they are set against
     (vertical, ys), (horizontal, xs) = coords.items()
     extent, axis_names = (xs[0], xs[-1], ys[0], ys[-1]), (horizontal, vertical)
     plt = _pyplot()

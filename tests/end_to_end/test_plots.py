@@ -15,7 +15,7 @@ def _fields(inputs=None):
     pred[:, :, -1] += 0.5  # one bad column (Burgers' outflow), far above the rest of the error
     titles = ["log10 ν, a=0.5", "log10 ν, a=1"]
     coords = {"t": np.linspace(0, 1, 32), "x": np.linspace(0, 1, 32)}
-    return plots._fields_figure(pred, ref, coords, ["c = 3", "c = 4"], "Godunov",
+    return plots._fields_figure(pred, ref, coords, ["c = 3", "c = 4"], ("DiffNet", "Godunov"),
                                 None if inputs is None else (inputs, titles), errors=[0.012, 0.034]), pred - ref
 
 
@@ -35,7 +35,7 @@ def test_fields_colour_bars_are_labelled_and_the_difference_is_signed():
     # A product finished by its family's polish (model.polish) is named as such, never as the network alone.
     pred, ref = np.zeros((1, 8, 8)), np.ones((1, 8, 8))
     coords = {"t": np.linspace(0, 1, 8), "x": np.linspace(0, 1, 8)}
-    fig = plots._fields_figure(pred, ref, coords, ["c = 3"], "Godunov", None, product="DiffNet + 2 Newton sweeps")
+    fig = plots._fields_figure(pred, ref, coords, ["c = 3"], ("DiffNet + 2 Newton sweeps", "Godunov"), None)
     try:
         titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
         assert titles[0] == "DiffNet + 2 Newton sweeps, c = 3" and titles[2].startswith("DiffNet + 2 Newton sweeps − ")
