@@ -109,7 +109,7 @@ def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
           + (f" ({unpolished(product).describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
              if cfg.model.coarse_correction and seconds > 0 else "")
           + (f" (the network's field {product.describe_polish()}: {total(found.parts, (POLISH,)) * count:.3f} s)"
-             if cfg.model.polish else "")
+             if POLISH in found.parts else "")  # (a split run's fields come untimed by part)
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if found.parts:
         print("one instance's inference by part: " + part_text(found.parts)
@@ -172,9 +172,8 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     names = instance_labels(family, test)
     print_assessment(run, product, found, names)
     if cfg.output.plots:
-        polished = product if cfg.model.polish else None
         _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived,
-               "DiffNet" if polished is None else f"DiffNet + {polished.steps_text()}")
+               f"DiffNet + {product.steps_text()}" if cfg.model.polish else "DiffNet")
     print(f"run directory: {run_dir}")
     return found.accuracy
 

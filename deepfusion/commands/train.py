@@ -208,11 +208,11 @@ def command(args: argparse.Namespace, comm) -> int:
         )
         say(_memory_line(comm.allgather(peak_memory_bytes()), node_memory_bytes(), budget_bytes()))
     pred = None
-    if domain is not None:  # every group predicts the held-out fields tile by tile; rank 0 evaluates them
+    if domain is not None:  # every group predicts the product's held-out fields tile by tile; rank 0 evaluates them
         from deepfusion.analysis.inference import predict
 
         t0 = time.perf_counter()
-        fields = predict(model, family, run.heldout, tiling=domain.tiling(family.resolution))
+        fields = predict(model, run.product(), run.heldout, tiling=domain.tiling(family.resolution))
         pred = (fields, time.perf_counter() - t0)
     if leader:
         from deepfusion.analysis.evaluate import evaluate_run

@@ -129,6 +129,8 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
 
     runs = {"1x2": tmp_path / "1x2", "2x2": tmp_path / "2x2"}
     (first,) = run_cli_jobs(2, train(runs["1x2"], "[1,2]"), timeout=150)
+    with h5py.File(runs["1x2"] / "test_prediction.h5") as f:
+        network = f["u"][()]  # the split run's held-out fields, the network's alone
     coeffs = tmp_path / "a.npy"
     np.save(coeffs, np.random.default_rng(3).uniform(-3, 3, (3, 6)))
     whole, split = tmp_path / "whole.h5", tmp_path / "split.h5"
@@ -143,9 +145,10 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
         4, train(runs["2x2"], "[2,2]"),
         ["infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(split), "--domain", "2,2"],
         train(resumed["groups"], "[2]"), timeout=200)
-    same, refused = run_cli_jobs(
+    same, refused, polished = run_cli_jobs(
         2, train(resumed["same"], "[1,2]"),
-        ["infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3"], timeout=150)
+        ["infer", str(unsplit), "--param", "a=" + str(coeffs), "--out", str(tmp_path / "x.h5"), "--domain", "3"],
+        [*train(runs["1x2"], "[1,2]"), "--set", "model.polish=1"], timeout=150)
     for proc in (first, second):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "each sample split" in proc.stdout
@@ -160,6 +163,16 @@ def test_split_training_is_the_unsplit_model_and_resumes(unsplit, tmp_path):
     with h5py.File(whole) as f, h5py.File(split) as g:
         np.testing.assert_allclose(g["u"][()], f["u"][()], rtol=0, atol=1e-10)
     assert refused.returncode == 2 and "--domain: [3, 1] needs 3 ranks, the job has 2" in refused.stderr
+    # The finished split run evaluated again with model.polish: its held-out fields, predicted tile by tile, are the
+    # product's: the network's then a V-cycle.
+    assert polished.returncode == 0 and "evaluating it again" in polished.stdout, polished.stdout + polished.stderr
+    from deepfusion.configuration.run import Run
+    from deepfusion.training.rundir import run_config
+
+    run = Run.from_config(run_config(runs["1x2"]))
+    with h5py.File(runs["1x2"] / "test_prediction.h5") as f:  # (a float64 run: the instances as they are)
+        np.testing.assert_allclose(f["u"][()], run.family.polish(run.heldout, network, 1), rtol=0, atol=1e-12)
+        assert not np.allclose(f["u"][()], network, rtol=0, atol=1e-4)
     unsplit_resume = run_cli(*train(resumed["unsplit"], "[]"))
     for name, proc, exact in [("same", same, True), ("groups", groups, False), ("unsplit", unsplit_resume, False)]:
         assert proc.returncode == 0 and "(step 6)" in proc.stdout, proc.stdout + proc.stderr
