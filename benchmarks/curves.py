@@ -18,7 +18,7 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
     The seconds are the run's own clock (``metrics.jsonl``'s ``elapsed_s``, interpolated
     between logged steps), so evaluating the checkpoints afterwards costs the run nothing.
     """
-    from deepfusion.analysis.inference import predict, relative_l2
+    from deepfusion.analysis.inference import relative_l2
     from deepfusion.configuration.config import load_config
     from deepfusion.configuration.run import Run
     from deepfusion.files.checkpoint import checkpoint_files, load_checkpoint
@@ -34,7 +34,7 @@ def checkpoint_curve(run: Path, sets: dict[str, tuple[np.ndarray, np.ndarray]], 
         ckpt.restore(model)
         point = {"step": ckpt.step, "seconds": float(np.interp(ckpt.step, logged[:, 0], logged[:, 1]))}
         for name, (params, truth) in sets.items():
-            point[name] = float(relative_l2(predict(model, problem, params), truth).mean())
+            point[name] = float(relative_l2(made.product(model).fields(params), truth).mean())
         points.append(point)
         if not quiet:
             print(f"  {run.name} step {ckpt.step}: {point['seconds']:.0f} s, "

@@ -15,7 +15,7 @@
 2. **Time per unknown** of the whole multigrid pipeline from 33^2 to 1025^2 (``--scaling``),
    the best of repeats per instance: ``scaling``.
 3. **DiffNet at equal accuracy** for each trained run in ``--runs``: ``deepfusion compare``
-   (the refinement sweep of the classical solver to the network's error), under the keys
+   (the refinement search of the classical solver to the network's error), under the keys
    ``equal_accuracy.<run name>.ratio_equal_accuracy`` and ``...break_even_queries``.
 
 Prints one JSON object.

@@ -47,7 +47,7 @@ CASES = [
 ]
 # (label, overrides, stage): the first stage with either loss, and the second stage (its network, fed the
 # first's V-cycle correction, on the preconditioned loss).
-LOSSES = [("energy", ["train.loss=family", "model.coarse_correction=0", "model.smoothing=0", "train.second_stage_epochs=0"], 0),
+LOSSES = [("energy", ["train.loss=family", "model.coarse_correction=0", "model.sweeps=0", "train.second_stage_epochs=0"], 0),
           ("preconditioned", ["train.loss=preconditioned", "train.second_stage_epochs=0"], 0),
           ("second_stage", ["train.loss=preconditioned", "train.second_stage_epochs=1"], 1)]
 
@@ -88,7 +88,7 @@ def tests(timeout: int) -> dict:
             "errors": re.findall(r"^E  +(.{0,300})", text, re.M)[:60]}
 
 
-def _setup(config: str, overrides: list[str], batch: int, stage: int):
+def _setup(config: str, overrides: list[str], batch: int, visit: int):
     """The generator and problem the trainer runs at ``stage`` (0: the first network; 1: the second stage),
     and a batch of training instances, on the GPU."""
     import torch
@@ -98,13 +98,13 @@ def _setup(config: str, overrides: list[str], batch: int, stage: int):
 
     cfg = load_config(ROOT / config, overrides=[*overrides, "parallel.device=cuda"])
     run = Run.from_config(cfg)
-    target = run.schedule(run.build_model().to("cuda")).target(run.stages[stage])
+    target = run.schedule(run.build_model().to("cuda")).target(run.visits[visit])
     model, problem = target.generator, target.family
     params = torch.as_tensor(run.training[:batch], dtype=torch.float32, device="cuda")
     return cfg, problem, model.train(), params
 
 
-def step_rate(config: str, overrides: list[str], batch: int, stage: int, mode: str, steps: int) -> dict:
+def step_rate(config: str, overrides: list[str], batch: int, visit: int, mode: str, steps: int) -> dict:
     """Samples/s of one rank's training step in ``mode`` (eager, graph, compiled), after its warm-up."""
     import torch
 
@@ -112,7 +112,7 @@ def step_rate(config: str, overrides: list[str], batch: int, stage: int, mode: s
     from deepfusion.parallel.gradsync import GradSync
     from deepfusion.training.stepper import make_local_step
 
-    cfg, problem, model, params = _setup(config, overrides, batch, stage)
+    cfg, problem, model, params = _setup(config, overrides, batch, visit)
     t0 = time.perf_counter()
     if mode == "compiled":
         model = torch.compile(model)
@@ -143,13 +143,13 @@ def throughput(steps: int, modes: list[str], deadline: float) -> list[dict]:
     rows = []
     for mode in modes:
         for name, config, batch, base in CASES:
-            for loss, extra, stage in LOSSES:
+            for loss, extra, visit in LOSSES:
                 row = {"case": name, "batch": batch, "loss": loss, "mode": mode}
                 if time.perf_counter() > deadline:
                     rows.append({**row, "error": "not run: past --budget-s"})
                     continue
                 try:
-                    row.update(step_rate(config, [*base, *extra], batch, stage, mode, steps))
+                    row.update(step_rate(config, [*base, *extra], batch, visit, mode, steps))
                 except Exception as exc:  # recorded, and the table goes on
                     row["error"] = _why(exc)
                     traceback.print_exc()

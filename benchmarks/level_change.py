@@ -1,7 +1,7 @@
 """What the loss does at a multigrid level change, split into its parts, from a run's own checkpoints.
 
-For each level change of a multigrid run (a stage ending on a coarser grid than the next),
-from the checkpoint written at the end of the coarse stage, over the training set:
+For each level change of a multigrid run (a visit ending on a coarser grid than the next),
+from the checkpoint written at the end of the coarse visit, over the training set:
 
 * ``coarse_loss``: the coarse generator's loss on its own (rediscretised) grid;
 * ``galerkin_loss``: the *fine* loss of the coarse solution prolonged to the fine grid,
@@ -13,7 +13,7 @@ from the checkpoint written at the end of the coarse stage, over the training se
 * ``first_logged_loss``: the first metrics line on the new level (after ``log_every``
   steps of a fresh Adam), and ``last_logged_loss`` on the old one.
 
-The run must keep the checkpoint at the stage's end (``train.keep_checkpoints = 0``). Prints JSON.
+The run must keep the checkpoint at the visit's end (``train.keep_checkpoints = 0``). Prints JSON.
 
     python benchmarks/level_change.py RUN_DIR
 """
@@ -53,17 +53,17 @@ def main() -> None:
     from diffnet.generators.galerkin import GalerkinLoss
 
     cfg = run_config(args.run_dir)
-    stages = build_schedule(cfg)
+    visits = build_schedule(cfg)
     saved = {load_checkpoint(path).step: path for path in checkpoint_files(args.run_dir / "checkpoints")}
     records = [json.loads(line) for line in (args.run_dir / "metrics.jsonl").read_text().splitlines()]
     on_grid = Run.from_config(cfg.replace(multigrid=dataclasses.replace(cfg.multigrid, coarse_loss="rediscretised")))
     params = on_grid.training
     changes = []
-    for old, new in zip(stages, stages[1:]):
+    for old, new in zip(visits, visits[1:]):
         if new.level <= old.level:
             continue
         if old.end not in saved:
-            raise SystemExit(f"level_change.py: no checkpoint at step {old.end} (the end of stage {old.index}); "
+            raise SystemExit(f"level_change.py: no checkpoint at step {old.end} (the end of visit {old.index}); "
                              f"train with --set train.keep_checkpoints=0")
         _, model, _ = trained_model(args.run_dir, saved[old.end], lambda line: None)
         schedule = on_grid.schedule(model)

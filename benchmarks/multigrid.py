@@ -49,14 +49,14 @@ def curve(run: Path) -> dict:
 
     cfg = load_config(run / "config.toml")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # Where the time goes: each stage's training seconds (its last record's clock minus the previous stage's).
+    # Where the time goes: each visit's training seconds (its last record's clock minus the previous visit's).
     ends: dict[int, tuple[list, float]] = {}
     for r in records:
-        ends[r["stage"]] = (r.get("grid", list(cfg.problem.resolution)), r["elapsed_s"])
-    stage_seconds, before = [], 0.0
-    for stage in sorted(ends):
-        grid, end = ends[stage]
-        stage_seconds.append({"stage": stage, "grid": grid, "seconds": end - before})
+        ends[r.get("visit", r.get("stage"))] = (r.get("grid", list(cfg.problem.resolution)), r["elapsed_s"])
+    visit_seconds, before = [], 0.0
+    for visit in sorted(ends):
+        grid, end = ends[visit]
+        visit_seconds.append({"visit": visit, "grid": grid, "seconds": end - before})
         before = end
     # The run's own evaluation holds the floor and, in test_reference.h5, the reference fields.
     evaluation = json.loads((run / "eval.json").read_text())
@@ -64,7 +64,7 @@ def curve(run: Path) -> dict:
     points = checkpoint_curve(run, {"error": (Run.from_config(cfg).heldout, truth)})
     return {"train_seconds": evaluation["train_seconds"], "error": evaluation["mean_rel_l2"],
             "floor": evaluation["mean_floor"], "ratio_to_floor": evaluation["ratio_to_floor"],
-            "stage_seconds": stage_seconds, "curve": points}
+            "visit_seconds": visit_seconds, "curve": points}
 
 
 def main() -> None:

@@ -50,7 +50,6 @@ DEFAULTS = [("configs/poisson.toml", ["model.coarse_correction=17", "train.loss=
 def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
     import torch
 
-    from deepfusion.analysis.inference import predict
     from deepfusion.configuration.config import load_config
     from deepfusion.configuration.run import Run
     from diffnet.backend.clock import CORRECTION_PARTS, PartClock, total
@@ -58,25 +57,24 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
     run = Run.from_config(load_config(config, overrides))
     problem = run.family
     torch.manual_seed(0)
-    model = run.build_model()
-    params = run.heldout_first(samples)
     clock = PartClock()
-    generator = run.product(clock)
-    predict(model, generator, params[:1], 1)  # thread pools, kernel selection: a process's one-off
-    generator.clear_caches()
+    product = run.product(run.build_model(), clock)
+    params = run.heldout_first(samples)
+    product.fields(params[:1], 1)  # thread pools, kernel selection: a process's one-off
+    product.clear_caches()
 
     def timed(rows, b) -> tuple[float, dict]:
-        generator.clear_caches()
+        product.clear_caches()
         clock.reset()
         t0 = time.perf_counter()
-        predict(model, generator, rows, b, clock=clock)
+        product.fields(rows, b)
         return (time.perf_counter() - t0) / len(rows), clock.per(len(rows))
 
-    predict(model, generator, params, batch)  # the batch's shape: oneDNN's kernels for it, a process's one-off
+    product.fields(params, batch)  # the batch's shape: oneDNN's kernels for it, a process's one-off
     batched, parts = timed(params, batch)
     single = statistics.median(timed(params[k : k + 1], 1)[0] for k in range(len(params)))
     row = {"config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),
-           "overrides": overrides, "grid": list(problem.resolution), "unknowns": len(problem.unknowns),
+           "overrides": overrides, "product": product.chain(), "grid": list(problem.resolution), "unknowns": len(problem.unknowns),
            "coarse_correction": run.cfg.model.coarse_correction, "second_stage": run.cfg.train.second_stage_epochs > 0,
            "channels": list(run.cfg.model.channels),
            "product_ms_batched": 1e3 * batched, "product_ms_single": 1e3 * single, "batch": min(batch, len(params)),
@@ -98,26 +96,34 @@ def measure(config: Path, overrides: list[str], batch: int, samples: int) -> dic
 
 
 def product_seconds(config: Path, overrides: list[str], batch: int, samples: int) -> dict:
-    """The product's seconds per instance, batched and one at a time, through the API every version has had since
-    the coarse correction (an earlier checkout's too: no part clock)."""
+    """The product's seconds per instance, batched and one at a time, through whichever API the checkout has (an
+    earlier one's too: no part clock): the product object (``Run.product(model)``), or before it ``predict`` of the
+    network and the family ``Run.product()`` gave."""
     import torch
 
-    from deepfusion.analysis.inference import predict
     from deepfusion.configuration.config import load_config
     from deepfusion.configuration.run import Run
 
     run = Run.from_config(load_config(config, overrides))
     torch.manual_seed(0)
-    model, generator = run.build_model(), run.product()
+    model = run.build_model()
     params = run.heldout_first(samples)
-    clear = getattr(generator, "clear_caches", run.family.clear_caches)
-    predict(model, generator, params[:1], 1)
-    predict(model, generator, params, batch)
+    try:
+        product = run.product(model)
+        fields, clear = product.fields, product.clear_caches
+    except TypeError:  # a checkout from before the product object
+        from deepfusion.analysis.inference import predict
+
+        generator = run.product()
+        fields = lambda rows, b: predict(model, generator, rows, b)  # noqa: E731
+        clear = getattr(generator, "clear_caches", run.family.clear_caches)
+    fields(params[:1], 1)
+    fields(params, batch)
 
     def timed(rows, b) -> float:
         clear()
         t0 = time.perf_counter()
-        predict(model, generator, rows, b)
+        fields(rows, b)
         return (time.perf_counter() - t0) / len(rows)
 
     return {"product_ms_batched": 1e3 * min(timed(params, batch) for _ in range(2)),

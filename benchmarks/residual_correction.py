@@ -1,4 +1,4 @@
-"""A residual loss's coarse correction, measured: what it does to a field's error, and what k Newton sweeps do instead.
+"""A residual loss's coarse correction, measured: what it does to a field's error, and what k Newton steps do instead.
 
 Burgers' loss is a sum of squared residuals, with no energy: its coarse analogue of the exact coarse correction is
 the least-squares minimiser over ũ + range(P) (Gauss–Newton, :mod:`diffnet.multigrid.gauss_newton`). Two
@@ -9,13 +9,13 @@ measurements, each printing JSON:
   minimiser and by the Galerkin one (Pᵀ r(ũ + P c) = 0, Newton with the dense Jacobian: a check of the idea on
   small grids, not a product). The error against the scheme's solution before and after.
 * ``RUN_DIR`` (a trained Burgers run): the network's fields on held-out instances, then corrected by the least
-  squares on ``--coarse``, and polished by k Newton sweeps of the implicit scheme marching from them (the family's
+  squares on ``--coarse``, and polished by k Newton steps of the implicit scheme marching from them (the family's
   ``polish``), each against the floor, with its seconds beside the scheme's own solve (one thread); and the same
   marching without the network (each row's k Newton iterations start from the row before, as the scheme's own solve
   does), the arm a hybrid has to beat.
 
     python benchmarks/residual_correction.py --synthetic [--resolution 33] [--viscosity 0] [--coarse 9] [--out F]
-    python benchmarks/residual_correction.py RUN_DIR [--coarse 33 | --coarse] [--sweeps 1 2] [--samples 5] [--out F]
+    python benchmarks/residual_correction.py RUN_DIR [--coarse 33 | --coarse] [--steps 1 2] [--samples 5] [--out F]
 
 (``--coarse`` with no value: no least-squares arm, which costs a scheme solve an instance.)
 """
@@ -93,20 +93,19 @@ def synthetic(args) -> dict:
 
 
 def trained(args) -> dict:
-    from deepfusion.analysis.inference import against_floor, predict
+    from deepfusion.analysis.inference import against_floor
     from deepfusion.parallel.runtime import apply_threads
     from deepfusion.training.rundir import trained_model
-    from diffnet.backend.clock import PartClock
-    from diffnet.multigrid.corrected import CoarseCorrected
+    from diffnet.product.product import Finish, Product
 
     apply_threads(1)
     run, model, path = trained_model(args.run_dir)
     family = run.family
-    if not family.has("least_squares"):
-        raise SystemExit(f"{args.run_dir}: the {family.name} family (as configured) has no residual (least_squares)")
+    if family.loss().kind != "residual":
+        raise SystemExit(f"{args.run_dir}: the {family.name} family's loss (as configured) is not a residual")
     instances = run.heldout_first(args.samples)
     t0 = time.perf_counter()
-    pred = predict(model, family, instances, args.batch)
+    pred = Product(family, model).fields(instances, args.batch)
     network_s = time.perf_counter() - t0
     acc = against_floor(family, instances, pred)
     rows = [{"arm": "network", "ratio": acc.ratio, "error": float(acc.error.mean()), "s per instance":
@@ -116,26 +115,25 @@ def trained(args) -> dict:
     optimum = torch.as_tensor(acc.optimum)
     rows[0]["vs the scheme's solution"] = _relative(torch.as_tensor(pred), optimum)
     for nodes in args.coarse:
-        clock = PartClock()
-        corrected = CoarseCorrected(family, family, nodes, clock, quadratic=False, least_squares=True)
+        corrected = Product(family, model, Finish(coarse=nodes))
         t0 = time.perf_counter()
-        fields = predict(model, corrected, instances, args.batch)
+        fields = corrected.fields(instances, args.batch)
         seconds = time.perf_counter() - t0
         a = against_floor(family, instances, fields, truth=acc.truth)
-        rows.append({"arm": f"least squares on {corrected.coarse_text()}", "ratio": a.ratio, "error":
+        rows.append({"arm": corrected.steps()[1], "ratio": a.ratio, "error":
                      float(a.error.mean()), "vs the scheme's solution": _relative(torch.as_tensor(fields), optimum),
                      "s per instance": seconds / len(instances)})
-    for k in args.sweeps:
+    for k in args.steps:
         t0 = time.perf_counter()
         fields = family.polish(instances, pred, k)
         seconds = time.perf_counter() - t0
         a = against_floor(family, instances, fields, truth=acc.truth)
-        rows.append({"arm": f"{k} Newton sweep{'s' if k != 1 else ''}", "ratio": a.ratio, "error":
+        rows.append({"arm": f"{k} Newton step{'s' if k != 1 else ''}", "ratio": a.ratio, "error":
                      float(a.error.mean()), "vs the scheme's solution": _relative(torch.as_tensor(fields), optimum),
                      "s per instance": (seconds + network_s) / len(instances)})
-    for k in args.sweeps:  # the same iteration without the network: each row's Newton starts from the row before
+    for k in args.steps:  # the same iteration without the network: each row's Newton starts from the row before
         t0 = time.perf_counter()
-        fields = family.scheme_solution(instances, sweeps=k)
+        fields = family.scheme_solution(instances, iterations=k)
         seconds = time.perf_counter() - t0
         a = against_floor(family, instances, fields, truth=acc.truth)
         rows.append({"arm": f"no network: the scheme, {k} Newton iteration{'s' if k != 1 else ''} a row", "ratio":
@@ -158,7 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--resolution", type=int, default=33)
     parser.add_argument("--viscosity", type=float, default=0.0)
     parser.add_argument("--coarse", type=int, nargs="*", default=[9])
-    parser.add_argument("--sweeps", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--steps", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--batch", type=int, default=5)
     parser.add_argument("--out", type=Path)

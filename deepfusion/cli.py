@@ -77,6 +77,15 @@ def _run_reader(sub, name: str, **kwargs):
     return p
 
 
+def _add_law(p: argparse.ArgumentParser, flag: str, role: str, seeded: str) -> None:
+    """A command that draws instances (uq's draw, invert's prior): the family's law of them (``role``), and the seed of
+    what it draws (``seeded``)."""
+    p.add_argument(flag, default="uniform",
+                   help=f"{role}: the family's law of the instances, uniform on the training range (every family), or "
+                        "one it declares, e.g. normal KL coefficients (default uniform)")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of {seeded} (default 0)")
+
+
 def _add_instances(p: argparse.ArgumentParser) -> None:
     """The instances of a command, under the family's own names (:func:`deepfusion.configuration.inputs.command_line_instances`)."""
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -98,7 +107,7 @@ def _add_infer(sub) -> None:
     _add_instances(p)
     p.add_argument("--polish", type=int, default=0, metavar="K",
                    help="then K iterations of the family's polish step from the network's output (multigrid "
-                        "V-cycles for the Q1 families, Newton sweeps of the conservative Burgers scheme); default 0 = "
+                        "V-cycles for the Q1 families, Newton steps of the conservative Burgers scheme); default 0 = "
                         "the pure network")
     p.add_argument("--domain", default="", metavar="P[,P...]",
                    help="split each field over the job's ranks (under mpiexec): tiles per axis, e.g. 1,2 or 2,2; one "
@@ -111,7 +120,7 @@ def _add_compare(sub) -> None:
     p = _run_reader(sub, "compare", help="DiffNet against the cheapest classical solve of the same accuracy",
                     description="Measure the run's error on held-out instances against the independent reference "
                                 "(and the grid's floor), find the cheapest classical solve that is as accurate "
-                                "(a refinement sweep: geometric multigrid FMG for Q1, Godunov of order 1 and 2 for "
+                                "(a refinement search: geometric multigrid FMG for Q1, Godunov of order 1 and 2 for "
                                 "Burgers), and time both per instance; report the ratio and the break-even number "
                                 "of queries, training included.")
     p.add_argument("--out", type=Path, required=True, help="JSON report (a .md table and .png plot are written beside it)")
@@ -120,8 +129,9 @@ def _add_compare(sub) -> None:
                    help="CPU thread counts for the DiffNet rows (default: 1 and all cores)")
     p.add_argument("--batch", type=int, default=8, help="instances per forward pass in the batched timing")
     p.add_argument("--polish", type=int, nargs="*", default=[1], metavar="K",
-                   help="also report \"DiffNet + K cycles\" rows (the network's output then K V-cycles or Newton "
-                        "sweeps, timed together), each against its own classical match (default: 1; none: --polish)")
+                   help="also report \"DiffNet + K polish steps\" rows (the product's fields then K steps of the "
+                        "family's polish: V-cycles, Newton steps; timed together), each against its own classical "
+                        "match (default: 1; none: --polish)")
     p.set_defaults(func=_command("compare"))
 
 
@@ -134,10 +144,7 @@ def _add_uq(sub) -> None:
                                 "converged Monte Carlo reference on a subset, and the study's break-even point.")
     p.add_argument("--samples", type=int, required=True, help="instances to draw (N)")
     p.add_argument("--out", type=Path, required=True, help="statistics file (.h5)")
-    p.add_argument("--distribution", default="uniform",
-                   help="the family's law of the instances: uniform on the training range (every family), or one "
-                        "it declares, e.g. normal KL coefficients (default uniform)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    _add_law(p, "--distribution", "the draw", "the draw")
     p.add_argument("--batch", type=int, default=64, help="instances per batch (default 64)")
     p.add_argument("--classical", action="store_true", help="also the classical solver at equal accuracy")
     p.add_argument("--reference-samples", type=int, default=32,
@@ -154,14 +161,11 @@ def _add_invert(sub) -> None:
                                 "Writes DIR/map.json, DIR/posterior.h5 and DIR/posterior.png.")
     p.add_argument("--observations", type=Path, required=True, help="CSV of x,y[,z],output,value,sigma (one row each)")
     p.add_argument("--out", type=Path, required=True, help="directory to write")
-    p.add_argument("--prior", default="uniform",
-                   help="the family's law of the instances as the prior: uniform on the training range (every "
-                        "family), or one it declares, e.g. normal KL coefficients (default uniform)")
+    _add_law(p, "--prior", "the prior", "the starts and the chains")
     p.add_argument("--starts", type=int, default=8, help="L-BFGS starts drawn from the prior (default 8)")
     p.add_argument("--max-iterations", type=int, default=200, help="L-BFGS iterations at most (default 200)")
     p.add_argument("--samples", type=int, default=0, help="MCMC samples to keep after burn-in (default 0: none)")
     p.add_argument("--chains", type=int, default=16, help="MCMC chains, run together (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the starts and the chains (default 0)")
     p.add_argument("--classical", action="store_true",
                    help="also the same by the family's classical solve with adjoint gradients")
     p.add_argument("--classical-samples", type=int, default=None, metavar="N",

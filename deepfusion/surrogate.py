@@ -29,6 +29,9 @@ class Surrogate:
     ----------
     run : Run
         The run (:class:`deepfusion.configuration.run.Run`): its config, family and held-out instances.
+    product : diffnet.product.product.Product
+        What the fields come from: the trained generator's field finished as the run's config says; ``product.chain()``
+        states it (e.g. "U-Net -> coarse correction on 17x17 (one kept solve) -> 8 symmetric Gauss-Seidel sweeps").
     config : Config
         The run's resolved config.
     family : diffnet.protocol.family.Family
@@ -53,10 +56,10 @@ class Surrogate:
         if not memory_mb > 0:
             raise InputError(f"memory_mb: must be > 0, got {memory_mb}")
         self.run, self.config, self.family = run, run.cfg, run.family
-        self._product = run.product()  # the fields, with the generator's coarse correction
         self.checkpoint = Path(checkpoint)
         self.device = device
-        self._model = model.to(device).eval().requires_grad_(False)  # gradients in the instances only (evaluate)
+        # Built once: the trained generator (gradients in the instances only, evaluate) and what finishes its field.
+        self.product = run.product(model.to(device).eval().requires_grad_(False))
         self._outputs: tuple[str, ...] | None = None  # outputs= names, read off one instance when first asked
         per_sample = inference_bytes_per_sample(run.cfg)
         self.chunk = int(max(1, min(256, memory_mb * 2**20 // per_sample)))
@@ -103,11 +106,11 @@ class Surrogate:
 
     @property
     def exact_gradients(self) -> bool:
-        """Whether :meth:`evaluate` gives exact gradients in the instances: the family is ``differentiable`` and its
-        product has them (not the Neo-Hookean solids' sweeps after their coarse minimiser, whose linearisation moves
-        with the instance), nor a product finished by ``model.polish``. Without them ``deepfusion invert`` takes
-        central differences of the fields."""
-        return self.family.has("differentiable") and getattr(self._product, "exact_parameter_gradients", True)
+        """Whether :meth:`evaluate` gives exact gradients in the instances: the family is ``differentiable`` and every
+        step of its product has them (not the Neo-Hookean solids' sweeps after their coarse minimiser, whose
+        linearisation moves with the instance; not a residual's correction, nor ``model.polish``). Without them
+        ``deepfusion invert`` takes central differences of the fields."""
+        return self.product.exact_parameter_gradients
 
     @property
     def parameter_name(self) -> str:
@@ -215,7 +218,6 @@ class Surrogate:
         """
         import torch
 
-        from deepfusion.analysis.inference import differentiable_fields
         from diffnet.grid.points import read_at
 
         if not isinstance(instances, torch.Tensor):
@@ -223,18 +225,14 @@ class Surrogate:
                              f"{type(instances).__name__}")
         require(self.family, "differentiable", "Surrogate.evaluate")
         if not self.exact_gradients:
-            from diffnet.generators.polished import Polished
-
-            why = (f"the network's field {self._product.describe_polish()}, numpy steps without gradients"
-                   if isinstance(self._product, Polished) else
-                   f"{self._product.describe_correction()}: the sweeps' linearisation moves with them")
-            raise InputError(f"Surrogate.evaluate: this run's product ({why}) has no exact gradients in the instances; "
-                             "take central differences of surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
+            raise InputError(f"Surrogate.evaluate: this run's product ({self.product.chain()}) has no exact gradients in "
+                             f"the instances ({self.product.why_no_exact_gradients()}); take central differences of "
+                             "surrogate(...) (deepfusion.analysis.inverse.differenced_forward)")
         self.instances(instances.detach().cpu().numpy())  # the call's checks: shape, finite, physical, in range
         weights = None if points is None else self._point_weights(points)
         p = instances.to(torch.float64)
         p = p if p.ndim > len(self.family.parameters.shape) else p[None]  # one instance without its batch axis
-        u = differentiable_fields(self._model, self._product, p)
+        u = self.product.differentiable(p)
         return u if weights is None else read_at(u, tuple(self.family.resolution), weights)
 
     def jacobian(self, instances, points=None):
@@ -299,11 +297,11 @@ class Surrogate:
         conservative scheme for Burgers): "DiffNet + k cycles", a separate product from
         the pure network (polish = 0).
         """
-        from deepfusion.analysis.inference import on_domain, predict
+        from deepfusion.analysis.inference import on_domain
 
         if not (isinstance(polish, (int, np.integer)) and 0 <= polish <= 1000):
             raise InputError(f"polish: must be an integer in 0..1000, got {polish!r}")
-        u = predict(self._model, self._product, instances, self.chunk, tiling=tiling)
+        u = self.product.fields(instances, self.chunk, tiling=tiling)
         if polish:
             require(self.family, "polish", "polish")
             try:
@@ -315,7 +313,7 @@ class Surrogate:
     def clear_caches(self) -> None:
         """Forget what the product keeps per instance (coarse spaces, a cut domain's quadrature): the next fields pay
         their own set-up, as a timed comparison needs."""
-        self._product.clear_caches()
+        self.product.clear_caches()
 
     def by_name(self, fields: np.ndarray) -> dict[str, np.ndarray]:
         """Fields from :meth:`fields` by unknown: ``{"u": (S, *grid)}`` for one, ``{"u_x": ..., "u_y": ...}`` for
@@ -326,8 +324,8 @@ class Surrogate:
 
     def __repr__(self) -> str:
         p = self.config.problem
-        return (f"Surrogate({self.family.name} {list(p.resolution)}, {self.config.model.name} "
-                f"{list(self.config.model.channels)}, checkpoint={str(self.checkpoint)!r}, device={self.device!r})")
+        return (f"Surrogate({self.family.name} {list(p.resolution)}: {self.product.chain()}, "
+                f"checkpoint={str(self.checkpoint)!r}, device={self.device!r})")
 
 
 def _device(device: str) -> str:

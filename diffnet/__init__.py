@@ -1,7 +1,8 @@
 """DiffNet: data-free convolutional generators whose loss is the discretised PDE.
 
 The public API a user's family is written against (docs/families.md): the family protocol
-(:class:`Family`, :class:`ParameterSpec`, :func:`sample_box`, :data:`CAPABILITIES`), the
+(:class:`Family`, :class:`ParameterSpec`, :func:`sample_box`, :data:`CAPABILITIES`), its loss as an object
+(:class:`Energy`, :class:`Residual`, :class:`Loss`: what may finish the network's field follows from its kind), the
 declaration of its configuration keys (:func:`option` and the checks), and the Q1
 quadrature as convolutions (:func:`gauss_basis`, :func:`at_gauss_points`,
 :func:`dirichlet_energy`, :func:`reaction_diffusion_energy`) with their Hessians as stencils
@@ -28,6 +29,9 @@ _EXPORTS = {
     "Family": "diffnet.protocol.family",
     "ParameterSpec": "diffnet.protocol.family",
     "sample_box": "diffnet.protocol.family",
+    "Loss": "diffnet.protocol.loss",
+    "Energy": "diffnet.protocol.loss",
+    "Residual": "diffnet.protocol.loss",
     "option": "diffnet.protocol.options",
     "one_of": "diffnet.protocol.options",
     "positive": "diffnet.protocol.options",

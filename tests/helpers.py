@@ -38,7 +38,7 @@ TINY = [
 # (tests/methods/test_coarse.py, test_preconditioned.py and test_stages.py train with them).
 PLAIN = [
     "--set", "model.coarse_correction=0",
-    "--set", "model.smoothing=0",
+    "--set", "model.sweeps=0",
     "--set", "train.loss=family",
     "--set", "train.second_stage_epochs=0",
 ]

@@ -12,11 +12,11 @@ from typing import Callable
 
 import numpy as np
 
-from deepfusion.analysis.equal_accuracy import Point, best_time, binding, break_even, cheapest, sweep, timed
+from deepfusion.analysis.equal_accuracy import Point, best_time, binding, break_even, cheapest, search, timed
 from diffnet.backend.clock import part_text
 from diffnet.backend.clock import PartClock
 
-__all__ = ["Timings", "time_inference", "measure_classical", "classical_sweep", "reference_row", "compare_row", "markdown_table"]
+__all__ = ["Timings", "time_inference", "measure_classical", "classical_search", "reference_row", "compare_row", "markdown_table"]
 
 
 def time_inference(predict: Callable[[np.ndarray, int], np.ndarray], instances: np.ndarray, batch: int,
@@ -86,9 +86,9 @@ def measure_classical(family, instances: np.ndarray, method: str, grid: int) -> 
     return on_domain(family, instances, np.stack(fields)), seconds
 
 
-def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print,
+def classical_search(family, instances: np.ndarray, truth: np.ndarray, target: float, say=print,
                     derived=None) -> list[Point]:
-    """The refinement sweep of the family's ``classical_configurations()`` on ``instances`` against ``truth``.
+    """The refinement search of the family's ``classical_configurations()`` on ``instances`` against ``truth``.
 
     Each method first solves one instance on its coarsest grid untimed: imports and JIT
     compilation are a one-off cost of the process, not of a solve. ``derived``: the network's
@@ -105,7 +105,7 @@ def classical_sweep(family, instances: np.ndarray, truth: np.ndarray, target: fl
     theirs = {} if derived is None else derived.truth_fields
     derived_of = lambda f: {name: float(np.mean(relative_l2(v, theirs[name])))  # noqa: E731
                             for name, v in derived_fields(family, instances, f).items() if name in targets}
-    return sweep(configs, lambda m, g: measure_classical(family, instances, m, g), lambda f: relative_l2(f, truth),
+    return search(configs, lambda m, g: measure_classical(family, instances, m, g), lambda f: relative_l2(f, truth),
                  target, say, derived_of, targets)
 
 
@@ -182,7 +182,7 @@ def markdown_table(rows: list[dict], grid: list[int]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         binds = f"; {r['binds']} binds" if r.get("derived_targets") else ""
-        matched = f"none in the sweep{binds}" if r["classical_method"] is None else \
+        matched = f"none in the search{binds}" if r["classical_method"] is None else \
             f"{r['classical_method']}, {r['classical_grid_equal_accuracy']}{binds}" + (
                 "" if r.get("classical_newton_steps") is None else f" ({r['classical_newton_steps']:.3g} Newton steps)")
         ratio = "—" if r["ratio_equal_accuracy"] is None else \

@@ -12,7 +12,7 @@ import numpy as np
 
 from deepfusion.analysis.inference import relative_l2
 
-__all__ = ["Derived", "derived_fields", "scalar_parts", "quantities", "truth_quantities", "energy_errors", "measure"]
+__all__ = ["Derived", "NORMS", "derived_fields", "scalar_parts", "quantities", "truth_quantities", "energy_errors", "measure"]
 
 
 def derived_fields(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
@@ -74,12 +74,13 @@ class Derived:
         """``eval.json``'s entries (none for a family with neither capability)."""
         return {**({"derived": self.errors} if self.errors else {}),
                 **({"quantities": self.quantities} if self.quantities else {}),
-                **({"energy_norm": self.energy} if self.energy else {})}
+                **({self.energy["name"].lower().replace(" ", "_").replace("-", "_"): self.energy} if self.energy else {})}
 
     def lines(self, width: int) -> list[str]:
         """The evaluation table's rows: the energy norm, one per derived field (error, floor, ratio), one per
         quantity."""
-        rows = ([("energy norm", self.energy, "the error's energy norm over the truth's")] if self.energy else []) + \
+        rows = ([(self.energy["name"], self.energy, f"the error's {self.energy['name']} over the truth's")]
+                if self.energy else []) + \
             [(name, row, "derived, mean over the instances") for name, row in self.errors.items()]
         out = [f"{name:>{width}}   {row['mean_rel_l2']:.4f}               {row['mean_floor']:.4f}   "
                f"{row['ratio_to_floor']:5.2f}   ({what})" for name, row, what in rows]
@@ -90,26 +91,35 @@ class Derived:
         return out
 
 
+#: the norm each kind of loss reports its error in: its name, and what it is
+NORMS = {"energy": ("energy norm", "||e||_H / ||truth||_H, H the loss's Hessian at the floor's field"),
+         "residual": ("Gauss-Newton norm", "||J e|| / ||J truth||, J the residual's Jacobian at the floor's field")}
+
+
 def energy_errors(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,
                   optimum: np.ndarray | None) -> dict:
     """The relative error of ``pred`` and of the floor's field ``optimum`` against ``truth`` (all at the grid's
-    nodes) in the energy norm of the family's loss at the floor's field, ||e||_H / ||truth||_H
-    (:func:`diffnet.multigrid.hessian.energy_norms`): for a family whose loss is an energy (capability
-    ``precondition``: its Hessian couples neighbouring nodes), else none ({}). A field at its floor in L2 whose
-    gradient is not shows here."""
-    if not family.has("precondition") or optimum is None:
+    nodes) in the norm of the family's loss at the floor's field (:data:`NORMS`): for an energy its energy norm
+    ||e||_H / ||truth||_H (:func:`diffnet.multigrid.hessian.energy_norms`), for a residual its Gauss-Newton norm
+    ||J e|| / ||J truth|| (:func:`diffnet.multigrid.gauss_newton.gauss_newton_norms`); none ({}) for a loss of no
+    declared kind. Both weigh the field's gradient: a field at its floor in L2 whose gradient is not shows here."""
+    kind = family.loss().kind
+    if kind not in NORMS or optimum is None:
         return {}
     import torch
 
-    from diffnet.multigrid.hessian import energy_norms
+    if kind == "energy":
+        from diffnet.multigrid.hessian import energy_norms as norms
+    else:
+        from diffnet.multigrid.gauss_newton import gauss_newton_norms as norms
 
     t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64))  # noqa: E731
-    mine, floor, size = (v.numpy() for v in energy_norms(family, t(instances), t(optimum), t(pred - truth),
-                                                          t(optimum - truth), t(truth)))
+    mine, floor, size = (v.numpy() for v in norms(family, t(instances), t(optimum), t(pred - truth),
+                                                   t(optimum - truth), t(truth)))
     error, floor = mine / size, floor / size
-    return {"mean_rel_l2": float(error.mean()), "rel_l2": error.tolist(), "mean_floor": float(floor.mean()),
-            "floor_rel_l2": floor.tolist(), "ratio_to_floor": float(error.mean() / floor.mean()),
-            "norm": "||e||_H / ||truth||_H, H the loss's Hessian at the floor's field"}
+    name, norm = NORMS[kind]
+    return {"name": name, "mean_rel_l2": float(error.mean()), "rel_l2": error.tolist(), "mean_floor": float(floor.mean()),
+            "floor_rel_l2": floor.tolist(), "ratio_to_floor": float(error.mean() / floor.mean()), "norm": norm}
 
 
 def measure(family, instances: np.ndarray, pred: np.ndarray, truth: np.ndarray,

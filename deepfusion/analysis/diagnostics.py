@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from scipy.fft import dctn
 
-from deepfusion.analysis.inference import predict
 from diffnet.generators.multilevel import prolong
 
 __all__ = ["LOW_MODES", "low_mode_share", "cosine", "coarse_imprint", "error_structure"]
@@ -52,9 +51,11 @@ def coarse_imprint(run, model, instances: np.ndarray, shape: tuple[int, ...]) ->
     ``run`` a :class:`~deepfusion.configuration.run.Run` (its level 0, the family on that grid built once)."""
     if len(run.cfg.multigrid.levels) < 2:
         return None
-    coarsest = run.schedule(model).target(next(s for s in run.stages if s.level == 0))
+    coarsest = run.schedule(model).target(next(s for s in run.visits if s.level == 0))
     generator, family = coarsest.generator, coarsest.family
-    coarse = predict(generator, family, instances)
+    from diffnet.product.product import Product
+
+    coarse = Product(family, generator).fields(instances)  # the level's own fields, as that level trained them
     if coarse.shape[1:] != tuple(shape):  # a rediscretised level: its own grid; a Galerkin level is already fine
         # Bilinear (trilinear) between nodal grids, the transfer the multigrid levels use; several unknown
         # fields are the channels.

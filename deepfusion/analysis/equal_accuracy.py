@@ -1,4 +1,4 @@
-"""The cheapest classical solve that is as accurate as a DiffNet: a refinement sweep, timed.
+"""The cheapest classical solve that is as accurate as a DiffNet: a refinement search, timed.
 
 McGreivy & Hakim (Nature Machine Intelligence, 2024) ask two things of a claim that a
 network beats a numerical method: compare at equal accuracy, and against a strong
@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["TIE", "Point", "sweep", "ties", "meets", "cheapest", "binding", "break_even", "best_time"]
+__all__ = ["TIE", "Point", "search", "ties", "meets", "cheapest", "binding", "break_even", "best_time"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Point:
         return asdict(self)
 
 
-# Past the first grid that meets the target the sweep still measures grids at most this much
+# Past the first grid that meets the target the search still measures grids at most this much
 # larger: a grid one node wider can be much cheaper (the network's 128^2 grid against 129^2,
 # whose hierarchy nests: 15 against 5.6 ms per solve).
 SAME_SIZE = 1.05
@@ -53,7 +53,7 @@ SAME_SIZE = 1.05
 TIE = 1.05
 
 
-def sweep(configurations: dict[str, list[int]], solve_on: Callable[[str, int], tuple[np.ndarray, list[float]]],
+def search(configurations: dict[str, list[int]], solve_on: Callable[[str, int], tuple[np.ndarray, list[float]]],
           error_of: Callable[[np.ndarray], np.ndarray], target: float, say=print,
           derived_of: Callable[[np.ndarray], dict] | None = None, derived_targets: dict | None = None) -> list[Point]:
     """Walk each method's grids coarse to fine until one meets ``target``; every point measured.

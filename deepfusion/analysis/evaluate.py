@@ -16,13 +16,10 @@ import torch
 
 from deepfusion.analysis.derived import Derived, derived_fields, measure
 from deepfusion.analysis.diagnostics import coarse_imprint, error_structure
-from deepfusion.analysis.inference import (FloorReport, against_floor, domain_of, instance_labels, predict,
-                                            relative_l2)
+from deepfusion.analysis.inference import FloorReport, against_floor, domain_of, instance_labels, relative_l2
 from deepfusion.files.fields import Layout, by_unknown, write_fields
 from diffnet.backend.clock import CORRECTION_PARTS, POLISH, PartClock, part_text, total
 from diffnet.multigrid.preconditioned import error_estimate
-from diffnet.generators.polished import unpolished
-from diffnet.generators.two_stage import TwoStage
 
 __all__ = ["Assessment", "assess", "evaluate_run", "print_assessment"]
 
@@ -38,39 +35,44 @@ class Assessment:
     per_field: dict  # each unknown alone (several unknowns only)
     estimate: dict  # the error against the grid's own solution, measured and data-free
     first: dict  # a two-stage generator's first network alone
-    infer_seconds: float
+    infer_seconds: float  # the held-out instances' fields, warm (a new batch's own set-up included)
     parts: dict  # the inference's seconds per instance by part (diffnet.backend.clock): network(s), coarse correction, ...
     newton_steps: float | None = None  # a nonlinear coarse correction's Newton iterations per instance
     derived: Derived = Derived()  # derived fields and quantities of interest against the truth's (and the floor's)
+    steps: tuple[str, ...] = ()  # the product's chain, link by link (Product.steps)
+    first_call_seconds: float | None = None  # the same fields on the process's first call (compiles, kernels)
 
     def report(self, run, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
         cfg, pname, acc = run.cfg, run.family.parameters.name, self.accuracy
         return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
+                "product": {"chain": " -> ".join(self.steps), "steps": list(self.steps)},
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
-                "inference_seconds": self.infer_seconds, "inference_parts_per_instance_s": self.parts,
+                "inference_seconds": self.infer_seconds, "inference_first_call_s": self.first_call_seconds,
+                "inference_parts_per_instance_s": self.parts,
                 "coarse_newton_iterations_per_instance": self.newton_steps,
                 **self.structure, **self.estimate, **self.first, **self.derived.report(),
                 **({"fields": self.per_field} if self.per_field else {})}
 
 
-def assess(run, product, model: torch.nn.Module, test: np.ndarray, pred: np.ndarray,
-           infer_seconds: float, parts: dict | None = None, newton_steps: float | None = None) -> Assessment:
+def assess(run, product, test: np.ndarray, pred: np.ndarray, timing: dict | None = None) -> Assessment:
     """The held-out fields ``pred`` of ``test`` against the family's truth and floor, and the error's structure
-    and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``product``: the family the model's
-    fields come from, :meth:`~deepfusion.configuration.run.Run.product`; ``parts``: the inference's seconds per
-    instance by part; ``newton_steps``: a nonlinear coarse correction's Newton iterations per instance)."""
-    cfg, family = run.cfg, run.family
+    and estimate (``run``: the :class:`~deepfusion.configuration.run.Run`; ``product``: what the fields come from,
+    :meth:`~deepfusion.configuration.run.Run.product`; ``timing``: the inference's ``seconds`` (warm), ``parts`` (its
+    seconds per instance by part), ``newton_steps`` (a nonlinear coarse correction's Newton iterations per instance)
+    and ``first_call`` (the same fields' seconds on the process's first call))."""
+    cfg, family, timing = run.cfg, run.family, dict(timing or {})
     acc = against_floor(family, test, pred)
-    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, model, test, pred.shape[1:]),
+    structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, product.model, test, pred.shape[1:]),
                                 dims=len(family.coordinates()))
     return Assessment(test, acc, structure, _per_field(family, pred, acc),
-                      _estimated_error(cfg, family, test, pred, acc), _first_stage(product, model, test, acc),
-                      infer_seconds, dict(parts or {}), newton_steps,
-                      measure(family, test, pred, acc.truth, acc.optimum))
+                      _estimated_error(cfg, family, test, pred, acc), _first_stage(product, test, acc),
+                      timing.get("seconds", float("nan")), dict(timing.get("parts") or {}), timing.get("newton_steps"),
+                      measure(family, test, pred, acc.truth, acc.optimum), tuple(product.steps()),
+                      timing.get("first_call"))
 
 
-def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
+def print_assessment(run, found: Assessment, names: list[str]) -> None:
     """The evaluation's table and its lines, as a run prints them."""
     cfg, family = run.cfg, run.family
     acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
@@ -96,19 +98,22 @@ def print_assessment(run, product, found: Assessment, names: list[str]) -> None:
                   f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)"
                   if "imprint_cosine" in structure else ""))
     if estimate:
-        print(f"error against this grid's own solution: {np.mean(estimate['grid_rel_l2']):.4f} measured, "
-              f"{np.mean(estimate['estimated_grid_rel_l2']):.4f} estimated by |B g| / |u - B g| "
-              f"({cfg.train.precondition_cycles} V-cycle{'s' if cfg.train.precondition_cycles > 1 else ''}; "
-              "the preconditioned loss's value, data-free)")
+        print(f"error against this grid's own solution: {np.mean(estimate['grid_rel_l2']):.4f} measured"
+              + (f", {np.mean(estimate['estimated_grid_rel_l2']):.4f} estimated by |B g| / |u - B g| "
+                 f"({cfg.train.precondition_vcycles} V-cycle{'s' if cfg.train.precondition_vcycles > 1 else ''}; "
+                 "the preconditioned loss's value, data-free)" if "estimated_grid_rel_l2" in estimate else ""))
     if first:
         print(f"the first stage alone: error {np.mean(first['first_stage_rel_l2']):.4f}, ratio "
               f"{first['first_stage_ratio_to_floor']:.2f}; the second stage takes it to {acc.ratio:.2f}")
     seconds, count = found.infer_seconds, len(found.test)
     correction = total(found.parts, CORRECTION_PARTS) * count
+    print("product: " + " -> ".join(found.steps))
     print(f"inference {seconds:.3f} s for {count} instances"
-          + (f" ({unpolished(product).describe_correction()}: {correction:.3f} s, {correction / seconds:.0%} of it)"
-             if cfg.model.coarse_correction and seconds > 0 else "")
-          + (f" (the network's field {product.describe_polish()}: {total(found.parts, (POLISH,)) * count:.3f} s)"
+          + ("" if found.first_call_seconds is None else
+             f" (warm; the process's first call {found.first_call_seconds:.3f} s, with its compiles and kernels)")
+          + (f"; the coarse correction and its sweeps {correction:.3f} s ({correction / seconds:.0%})"
+             if cfg.model.coarse_correction and seconds > 0 and found.parts else "")
+          + (f"; the polish {total(found.parts, (POLISH,)) * count:.3f} s"
              if POLISH in found.parts else "")  # (a split run's fields come untimed by part)
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
     if found.parts:
@@ -121,7 +126,9 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     """A finished run's accuracy on its held-out instances: ``eval.json``, the field files, the table and plots.
 
     ``pred``: the held-out fields and the seconds they took, when already predicted (under a
-    domain split, tile by tile).
+    domain split, tile by tile). Else they are predicted here, warm: the product runs once first (the process's
+    compiles and kernels, its seconds reported apart), forgets what it kept, then gives the held-out fields again, timed,
+    each instance paying its own set-up as a new query would.
     The error is against the independent reference and beside the grid's floor (see
     :func:`against_floor`); the table prints both and their ratio (:func:`assess` computes,
     :func:`print_assessment` prints). A family without a reference solver gets its held-out loss
@@ -148,12 +155,20 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     cfg, family, test = run.cfg, run.family, run.heldout  # the run's family, built once (run.Run)
     pname = family.parameters.name
     clock = PartClock()
-    product = run.product(clock)  # the fields are the generator's, with its coarse correction
+    product = run.product(model, clock)  # the fields a user gets: the network's, finished as the config says
+    first_call = None
     if pred is None:
         t0 = time.perf_counter()
-        pred = (predict(model, product, test, clock=clock), time.perf_counter() - t0)
+        product.fields(test)
+        first_call = time.perf_counter() - t0
+        product.clear_caches()
+        clock.reset()
+        t0 = time.perf_counter()
+        pred = (product.fields(test), time.perf_counter() - t0)
     pred, infer_seconds = pred
-    parts, newton = clock.per(len(test)), clock.newton_steps()  # read now: the assessment runs the generator again
+    # Read now: the assessment runs the generator again.
+    timing = {"seconds": infer_seconds, "parts": clock.per(len(test)), "newton_steps": clock.newton_steps(),
+              "first_call": first_call}
     coords, domain = family.coordinates(), domain_of(family, test)
     layout = Layout.of(family)
     if not family.has("reference"):
@@ -162,7 +177,7 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
         return _loss_only(family, test, pred, run_dir, train_seconds, infer_seconds)
     print(f"reference: {family.truth_name()} for {len(test)} held-out instances, and the floor: "
           f"{family.floor_name() if family.has('floor') else 'none (the family declares no floor)'} ...", flush=True)
-    found = assess(run, product, model, test, pred, infer_seconds, parts, newton)
+    found = assess(run, product, test, pred, timing)
     write_fields(run_dir / "test_prediction.h5", pred, coords, {pname: test}, run.field_attrs("diffnet"), domain,
                  layout, found.derived.fields)
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
@@ -170,10 +185,9 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
                  layout, found.derived.truth_fields)
     (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
     names = instance_labels(family, test)
-    print_assessment(run, product, found, names)
+    print_assessment(run, found, names)
     if cfg.output.plots:
-        _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived,
-               f"DiffNet + {product.steps_text()}" if cfg.model.polish else "DiffNet")
+        _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived, product.name())
     print(f"run directory: {run_dir}")
     return found.accuracy
 
@@ -192,22 +206,27 @@ def _per_field(family, pred: np.ndarray, acc: FloorReport) -> dict:
     return out
 
 
-def _first_stage(family, model: torch.nn.Module, test: np.ndarray, acc: FloorReport) -> dict:
+def _first_stage(product, test: np.ndarray, acc: FloorReport) -> dict:
     """A two-stage generator's first network alone on the held-out instances: its error and ratio to the floor."""
-    if not isinstance(model, TwoStage):
+    first = product.first_stage()
+    if first is None:
         return {}
-    error = relative_l2(predict(model.first, family, test), acc.truth)
+    error = relative_l2(first.fields(test), acc.truth)
     return {"first_stage_rel_l2": error.tolist(), "first_stage_ratio_to_floor": float(error.mean() / acc.floor.mean())}
 
 
 def _estimated_error(cfg, family, test: np.ndarray, pred: np.ndarray, acc: FloorReport) -> dict:
-    """Beside the error against the grid's own solution (the floor's field), its data-free estimate
-    |B g| / |u - B g| (:func:`diffnet.multigrid.preconditioned.error_estimate`), for families that can precondition."""
-    if not family.has("precondition") or acc.optimum is None:
+    """The error against the grid's own solution (the floor's field), for every family with a floor, and beside it, for
+    a loss that is an energy, its data-free estimate |B g| / |u - B g| (:func:`diffnet.multigrid.preconditioned.
+    error_estimate`: V-cycles of its Hessian, which a residual's J^T J is not)."""
+    if acc.optimum is None:
         return {}
+    measured = {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist()}
+    if family.loss().kind != "energy":
+        return measured
     estimated = error_estimate(family, torch.as_tensor(pred, dtype=torch.float64),
-                               torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_cycles)
-    return {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist(), "estimated_grid_rel_l2": estimated.tolist()}
+                               torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_vcycles)
+    return measured | {"estimated_grid_rel_l2": estimated.tolist()}
 
 
 def _loss_only(family, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:

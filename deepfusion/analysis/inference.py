@@ -1,8 +1,9 @@
-"""Inference over many instances and its accuracy: the relative L2 error against a reference,
-and that error measured against the grid's discretisation floor.
+"""The accuracy of fields: the relative L2 error against a reference, and that error measured against the grid's
+discretisation floor, inside a cut domain where the family has one.
 
-The primitives every command and report uses; the run's evaluation report is
-:mod:`deepfusion.analysis.evaluate`, the error's structure :mod:`deepfusion.analysis.diagnostics`.
+The primitives every command and report uses (the fields themselves are the product's,
+:class:`diffnet.product.product.Product`); the run's evaluation report is :mod:`deepfusion.analysis.evaluate`, the
+error's structure :mod:`deepfusion.analysis.diagnostics`.
 """
 
 from __future__ import annotations
@@ -12,95 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from deepfusion.analysis import reference_cache
-from diffnet.backend.clock import NETWORK, PartClock
-from diffnet.backend.layout import channels_last
-from diffnet.generators.two_stage import TwoStage
 from diffnet.grid.nodal import inside_only, node_data
 
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["predict", "differentiable_fields", "domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
+__all__ = ["domain_of", "on_domain", "relative_l2", "FloorReport", "against_floor", "EvaluationError",
            "instance_labels", "check_measurable"]
-
-
-@torch.inference_mode()
-def predict(model: torch.nn.Module, family: Family, instances: np.ndarray, batch: int = 16, tiling=None,
-            clock: PartClock | None = None) -> np.ndarray:
-    """Fields for each row of ``instances`` by one forward pass per batch, as float64 numpy.
-
-    The input goes in channels-last (NHWC) order, which the convolutions then keep:
-    1.2-1.4x faster on CPU here than NCHW, and the model itself is left as it is.
-    With a ``tiling`` (a domain split, collective over its ranks) the generator runs on this
-    rank's tile and the network's outputs are gathered: every rank of the split gets the
-    whole fields. A two-stage generator runs as its second stage (:class:`diffnet.generators.two_stage.SecondStage`).
-    A family on a domain cut out of the grid (capability ``domain``) gets zero at the nodes outside
-    it: its field there only extends the discrete space, and errors are measured inside. ``clock`` gathers the
-    seconds of the network(s) (and, given to the generator's family too, of its other parts).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The generator.
-    family : Family
-        The family whose ``inputs`` and ``field`` make the fields (the Run's ``product()``, corrected where so
-        configured).
-    instances : numpy.ndarray
-        One row per instance.
-    batch : int
-        Instances per forward pass.
-    tiling : Tiling, optional
-        A domain split (collective over its ranks).
-    clock : PartClock, optional
-        Gathers the seconds of the parts.
-
-    Returns
-    -------
-    numpy.ndarray
-        (S, *grid), or (S, C, *grid) for C unknowns, float64.
-    """
-    clock = clock if clock is not None else PartClock()
-    if isinstance(model, TwoStage):
-        model, family = model.pair(family, clock=clock)
-    model.eval()
-    weight = next(model.parameters())
-    out = []
-    with torch.inference_mode():  # no autograd graph: only one chunk's activations are alive at a time
-        for start in range(0, len(instances), batch):
-            p = torch.as_tensor(instances[start : start + batch], dtype=weight.dtype, device=weight.device)
-            x = family.inputs(p)
-            with clock.part(NETWORK, weight.device):
-                if tiling is None:
-                    raw = model(channels_last(x))
-                else:
-                    raw = tiling.gather(model(channels_last(tiling.local(x).contiguous()), tiling))
-            out.append(family.field(raw, p).double().cpu().numpy())
-    # Masked by the domain of the instances as the network and its field saw them (in the weights' dtype): the
-    # family's discretisation of each, already built, not a second one from the float64 rows (a third of a cut
-    # domain's set-up).
-    seen = torch.as_tensor(np.asarray(instances), dtype=weight.dtype).double().numpy()
-    return on_domain(family, seen, np.concatenate(out, axis=0))
-
-
-def differentiable_fields(model: torch.nn.Module, family: Family, instances: torch.Tensor) -> torch.Tensor:
-    """The fields (S, [C,] *grid) of the instances ``instances`` (a float64 tensor, one row each) as :func:`predict` makes
-    them, float64 and differentiable in ``instances``: through the network (its inputs are the family's torch functions
-    of the parameters), the coarse correction and the sweeps (their exact sensitivities, :mod:`diffnet.multigrid.sensitivity`).
-    One batch: the caller chunks. A family on a cut domain gets zero outside it (its geometry held)."""
-    if isinstance(model, TwoStage):
-        model, family = model.pair(family)
-    weight = next(model.parameters())
-    with torch.inference_mode(False), torch.enable_grad():
-        p = instances.to(device=weight.device, dtype=weight.dtype)
-        u = family.field(model(channels_last(family.inputs(p))), p).double()
-    domain = domain_of(family, p.detach().double().cpu().numpy())
-    if domain is None:
-        return u
-    inside = torch.as_tensor(inside_only(np.ones(tuple(u.shape)), domain), device=u.device)
-    return u * inside
 
 
 def domain_of(family, instances: np.ndarray) -> np.ndarray | None:

@@ -131,31 +131,51 @@ def _fields(family, name: str, value, count: int = 1) -> np.ndarray:
 
 
 def _residual_is_the_loss(small, instances: np.ndarray, label: str) -> None:
-    """The ``least_squares`` promise, at a random field: the residual has the field's shape and its squares sum to the
-    summed loss terms (a residual scaled otherwise would give another correction than the loss's, silently)."""
-    import torch
-
+    """A :class:`~diffnet.protocol.loss.Residual`'s promise, at a random field: the residual has the field's shape and
+    its squares sum to the summed loss terms (a residual scaled otherwise would give another correction than the
+    loss's, silently)."""
     p = torch.as_tensor(instances, dtype=torch.float64)
     raw = torch.randn(1, len(small.unknowns), *small.resolution, dtype=torch.float64,
                       generator=torch.Generator().manual_seed(0))
+    loss_object = small.loss()
     with torch.no_grad():
         u = small.field(raw, p)
-        r = small.residual(u, p)
-        loss = float(sum(t.sum() for t in small.loss_terms(u, p).values()))
+        r = loss_object.residual(u, p)
+        loss = float(loss_object.value(u, p).sum())
     if tuple(r.shape) != tuple(u.shape):
         raise FamilyMismatch(f"problem.family: {small.name}.residual returned {list(r.shape)} for one instance; the "
                              f"engine needs the field's shape {list(u.shape)} (one residual per node)")
     squares = float(r.square().sum())
     if not abs(squares - loss) <= 1e-6 * max(abs(loss), 1e-300):
         raise FamilyMismatch(f"problem.family: the {small.name} family's residual squares sum to {squares:.6g} on one "
-                             f"instance ({label}) at a random field where its loss is {loss:.6g}; least_squares needs "
+                             f"instance ({label}) at a random field where its loss is {loss:.6g}; a Residual needs "
                              "them equal (scale the residual)")
+
+
+def _stencil_is_the_hessian(small, instances: np.ndarray, label: str) -> None:
+    """An :class:`~diffnet.protocol.loss.Energy`'s promise, along a random vector: its Hessian stencil (its own, or
+    probed from its loss by 3^d products) is the loss's Hessian, as autograd's Hessian-vector product gives it
+    (:func:`diffnet.multigrid.hessian.stencil_mismatch`). A loss whose Hessian reaches past the 3^d neighbours (a
+    residual's squares) would be preconditioned, corrected and swept with another operator than its own, silently."""
+    from diffnet.multigrid.hessian import STENCIL_TOLERANCE, stencil_mismatch
+
+    gap = stencil_mismatch(small, torch.as_tensor(instances, dtype=torch.float64))
+    if not gap <= STENCIL_TOLERANCE:
+        declared = ("its hessian(u, instances)" if small.loss().hessian is not None else
+                    "the 3^d-point stencil read off its loss")
+        raise FamilyMismatch(
+            f"problem.family: the {small.name} family's loss is an energy (its Hessian coupling each node to its 3^d "
+            f"neighbours only), but {declared} differs from autograd's Hessian-vector product by {gap:.2g} (relative, "
+            f"at most {STENCIL_TOLERANCE:g}) on one instance ({label}) on {'x'.join(map(str, small.resolution))}: a "
+            "loss that reaches farther, such as a residual's squares, is a diffnet.Residual (docs/families.md, "
+            "'The loss')")
 
 
 def check_family(small, instances: np.ndarray) -> SelfCheck:
     """Check the family ``small`` (on the check's grid, :func:`check_grid`) against itself for the one instance
     ``instances`` (1, ...): every member of its ``reference``, ``floor``, ``polish`` and ``input_fields`` capabilities
-    runs and gives fields of the declared shape, a ``least_squares`` residual's squares are the loss, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
+    runs and gives fields of the declared shape, a Residual's squares are the loss, an Energy's Hessian stencil its
+    Hessian, and the loss is stationary (:data:`GRADIENT_TOLERANCE`) at its own
     same-grid solution. Raises :class:`FamilyMismatch` (one line) on the first disagreement."""
     t0 = time.perf_counter()
     family, grid = small, tuple(small.resolution)
@@ -192,9 +212,13 @@ def check_family(small, instances: np.ndarray) -> SelfCheck:
             raise FamilyMismatch(f"problem.family: {family.name}.input_fields returned {list(np.shape(fields))} for "
                                  f"one instance on {list(grid)}; expected {[1, *grid]}")
         ran.append("input_fields")
-    if small.has("least_squares"):
+    kind = call("loss", lambda: small.loss()).kind
+    if kind == "residual":
         call("residual", lambda: _residual_is_the_loss(small, instances, label))
         ran.append("residual")
+    if kind == "energy":
+        call("hessian", lambda: _stencil_is_the_hessian(small, instances, label))
+        ran.append("hessian")
     ratio = None
     if own is not None:
         ratio = call("loss_terms", lambda: stationarity(small, instances, own))

@@ -16,8 +16,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from deepfusion.files.fields import FieldFileError
     from deepfusion.configuration.inputs import InputError
     from deepfusion.parallel.runtime import DeviceError
+    from diffnet.multigrid.minimiser import CoarseNewtonError
 
-    return InputError, ConfigError, CheckpointError, FieldFileError, DeviceError, EvaluationError
+    # CoarseNewtonError: a coarse correction's Newton that did not converge for an instance (the family's energy there).
+    return InputError, ConfigError, CheckpointError, FieldFileError, DeviceError, EvaluationError, CoarseNewtonError
 
 
 def warn(line: str) -> None:

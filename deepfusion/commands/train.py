@@ -69,7 +69,7 @@ def _setup_device(cfg: Config, comm) -> str:
     return device
 
 
-def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank") -> None:
+def _batch_warnings(run: Run, visits, groups: int, key: str, unit: str = "rank") -> None:
     from deepfusion.parallel.partition import local_batch_size
 
     test, training = run.heldout, run.training
@@ -77,7 +77,7 @@ def _batch_warnings(run: Run, stages, groups: int, key: str, unit: str = "rank")
     overlap = np.isclose(rows_t[:, None], rows_p[None, :], rtol=0, atol=1e-9).all(axis=2).any(axis=1)
     if overlap.any():
         print(f"warning: held-out instances {np.flatnonzero(overlap).tolist()} are also in the training set", file=sys.stderr)
-    for b in sorted({s.batch_size for s in stages}):
+    for b in sorted({s.batch_size for s in visits}):
         if b % groups:
             b_loc = local_batch_size(b, groups)
             print(f"warning: {key} {b} is not divisible by {groups} {unit}s; each step uses "
@@ -122,7 +122,7 @@ def command(args: argparse.Namespace, comm) -> int:
     from deepfusion.training.recorder import TrainingDiverged
     from deepfusion.training.trainer import train
 
-    stages = run.stages
+    visits = run.visits
     try:
         splits = split_of(cfg)
         domain = None if splits is None else DomainSplit(comm, splits)
@@ -130,7 +130,7 @@ def command(args: argparse.Namespace, comm) -> int:
         raise InputError(f"parallel.domain: {e}") from None
     groups = data_group(comm, domain)[1]
     key = "multigrid.batch_size" if cfg.multigrid.batch_size else "train.batch_size"
-    smallest = min(s.batch_size for s in stages)
+    smallest = min(s.batch_size for s in visits)
     if local_batch_size(smallest, groups) == 0:  # the same on every rank, and checked before anything is written
         what = f"{comm.size} ranks" if domain is None else f"{groups} data-parallel groups"
         raise InputError(f"{key}: {smallest} is smaller than the {what}; each {'rank' if domain is None else 'group'} "
@@ -142,7 +142,7 @@ def command(args: argparse.Namespace, comm) -> int:
     # refusal on any rank a refusal on all.
     resume_from, ckpt, extended = agree(comm, lambda: resume_point(run_dir, args.resume, cfg, warn if leader else say))
     torch.manual_seed(cfg.data.seed)
-    clock = PartClock()  # seconds in the generator's coarse correction (model.coarse_correction), forward and backward
+    clock = PartClock()  # seconds in the product's coarse correction (model.coarse_correction), forward and backward
     device = _setup_device(cfg, comm)
     model = run.build_model()
     init_from = None
@@ -152,7 +152,7 @@ def command(args: argparse.Namespace, comm) -> int:
     # Rank 0 checks the family against itself (the same answer on every rank), before anything is written.
     checked = agree(comm, lambda: _family_check(run) if leader else None)
     start_step = ckpt.step if ckpt is not None else 0
-    total = total_steps(cfg.train, stages)
+    total = total_steps(cfg.train, visits)
     if ckpt is not None:
         torch.set_rng_state(torch.from_numpy(ckpt.torch_rng))
     if leader:
@@ -161,10 +161,10 @@ def command(args: argparse.Namespace, comm) -> int:
         # starts the metrics over; a resumed one drops lines past its checkpoint.
         truncate_metrics(run_dir / "metrics.jsonl", start_step)
         (run_dir / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
-        _batch_warnings(run, stages, groups, key, "rank" if domain is None else "data-parallel group")
+        _batch_warnings(run, visits, groups, key, "rank" if domain is None else "data-parallel group")
     ctx = TrainingContext(comm, cfg.data.seed, threads, cfg.parallel, domain, run_dir=run_dir,
                           config_text=to_toml(cfg), log=say)
-    _announce(run, ctx, model, stages, (resume_from, ckpt, extended, init_from, args.init_from, args.resume), notice)
+    _announce(run, ctx, model, visits, (resume_from, ckpt, extended, init_from, args.init_from, args.resume), notice)
     if checked is not None:
         say(checked.line())
     if start_step >= total:
@@ -174,6 +174,7 @@ def command(args: argparse.Namespace, comm) -> int:
         result = None
     else:
         from deepfusion.training.signals import stop_on_signals
+        from diffnet.multigrid.minimiser import CoarseNewtonError
 
         try:
             with stop_on_signals() as stop:
@@ -182,6 +183,11 @@ def command(args: argparse.Namespace, comm) -> int:
             if leader:
                 print(f"deepfusion: error: {exc}", file=sys.stderr)
             return EXIT_DIVERGED
+        except CoarseNewtonError as exc:  # on this rank's batch alone: one line, then every rank ends
+            print(f"deepfusion: error: {exc}", file=sys.stderr, flush=True)
+            if comm.size > 1:
+                comm.abort(2)
+            return 2
         except (MemoryError, RuntimeError) as exc:
             if not _out_of_memory(exc):
                 raise
@@ -209,10 +215,8 @@ def command(args: argparse.Namespace, comm) -> int:
         say(_memory_line(comm.allgather(peak_memory_bytes()), node_memory_bytes(), budget_bytes()))
     pred = None
     if domain is not None:  # every group predicts the product's held-out fields tile by tile; rank 0 evaluates them
-        from deepfusion.analysis.inference import predict
-
         t0 = time.perf_counter()
-        fields = predict(model, run.product(), run.heldout, tiling=domain.tiling(family.resolution))
+        fields = run.product(model).fields(run.heldout, tiling=domain.tiling(family.resolution))
         pred = (fields, time.perf_counter() - t0)
     if leader:
         from deepfusion.analysis.evaluate import evaluate_run
@@ -222,7 +226,7 @@ def command(args: argparse.Namespace, comm) -> int:
     return 0
 
 
-def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
+def _announce(run: Run, ctx, model, visits, start: tuple, notice: str) -> None:
     """Rank 0's opening lines: the run, its schedule, defaults taken (``notice``), where it starts from, the ranks.
     ``start`` is (checkpoint path, checkpoint, a longer schedule's line, the weights' source, and what the command
     line asked: --init-from's path, --resume)."""
@@ -235,36 +239,29 @@ def _announce(run: Run, ctx, model, stages, start: tuple, notice: str) -> None:
         f"deepfusion: training {family.name} {tuple(cfg.problem.resolution)} {family.describe()} "
         f"| {cfg.model.name} {list(cfg.model.channels)} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters) | {samples} samples, "
-        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(stages) == 1 else
-           f"{len(stages)} stages, {sum(s.epochs for s in stages)} epochs")
+        + (f"batch {cfg.train.batch_size}, {cfg.train.epochs} epochs" if len(visits) == 1 else
+           f"{len(visits)} visits, {sum(s.epochs for s in visits)} epochs")
         + f" | ranks {ctx.comm.size} x {ctx.threads} threads"
         + ("" if ctx.domain is None else f" | each sample split {'x'.join(map(str, ctx.domain.splits))} "
            f"over {ctx.domain.tiles} ranks, {ctx.domain.data_size} data-parallel group{'s' if ctx.domain.data_size > 1 else ''}")
         + (f" | resuming from {resume_from} (step {ckpt.step})" if resume_from else "")
     )
-    visits = [s for s in stages if s.kind == "level"]
+    visits = [s for s in visits if s.kind == "level"]
     if len(visits) > 1:
         mg = cfg.multigrid
         how = f"deepened by {mg.top_channels}-channel levels" if mg.transfer == "deepen" else "the same network carried"
-        say(f"multigrid: {mg.cycle} cycle over {len(mg.levels)} levels, {how}; "
+        say(f"multigrid: {mg.schedule} schedule over {len(mg.levels)} levels, {how}; "
             + " -> ".join(f"{'x'.join(map(str, s.grid))} ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})"
                           for s in visits))
     if notice:
         say(notice)
-    if cfg.model.coarse_correction:
-        from diffnet.generators.polished import unpolished
-
-        product = unpolished(run.product())
-        what = ("the minimiser of |r(u)|^2 over u~ + range(P) (Gauss-Newton on the coarse space)"
-                if product.least_squares else
-                "u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P)")
-        say(f"coarse correction: the generator's field u~ becomes {what}, P from {product.coarse_text()} "
-            f"(model.coarse_correction = {cfg.model.coarse_correction}; at most half each level's intervals)")
-    if cfg.model.polish:
-        say(f"product: the generator's field, {run.product().describe_polish()} (model.polish; at inference only, "
-            "the training's loss is the network's own)")
-    if len(visits) < len(stages):
-        s = stages[-1]
+    product = run.product(model)
+    say(f"loss: {family.loss().describe()}; product: {product.chain()}"
+        + ("" if not (cfg.model.sweeps or cfg.model.polish) else
+           " (the first stage trains on the network's field" + (" with its coarse correction" if cfg.model.coarse_correction
+                                                               else "") + "; the rest is inference only)"))
+    if len(visits) < len(visits):
+        s = visits[-1]
         say(f"second stage: u = u1 + eps v on {'x'.join(map(str, s.grid))}, v a second {cfg.model.name} fed the first "
             f"stage's correction B g1 / eps, the first frozen ({s.epochs} epochs, lr {s.lr:g}, batch {s.batch_size})")
     if init_from is not None:

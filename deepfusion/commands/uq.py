@@ -28,10 +28,10 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _classical(surrogate, say) -> tuple[str, int, float]:
-    """The classical configuration as accurate as the network: the refinement sweep of ``compare`` against
+    """The classical configuration as accurate as the network: the refinement search of ``compare`` against
     the network's mean error on (up to) 4 held-out instances of the run, in the field and in each derived field."""
     from deepfusion.analysis import reference_cache
-    from deepfusion.analysis.compare import classical_sweep, derived_targets
+    from deepfusion.analysis.compare import classical_search, derived_targets
     from deepfusion.analysis.derived import measure
     from deepfusion.analysis.equal_accuracy import binding, cheapest
     from deepfusion.analysis.inference import on_domain, relative_l2
@@ -45,11 +45,11 @@ def _classical(surrogate, say) -> tuple[str, int, float]:
     derived = measure(family, held, pred, truth, None)
     targets = derived_targets(derived)
     say(f"  DiffNet error {target:.4f}" + "".join(f", {name} {value:.4f}" for name, value in targets.items())
-        + f" on {len(held)} held-out instances; classical sweep to {'those errors' if targets else 'that error'}:")
-    points = classical_sweep(family, held, truth, target, say, derived=derived)
+        + f" on {len(held)} held-out instances; classical search to {'those errors' if targets else 'that error'}:")
+    points = classical_search(family, held, truth, target, say, derived=derived)
     best = cheapest(points, target, targets)
     if best is None:
-        raise InputError("--classical: no classical configuration in the sweep is as accurate as this network "
+        raise InputError("--classical: no classical configuration in the search is as accurate as this network "
                          "(below the reference's own grid); compare against the reference instead")
     if targets:
         say(f"  the match: {best.method} on {best.grid}; {binding(points, target, targets)} binds")

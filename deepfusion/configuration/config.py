@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 
 from deepfusion.configuration.registry import DEFAULT_FAMILY
-from deepfusion.configuration.schema import Config, ConfigError, ProblemConfig, first_order, has_lbfgs
+from deepfusion.configuration.schema import RENAMED_KEYS, Config, ConfigError, ProblemConfig, first_order, has_lbfgs
 from deepfusion.configuration.split import check_split, split_of
 
 __all__ = [
@@ -98,12 +98,12 @@ def _cross_checks(cfg: Config, family: type) -> None:
                 f"train.lbfgs_overlap: multi-batch L-BFGS needs a batch ({mb}) larger than twice the overlap "
                 f"(got {t.lbfgs_overlap})"
             )
-    if cfg.model.smoothing and not cfg.model.coarse_correction:
-        raise ConfigError(f"model.smoothing: the sweeps use the coarse correction's fine Hessian; set "
-                          f"model.coarse_correction (e.g. 17) or use 0 (got {cfg.model.smoothing})")
-    if cfg.model.cycles > 1 and not cfg.model.smoothing:
+    if cfg.model.sweeps and not cfg.model.coarse_correction:
+        raise ConfigError(f"model.sweeps: the sweeps follow the coarse correction (its fine operator); set "
+                          f"model.coarse_correction (e.g. 17) or use 0 (got {cfg.model.sweeps})")
+    if cfg.model.cycles > 1 and not cfg.model.sweeps:
         raise ConfigError(f"model.cycles: repeating the exact coarse correction without sweeps between changes "
-                          f"nothing; set model.smoothing (e.g. 8) or use 1 (got {cfg.model.cycles})")
+                          f"nothing; set model.sweeps (e.g. 8) or use 1 (got {cfg.model.cycles})")
     if cfg.model.polish and cfg.train.second_stage_epochs:
         raise ConfigError(f"model.polish: a second stage trains through the product, and the polish step has no "
                           f"gradient; use 0 with train.second_stage_epochs (got {cfg.model.polish})")
@@ -194,6 +194,20 @@ def _move_family_keys(data: dict[str, object], family: type, saved: bool) -> Non
                               f"{family.name} family ({', '.join(sorted(own))})")
 
 
+def _renamed_keys(data: dict[str, dict], saved: bool) -> None:
+    """A key under its earlier name (:data:`~deepfusion.configuration.schema.RENAMED_KEYS`): refused in one line naming
+    the new one, or, in a run's own stored config (``saved``), read under the new name."""
+    for old, new in RENAMED_KEYS.items():
+        section, key = old.split(".")
+        table = data.get(section, {})
+        if key not in table:
+            continue
+        if not saved:
+            raise ConfigError(f"{old}: the earlier name of {new}; set {new} (CHANGELOG.md)")
+        new_section, new_key = new.split(".")
+        data.setdefault(new_section, {}).setdefault(new_key, table.pop(key))
+
+
 def config_from_dict(data: dict[str, object], *, saved: bool = False) -> Config:
     """Validate a nested ``{section: {key: value}}`` mapping and build a :class:`Config`.
 
@@ -214,6 +228,7 @@ def config_from_dict(data: dict[str, object], *, saved: bool = False) -> Config:
                           "set only problem.family")
     if "name" in problem and "family" not in problem:
         problem["family"] = problem["name"]
+    _renamed_keys(data, saved)
     family = _family(data)
     _move_family_keys(data, family, saved)
     sections = {}

@@ -1,8 +1,7 @@
 """The family a configuration names, built on its grid and tried on one instance before anything is written:
 the checks that need its code to run (its keys among themselves, its inputs against ``in_channels``, its field's
 and its domain's shapes, the training set's draw and each of its instances, the members of its capabilities, a
-load, private hooks of an earlier version, the capabilities its training asks for, and for the coarse correction
-whether its loss is quadratic). :meth:`deepfusion.configuration.run.Run.from_config` runs them once, and the
+load, private hooks of an earlier version, and whether its loss's kind admits what its training and product ask for). :meth:`deepfusion.configuration.run.Run.from_config` runs them once, and the
 :class:`~deepfusion.configuration.run.Run` hands the family on. Each failure is one line (:class:`ConfigError`), an
 error of the family's own code included. What needs a solve (its truth, its floor, the loss at its own solution) is
 tried before training, by :mod:`deepfusion.analysis.selfcheck`."""
@@ -21,7 +20,7 @@ from deepfusion.configuration.schema import Config, ConfigError, has_lbfgs
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["checked_family", "least_squares", "quadratic"]
+__all__ = ["checked_family"]
 
 
 def checked_family(cfg: Config) -> tuple[Family, np.ndarray]:
@@ -51,61 +50,56 @@ def checked_family(cfg: Config) -> tuple[Family, np.ndarray]:
 
 
 def _training_needs(cfg: Config, family: type, configured: Family) -> None:
-    """The capabilities and shapes the configured training asks of the family: a second stage, the preconditioned
-    loss and the coarse correction need its Hessian and each sample whole."""
-    t = cfg.train
-    if t.second_stage_epochs:
-        _check_second_stage(cfg, family, configured)
-    if t.loss == "preconditioned" and not configured.has("precondition"):
-        raise ConfigError(f"train.loss: the {family.name} family (as configured) does not declare the 'precondition' "
-                          f"capability (its loss's Hessian as a stencil); use train.loss = 'family'")
-    if t.loss == "preconditioned" and t.precondition_form == "loss" and hasattr(configured, "assembled_correction"):
+    """What the configured training and product ask of the family's loss (its kind, :mod:`diffnet.protocol.loss`: each
+    step admitted by some kinds only, :data:`~diffnet.protocol.loss.STEPS`) and of its samples (whole, for a V-cycle or
+    a coarse solve)."""
+    from diffnet.protocol.loss import refusal
+
+    t, m = cfg.train, cfg.model
+    loss = _the_loss(family, configured)
+    split = bool(cfg.parallel.domain) and math.prod(cfg.parallel.domain) > 1
+    asked = [("train.loss", "preconditioned", t.loss == "preconditioned", "use train.loss = 'family'"),
+             ("train.second_stage_epochs", "second_stage", t.second_stage_epochs, "use 0"),
+             ("model.coarse_correction", "coarse_correction", m.coarse_correction, "use 0"),
+             ("model.sweeps", "sweeps", m.sweeps, "use 0")]
+    for key, step, on, instead in asked:
+        why = refusal(loss, step) if on else None
+        if why:
+            lever = (f" (its lever against a smooth error is {configured.smooth_error_lever})"
+                     if configured.smooth_error_lever and step in ("preconditioned", "coarse_correction") else "")
+            raise ConfigError(f"{key}: the {family.name} family (as configured): {why}{lever}; {instead}")
+        if on and split:
+            raise ConfigError(f"{key}: needs each sample whole (a V-cycle or a coarse solve); use parallel.domain = [] "
+                              f"or {instead}")
+    if t.second_stage_epochs and has_lbfgs(t.optimizer):
+        raise ConfigError("train.second_stage_epochs: a second stage follows Adam or SGD, not an L-BFGS phase; use "
+                          "train.optimizer = 'adam' or 'sgd'")
+    if t.loss == "preconditioned" and t.precondition_form == "loss" and loss.assembled_correction is not None:
         raise ConfigError(f"train.precondition_form: the {family.name} family gives B g from its assembled system, "
                           "not as a torch V-cycle the 'loss' form differentiates; use 'target'")
-    if t.loss == "preconditioned" and cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError("train.loss: the preconditioned loss needs each sample whole (its V-cycle); "
-                          "use parallel.domain = [] or train.loss = 'family'")
-    hessian = t.loss == "preconditioned" or cfg.model.coarse_correction or t.second_stage_epochs
-    if hessian and cfg.parallel.cuda_graphs and getattr(configured, "assembled_correction", None) is not None:
+    hessian = t.loss == "preconditioned" or m.coarse_correction or t.second_stage_epochs
+    if hessian and cfg.parallel.cuda_graphs and getattr(loss, "assembled_correction", None) is not None:
         raise ConfigError(f"parallel.cuda_graphs: the {family.name} family gives B g from its assembled system (numpy, "
                           "on the host), which a CUDA graph cannot capture; use parallel.cuda_graphs = false")
-    if cfg.model.coarse_correction:
-        _check_coarse_correction(cfg, family, configured)
-    if cfg.model.polish and not configured.has("polish"):
+    if m.polish and not configured.has("polish"):
         raise ConfigError(f"model.polish: the {family.name} family (as configured) declares no polish step (the "
                           "'polish' capability); use 0")
 
 
-def _check_second_stage(cfg: Config, family: type, configured: Family) -> None:
-    what = "train.second_stage_epochs: a second stage"
-    if not configured.has("precondition"):
-        raise ConfigError(f"{what} is fed the first stage's preconditioned residual, and the {family.name} family "
-                          f"(as configured) does not declare the 'precondition' capability; use 0")
-    if has_lbfgs(cfg.train.optimizer):
-        raise ConfigError(f"{what} follows Adam or SGD, not an L-BFGS phase; use train.optimizer = 'adam' or 'sgd'")
-    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError(f"{what} needs each sample whole (its V-cycle); use parallel.domain = [] or 0")
+def _the_loss(family: type, configured: Family):
+    """The family's loss object (:meth:`~diffnet.protocol.family.Family.loss`), checked to be one; a family of an
+    earlier version gets the one its capabilities declare."""
+    from diffnet.protocol.loss import Loss
 
-
-def least_squares(configured: Family) -> bool:
-    """Whether the family's coarse correction is its residual's least-squares minimiser (Gauss–Newton): it declares
-    ``least_squares`` and no Hessian stencil (``precondition``), with which the energy's correction is taken."""
-    return configured.has("least_squares") and not configured.has("precondition")
-
-
-def _check_coarse_correction(cfg: Config, family: type, configured: Family) -> None:
-    what = "model.coarse_correction"
-    if not configured.has("precondition") and not configured.has("least_squares"):
-        lever = f" (its lever is {configured.smooth_error_lever})" if configured.smooth_error_lever else ""
-        raise ConfigError(f"{what}: the coarse solve needs the loss's Hessian ('precondition') or its residual "
-                          f"('least_squares'), and the {family.name} family (as configured) declares neither{lever}; "
-                          "use 0")
-    if least_squares(configured) and cfg.model.smoothing:
-        raise ConfigError(f"model.smoothing: the sweeps need the loss's Hessian ('precondition'), and the "
-                          f"{family.name} family's coarse correction is its residual's least squares; use 0")
-    if cfg.parallel.domain and math.prod(cfg.parallel.domain) > 1:
-        raise ConfigError(f"{what}: the coarse solve needs each sample whole; use parallel.domain = [] or "
-                          f"model.coarse_correction = 0")
+    try:
+        loss = configured.loss()
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"problem.family: the {family.name} family's loss() failed: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''} (docs/families.md, 'The loss')") from None
+    if not isinstance(loss, Loss):
+        raise ConfigError(f"problem.family: the {family.name} family's loss() returned {type(loss).__name__}; it must "
+                          "return a diffnet.Energy, a diffnet.Residual or a diffnet.Loss (docs/families.md, 'The loss')")
+    return loss
 
 
 @contextlib.contextmanager
@@ -212,26 +206,3 @@ def _check_members(configured: Family) -> None:
         check_capabilities(configured)
     except TypeError as e:
         raise ConfigError(f"problem.family: {e}") from None
-
-
-def quadratic(configured: Family) -> bool:
-    """Whether the family's loss is quadratic in the field: its Hessian stencil (one instance, the middle of
-    the training range) the same at two different fields. Give it the family on a small grid
-    (:attr:`deepfusion.configuration.run.Run.quadratic` takes at most 17 nodes a side: the probe is 32 s at 128^3,
-    0.1 s at 17^3)."""
-    import torch
-
-    from diffnet.multigrid.hessian import hessian_of
-
-    low, high = configured.parameters.bounds()
-    instances = torch.as_tensor(0.5 * (low + high), dtype=torch.float64)[None]
-    grid = tuple(configured.resolution)
-    channels = len(configured.unknowns)
-    rows = [torch.zeros(1, channels, *grid, dtype=torch.float64),
-            torch.as_tensor(np.random.default_rng(0).normal(size=(1, channels, *grid)))]
-    with torch.no_grad():
-        fields = [configured.field(raw, instances).detach() for raw in rows]
-    a = hessian_of(configured, fields[0], instances).detach()
-    configured.clear_caches()  # a family that keeps its Hessian per instance must probe it again
-    b = hessian_of(configured, fields[1], instances).detach()
-    return bool((a - b).abs().max() <= 1e-8 * max(float(a.abs().max()), 1e-300))

@@ -1,6 +1,6 @@
 """A run as its configuration makes it, built once: :class:`Run` holds the family on the run's grid, its
 training and held-out instances and the attributes its field files carry, and makes from them the generator, the
-families it is trained and evaluated on, and the training's :class:`Schedule` (its stages, each with the generator and
+families it is trained and evaluated on, and the training's :class:`Schedule` (its visits, each with the generator and
 the family it trains).
 
 ``deepfusion train`` builds it once and hands it to the trainer and the evaluation; ``compare``, ``uq``,
@@ -19,13 +19,14 @@ import numpy as np
 
 from deepfusion.configuration.schema import Config, TrainConfig
 from deepfusion.configuration.config import family_table
-from deepfusion.configuration.family_checks import checked_family, least_squares
+from deepfusion.configuration.family_checks import checked_family
 from diffnet.backend.clock import PartClock
 
 if TYPE_CHECKING:
     import torch
 
-    from deepfusion.configuration.schedule import Stage
+    from deepfusion.configuration.schedule import Visit
+    from diffnet.product.product import Finish, Product
     from diffnet.protocol.family import Family
 
 __all__ = ["Run", "Schedule", "Target", "HELDOUT_STREAM"]
@@ -66,7 +67,7 @@ class Run:
     @classmethod
     def of(cls, family: Family, training: np.ndarray, train: TrainConfig | None = None) -> "Run":
         """The run of a family object built by hand (a script, a benchmark, a test) and its training instances: one
-        stage of ``train``'s epochs on the family's grid, the family's default keys, no multigrid levels, coarse
+        visit of ``train``'s epochs on the family's grid, the family's default keys, no multigrid levels, coarse
         correction or second stage, and none of :meth:`from_config`'s checks."""
         from deepfusion.configuration.schema import DataConfig, MultigridConfig, ProblemConfig
 
@@ -119,60 +120,40 @@ class Run:
         return attrs
 
     # -- what the generator is trained and evaluated on -------------------------------------------------------
-    def product(self, clock: PartClock | None = None, family: Family | None = None) -> Family:
-        """The family whose ``field`` is the run's product, the fields a user gets (not the generator, which is the
-        network): the family itself, corrected on a coarse space when ``model.coarse_correction`` says so
-        (:class:`diffnet.multigrid.corrected.CoarseCorrected`). Everything that runs a model for its fields (training, evaluation, inference, the Python API, compare, uq) goes
-        through it; references and floors come from the family itself. ``clock`` gathers the seconds of the
-        correction's parts. ``family``: the family on another grid (default: the run's). With ``model.smoothing``
-        its field ends with that many Gauss-Seidel sweeps: the product's, at inference and in a second stage's
-        training (whose product they end: the sweeps and the correction are affine, so smoothing the first stage's
-        field and the second's correction of it smooths their sum); the first stage trains on :meth:`trained`,
-        corrected without them. With ``model.cycles`` the correction and its sweeps are repeated (the same affine
-        argument holds). With ``model.polish`` the field ends with that many of the family's classical polish steps
-        (:class:`diffnet.generators.polished.Polished`: inference only, no gradients)."""
-        family = self.family if family is None else family
-        clock = clock if clock is not None else PartClock()
-        product = self._corrected(family, family, clock, self.cfg.model.smoothing, self.cfg.model.cycles)
-        if not self.cfg.model.polish:
-            return product
-        from diffnet.generators.polished import Polished
+    def finish(self) -> Finish:
+        """What finishes the network's field (``model.coarse_correction``, ``model.sweeps``, ``model.cycles``,
+        ``model.polish``), as diffnet's product takes it."""
+        from diffnet.product.product import Finish
 
-        return Polished(product, self.cfg.model.polish, clock)
+        m = self.cfg.model
+        return Finish(m.coarse_correction, m.sweeps, m.cycles, m.polish)
+
+    def product(self, model: torch.nn.Module, clock: PartClock | None = None) -> Product:
+        """The run's product, the fields a user gets (:class:`diffnet.product.product.Product`): ``model``'s (the trained
+        generator, one network or two stages) field finished as the config says, built once here and applied by
+        everything that runs a trained generator (the evaluation, inference, the Python API, compare, uq, invert);
+        references and floors come from the family itself. ``clock`` gathers the seconds of its parts."""
+        from diffnet.product.product import Product
+
+        return Product(self.family, model, self.finish(), clock)
 
     def generator(self, *args, **kwargs) -> None:
         """Retired: :meth:`product` (the generator is the network; the family its fields come from is the product)."""
-        raise AttributeError("Run.generator() is now Run.product(): the generator is the network, the family whose "
-                             "field makes the fields a user gets is the product")
+        raise AttributeError("Run.generator() is now Run.product(model): the generator is the network, what a user "
+                             "gets from it is the product")
 
     def trained(self, family: Family, clock: PartClock | None = None) -> Family:
-        """What the generator trains on for ``family`` (on one level's grid): the family itself, or its
-        preconditioned loss (``train.loss``), with the generator's coarse correction on its fields."""
-        trained = family
+        """What the first stage's generator trains on for ``family`` (on one level's grid): the family itself, or its
+        preconditioned loss (``train.loss``), with the product's coarse correction on its fields and without its
+        sweeps, cycles and polish (:func:`diffnet.product.product.trained`)."""
+        from diffnet.product.product import trained
+
+        fields = family
         if self.cfg.train.loss == "preconditioned":
             from diffnet.multigrid.preconditioned import PreconditionedLoss
 
-            trained = PreconditionedLoss(family, self.cfg.train.precondition_cycles, self.cfg.train.precondition_form)
-        return self._corrected(trained, family, clock)
-
-    @cached_property
-    def quadratic(self) -> bool:
-        """Whether the family's loss is quadratic in its field: its coarse correction is then one solve per instance,
-        kept, else a damped Newton iteration per pass (:func:`diffnet.multigrid.minimiser.coarse_minimiser`)."""
-        from deepfusion.configuration.family_checks import quadratic
-
-        return quadratic(self.on_grid(tuple(min(n, 17) for n in self.family.resolution)))
-
-    def _corrected(self, fields: Family, family: Family, clock: PartClock | None, smoothing: int = 0,
-                   cycles: int = 1) -> Family:
-        if not self.cfg.model.coarse_correction:
-            return fields
-        from diffnet.multigrid.corrected import CoarseCorrected
-
-        clock = clock if clock is not None else PartClock()
-        residual = least_squares(family)  # then no Hessian to probe for quadratic, and no sweeps (the config refuses them)
-        return CoarseCorrected(fields, family, self.cfg.model.coarse_correction, clock,
-                               not residual and self.quadratic, smoothing, residual, cycles)
+            fields = PreconditionedLoss(family, self.cfg.train.precondition_vcycles, self.cfg.train.precondition_form)
+        return trained(fields, family, self.finish(), clock)
 
     def build_model(self) -> torch.nn.Module:
         """The generator of ``[model]``; a multigrid run that deepens (``multigrid.transfer``) gets a
@@ -189,32 +170,32 @@ class Run:
                               levels=tuple(mg.levels) if mg.transfer == "deepen" else (), top_channels=mg.top_channels,
                               output=cfg.model.output, dims=len(family.resolution), out_channels=len(family.unknowns))
         if cfg.train.second_stage_epochs:  # built after the first, whose initial weights stay as without it
-            from diffnet.generators.two_stage import Correction, TwoStage
+            from diffnet.generators.two_stage import SecondNetwork, TwoStage
 
             fields = len(family.unknowns)
             second = build_network(cfg.model.name, family.in_channels + fields, tuple(cfg.model.channels),
                                    cfg.model.checkpoint_activations, output=cfg.model.output,
                                    dims=len(family.resolution), out_channels=fields)
-            model = TwoStage(model, Correction(second, fields), cfg.train.precondition_cycles)
+            model = TwoStage(model, SecondNetwork(second, fields), cfg.train.precondition_vcycles)
         return model.to(getattr(torch, cfg.train.dtype))
 
     @cached_property
-    def stages(self) -> list[Stage]:
-        """The training's stages (:func:`deepfusion.configuration.schedule.build_schedule`): one per visit of a level, then
+    def visits(self) -> list[Visit]:
+        """The training's visits (:func:`deepfusion.configuration.schedule.build_schedule`): one per visit of a level, then
         the second stage's."""
         from deepfusion.configuration.schedule import build_schedule
 
         return build_schedule(self.cfg)
 
     def schedule(self, model: torch.nn.Module, clock: PartClock | None = None) -> "Schedule":
-        """The schedule of ``model``: its stages, each with the generator and the family it trains
-        (:class:`Schedule`); ``clock`` gathers the seconds of the generator's coarse correction on every level."""
+        """The schedule of ``model``: its visits, each with the generator and the family it trains
+        (:class:`Schedule`); ``clock`` gathers the seconds of the coarse correction on every level."""
         return Schedule(self, model, clock if clock is not None else PartClock())
 
 
 @dataclass(frozen=True)
 class Target:
-    """What one stage trains: ``generator`` (a module of the model) on the loss of ``family``."""
+    """What one visit trains: ``generator`` (a module of the model) on the loss of ``family``."""
 
     generator: torch.nn.Module
     family: Family
@@ -222,14 +203,14 @@ class Target:
 
 @dataclass
 class Schedule:
-    """The training's multigrid levels for one model: :attr:`stages` in order, and :meth:`target` of each.
+    """The training's multigrid levels for one model: :attr:`visits` in order, and :meth:`target` of each.
 
     A level's family is made once: the family on that level's grid, as :meth:`Run.trained` wraps it (or, with
     ``multigrid.coarse_loss = "galerkin"`` below the finest level, the finest grid's loss of the level's prolonged
     output, :class:`~diffnet.generators.galerkin.GalerkinLoss`). A level's generator is the deepened stack's level
     (``multigrid.transfer = "deepen"``) or the one network carried over. The second stage
-    (:attr:`~deepfusion.configuration.schedule.Stage.second`) trains the second network on the first's corrected fields
-    (:meth:`diffnet.generators.two_stage.TwoStage.pair`).
+    (:attr:`~deepfusion.configuration.schedule.Visit.second`) trains the second network on the product's fields
+    (:meth:`diffnet.product.product.Product.second_stage`).
     """
 
     run: Run
@@ -238,38 +219,38 @@ class Schedule:
     _trained: dict = field(default_factory=dict, repr=False)
 
     @property
-    def stages(self) -> list[Stage]:
-        return self.run.stages
+    def visits(self) -> list[Visit]:
+        return self.run.visits
 
     def _on_grid(self, grid: tuple[int, ...]) -> Family:
-        """The family a stage on ``grid`` trains, as :meth:`Run.trained` wraps it (made once per grid)."""
+        """The family a visit of ``grid`` trains, as :meth:`Run.trained` wraps it (made once per grid)."""
         grid = tuple(grid)
         if grid not in self._trained:
             self._trained[grid] = self.run.trained(self.run.on_grid(grid), self.clock)
         return self._trained[grid]
 
-    def target(self, stage: Stage) -> Target:
-        """The generator and the family ``stage`` trains.
+    def target(self, visit: Visit) -> Target:
+        """The generator and the family ``visit`` trains.
 
         Parameters
         ----------
-        stage : Stage
-            One of :attr:`stages`.
+        visit : Visit
+            One of :attr:`visits`.
 
         Returns
         -------
         Target
-            The module of the model the stage trains, and the family whose loss it minimises (built once per level).
+            The module of the model the visit trains, and the family whose loss it minimises (built once per level).
         """
         from diffnet.generators.galerkin import GalerkinLoss
         from diffnet.generators.networks import LevelStack
-        from diffnet.generators.two_stage import TwoStage
+        from diffnet.product.product import first_network
 
         finest = tuple(self.run.family.resolution)  # the last level's grid (a configuration check)
-        if stage.second:
-            return Target(*self.model.pair(self.run.product(self.clock), self._on_grid(finest), self.clock))
-        first = self.model.first if isinstance(self.model, TwoStage) else self.model
-        family = self._on_grid(stage.grid)
-        if self.run.cfg.multigrid.coarse_loss == "galerkin" and tuple(stage.grid) != finest:
+        if visit.second:
+            return Target(*self.run.product(self.model, self.clock).second_stage(self._on_grid(finest)))
+        first = first_network(self.model)
+        family = self._on_grid(visit.grid)
+        if self.run.cfg.multigrid.coarse_loss == "galerkin" and tuple(visit.grid) != finest:
             family = GalerkinLoss(family, self._on_grid(finest))
-        return Target(first.level(stage.level) if isinstance(first, LevelStack) else first, family)
+        return Target(first.level(visit.level) if isinstance(first, LevelStack) else first, family)

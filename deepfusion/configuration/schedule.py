@@ -1,8 +1,10 @@
-"""Training schedules: the stages of a run, one per visit of a grid level (pure functions of the config).
+"""Training schedules: the visits of a run, one per visit of a grid level, then the second stage's (pure functions of
+the config).
 
-A single-level run is one stage. A multigrid run (``[multigrid]``) visits its levels in
-the order of its cycle; each visit is a stage with its own grid, epochs, peak learning
-rate and global batch, and the optimiser steps of all stages are numbered on one global
+A single-level run is one visit. A multigrid run (``[multigrid]``) visits its levels in the order of
+``multigrid.schedule``; each visit has its own grid, epochs, peak learning rate and global batch (the first stage: the
+first network's training), a second stage (the second network's) one more visit of the finest grid, and the
+optimiser steps of all visits are numbered on one global
 counter, so checkpoints, metrics and resume points are global steps.
 """
 
@@ -14,17 +16,18 @@ from deepfusion.configuration.schema import Config, TrainConfig
 from deepfusion.configuration.schema import first_order, has_lbfgs
 from deepfusion.parallel.partition import steps_per_epoch
 
-__all__ = ["KINDS", "Stage", "cycle_visits", "build_schedule", "stage_at", "adam_steps", "total_steps"]
+__all__ = ["KINDS", "Visit", "cycle_visits", "build_schedule", "visit_at", "adam_steps", "total_steps"]
 
-# What a stage trains: a visit of one grid level (the generator, or its level of a deepened stack), or the second
+# What a visit trains: a visit of one grid level (the generator, or its level of a deepened stack), or the second
 # network of a two-stage model (on the finest level).
 KINDS = ("level", "second")
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One stage of the schedule, optimiser steps ``first_step`` .. ``first_step + steps - 1``: a visit of one level
-    (``kind = "level"``) or the second stage (``kind = "second"``, on the finest level)."""
+class Visit:
+    """One visit of the schedule, optimiser steps ``first_step`` .. ``first_step + steps - 1``: the first network's visit
+    of one level (``kind = "level"``) or the second stage's (``kind = "second"``: the second network, on the finest
+    level)."""
 
     index: int  # position in the schedule
     kind: str  # one of KINDS
@@ -44,7 +47,7 @@ class Stage:
 
     @property
     def end(self) -> int:
-        """The global step after this stage's last one."""
+        """The global step after this visit's last one."""
         return self.first_step + self.steps
 
     def label(self) -> str:
@@ -91,9 +94,9 @@ def cycle_visits(cycle: str, n: int) -> list[int]:
     return [v for i, v in enumerate(visits) if i == 0 or v != visits[i - 1]]
 
 
-def build_schedule(cfg: Config) -> list[Stage]:
-    """The stages of the run ``cfg`` describes (one stage when ``multigrid.levels`` is empty), then
-    the second stage's (``train.second_stage_epochs``)."""
+def build_schedule(cfg: Config) -> list[Visit]:
+    """The visits of the run ``cfg`` describes (one when ``multigrid.levels`` is empty), then the second stage's
+    (``train.second_stage_epochs``)."""
     mg, t = cfg.multigrid, cfg.train
     grids = [(n,) * len(cfg.problem.resolution) for n in mg.levels] or [tuple(cfg.problem.resolution)]
     n = len(grids)
@@ -102,32 +105,32 @@ def build_schedule(cfg: Config) -> list[Stage]:
         return list(values) if values and mg.levels else [default] * n
 
     epochs, lrs, batches = per_level(mg.epochs, t.epochs), per_level(mg.lr, t.lr), per_level(mg.batch_size, t.batch_size)
-    stages, first = [], 0
-    for index, level in enumerate(cycle_visits(mg.cycle, n) if n > 1 else [0]):
+    visits, first = [], 0
+    for index, level in enumerate(cycle_visits(mg.schedule, n) if n > 1 else [0]):
         steps = steps_per_epoch(cfg.data.n_train, batches[level]) * epochs[level]
-        stages.append(Stage(index, "level", level, n, grids[level], epochs[level], lrs[level], batches[level], first,
+        visits.append(Visit(index, "level", level, n, grids[level], epochs[level], lrs[level], batches[level], first,
                             steps))
         first += steps
     if t.second_stage_epochs:  # the second network, on the finest grid at its batch
         steps = steps_per_epoch(cfg.data.n_train, batches[-1]) * t.second_stage_epochs
-        stages.append(Stage(len(stages), "second", n - 1, n, grids[-1], t.second_stage_epochs, t.second_stage_lr,
+        visits.append(Visit(len(visits), "second", n - 1, n, grids[-1], t.second_stage_epochs, t.second_stage_lr,
                             batches[-1], first, steps))
-    return stages
+    return visits
 
 
-def stage_at(stages: list[Stage], step: int) -> int:
-    """The index of the stage that global step ``step`` belongs to (``len(stages)`` past the last)."""
-    for stage in stages:
-        if step < stage.end:
-            return stage.index
-    return len(stages)
+def visit_at(visits: list[Visit], step: int) -> int:
+    """The index of the visit that global step ``step`` belongs to (``len(visits)`` past the last)."""
+    for visit in visits:
+        if step < visit.end:
+            return visit.index
+    return len(visits)
 
 
-def adam_steps(t: TrainConfig, stages: list[Stage]) -> int:
-    """Optimiser steps of the first-order (Adam or SGD) stages (none when ``train.optimizer`` is L-BFGS alone)."""
-    return stages[-1].end if first_order(t.optimizer) is not None else 0
+def adam_steps(t: TrainConfig, visits: list[Visit]) -> int:
+    """Optimiser steps of the first-order (Adam or SGD) visits (none when ``train.optimizer`` is L-BFGS alone)."""
+    return visits[-1].end if first_order(t.optimizer) is not None else 0
 
 
-def total_steps(t: TrainConfig, stages: list[Stage]) -> int:
-    """Optimiser steps of the whole run: the Adam stages, then ``train.lbfgs_iterations`` of L-BFGS."""
-    return adam_steps(t, stages) + (t.lbfgs_iterations if has_lbfgs(t.optimizer) else 0)
+def total_steps(t: TrainConfig, visits: list[Visit]) -> int:
+    """Optimiser steps of the whole run: the Adam visits, then ``train.lbfgs_iterations`` of L-BFGS."""
+    return adam_steps(t, visits) + (t.lbfgs_iterations if has_lbfgs(t.optimizer) else 0)

@@ -14,12 +14,18 @@ from diffnet.protocol.options import one_of as _choice
 from diffnet.protocol.options import option
 from diffnet.protocol.options import positive as _positive
 
-__all__ = ["ConfigError", "OPTIMIZERS", "first_order", "has_lbfgs", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
+__all__ = ["ConfigError", "OPTIMIZERS", "RENAMED_KEYS", "first_order", "has_lbfgs", "Config", "ProblemConfig", "DataConfig", "ModelConfig", "TrainConfig",
            "MultigridConfig", "ParallelConfig", "OutputConfig"]
 
 
 class ConfigError(ValueError):
     """A user-supplied configuration value is unknown, mistyped or impossible."""
+
+
+# Keys renamed, old -> new (CHANGELOG.md): a config or --set that gives the old name is refused in one line naming the
+# new one; a run's own stored config of an earlier version is read under the new names.
+RENAMED_KEYS: dict[str, str] = {"model.smoothing": "model.sweeps", "multigrid.cycle": "multigrid.schedule",
+                                "train.precondition_cycles": "train.precondition_vcycles"}
 
 
 # Each ``train.optimizer``: its first-order optimiser (None: none) and whether an L-BFGS phase
@@ -105,32 +111,32 @@ class ModelConfig:
     name: str = _key(_network, default="unet",
         doc="generator")
     channels: tuple[int, ...] = _key(_channels, default=(16, 32, 64, 128),
-        doc="widths of the U-Net levels, finest first")
+        doc="widths of the U-Net's scales, finest first (the encoder halves the resolution between them)")
     # Recompute each U-Net level in the backward pass instead of storing its activations.
     checkpoint_activations: bool = _key(default=False,
         doc="recompute each U-Net level in the backward pass instead of storing its activations (less memory, same result; see High resolution)")
     output: str = _key(_choice("nodal", "multilevel"), default="nodal",
-        doc="output basis: `nodal` (one head on the finest features) or `multilevel` (one correction per decoder "
+        doc="output basis: `nodal` (one head on the finest features) or `multilevel` (one term per decoder "
             "resolution, summed through bilinear prolongation: the same loss, far better conditioned smooth modes)")
     coarse_correction: int = _key(lambda v: None if v == 0 or v >= 3 else "must be 0 (off) or at least 3",
         default=0,
-        doc="nodes per side of the coarse grid on which the generator's field is corrected exactly (0: off): "
-            "u = u~ - P A_c^-1 P^T g(u~), the energy's minimiser over u~ + range(P), at most half the intervals of "
-            "each level's grid; part of the generator in training and every command that runs it; families with "
-            "the `precondition` capability; see Physics")
-    smoothing: int = _key(lambda v: None if 0 <= v <= 128 else "must be in 0..128", default=0,
-        doc="symmetric Gauss-Seidel sweeps with the fine Hessian after the coarse correction (needs "
-            "`model.coarse_correction`): the high-frequency error the coarse space cannot touch, small in the field "
-            "and large in its gradient (stress, flux), removed at about three stencil products a sweep; the product's "
-            "last step in every command that runs a trained generator (the first stage trains without them, a "
+        doc="nodes per side of the coarse grid on which the network's field is corrected exactly (0: off), by the kind of "
+            "the family's loss: an energy's minimiser over u~ + range(P) (u~ - P A_c^-1 P^T g(u~) for a quadratic one), "
+            "a residual's least-squares minimiser (Gauss-Newton); at most half the intervals of each level's grid; part "
+            "of the product in training and every command that runs it; see Physics")
+    sweeps: int = _key(lambda v: None if 0 <= v <= 128 else "must be in 0..128", default=0,
+        doc="symmetric Gauss-Seidel sweeps after the coarse correction (needs `model.coarse_correction`): an energy's "
+            "with its Hessian, a residual's on J^T J; the high-frequency error the coarse space cannot touch, small in "
+            "the field and large in its gradient (stress, flux), removed at a few stencil products a sweep; the "
+            "product's step in every command that runs a trained generator (the first stage trains without them, a "
             "second stage through them); see Physics")
     cycles: int = _key(lambda v: None if 1 <= v <= 16 else "must be in 1..16", default=1,
-        doc="times the product repeats its coarse correction and sweeps (a two-grid iteration from the network's "
-            "field; more than 1 needs `model.smoothing`): the second correction removes the smooth error the first "
-            "one's sweeps leave, where more sweeps would not (Poisson 256^2: 1 cycle of 32 sweeps 2.2x the floor, "
-            "3 of 8 sweeps 1.00x); inference only, like the sweeps; see Physics")
+        doc="times the product repeats its coarse correction and sweeps (a two-grid cycle from the network's field; "
+            "more than 1 needs `model.sweeps`): the second correction removes the smooth error the first one's sweeps "
+            "leave, where more sweeps would not (Poisson 256^2: 1 cycle of 32 sweeps 2.2x the floor, 3 of 8 sweeps "
+            "1.00x); inference only, like the sweeps; see Physics")
     polish: int = _key(lambda v: None if 0 <= v <= 100 else "must be in 0..100", default=0,
-        doc="iterations of the family's classical polish step (Burgers: Newton sweeps of its implicit scheme; the Q1 "
+        doc="steps of the family's classical polish (Burgers: Newton steps of its implicit scheme; the Q1 "
             "families: V-cycles) that finish the product's field in every command that runs a trained generator: a "
             "hybrid, reported as the run's product; inference only and without gradients (inverse problems take "
             "central differences; no second stage); families with the `polish` capability; see Physics")
@@ -164,16 +170,16 @@ class TrainConfig:
         doc="`float32` or `float64`")
     loss: str = _key(_choice("family", "preconditioned"), default="family",
         doc="`family` (the family's own loss, e.g. the Q1 energy) or `preconditioned` (1/2 |B g|^2, the family's "
-            "residual g through B, `train.precondition_cycles` V-cycles of its Hessian, in float64: an estimate of the "
-            "squared relative error; families with the `precondition` capability; see Physics)")
-    precondition_cycles: int = _key(lambda v: None if 1 <= v <= 10 else "must be in 1..10", default=1,
-        doc="V-cycles in B (`train.loss = 'preconditioned'`)")
+            "gradient g through B, `train.precondition_vcycles` V-cycles of its Hessian, in float64: an estimate of the "
+            "squared relative error; families whose loss is an energy; see Physics)")
+    precondition_vcycles: int = _key(lambda v: None if 1 <= v <= 10 else "must be in 1..10", default=1,
+        doc="V-cycles in B (`train.loss = 'preconditioned'`, a second stage's input, the estimated error)")
     precondition_form: str = _key(_choice("target", "loss"), default="target",
         doc="`target` (1/2 |u - sg(u - B g)|^2: gradient B g) or `loss` (1/2 |B g(u)|^2: gradient H B B g)")
     second_stage_epochs: int = _key(_nonnegative, default=0,
         doc="epochs of a second network on the finest grid after the first stage: u = u1 + eps v, v fed the "
-            "first stage's correction B g1 / eps, trained on the same loss (0: one stage; families with the "
-            "`precondition` capability; see Physics)")
+            "first stage's preconditioned gradient B g1 / eps, trained on the same loss (0: one stage; families "
+            "whose loss is an energy; see Physics)")
     second_stage_lr: float = _key(lambda v: None if 0 < v < 1 else "must be in (0, 1)", default=1e-3,
         doc="peak learning rate of the second stage (its own Adam and schedule)")
     # L-BFGS (optimizer "lbfgs", or "adam+lbfgs": `epochs` of Adam, then L-BFGS).
@@ -206,7 +212,7 @@ class MultigridConfig:
     """``[multigrid]``: train on a hierarchy of grids, coarse levels first (MGDiffNet).
 
     ``levels`` lists the nodes per side of every training grid, coarse to fine, the last
-    equal to ``problem.resolution`` (empty: one level, the problem's grid). ``cycle`` orders
+    equal to ``problem.resolution`` (empty: one level, the problem's grid). ``schedule`` orders
     the visits: ``half_v`` coarse to fine once; ``v``, ``w``, ``f`` start and end on the
     finest grid as multigrid's cycles do. ``epochs``, ``lr`` and ``batch_size`` give each
     level's epochs per visit, peak learning rate and global batch (empty: ``train.epochs``,
@@ -220,8 +226,9 @@ class MultigridConfig:
                                    and list(v) == sorted(set(v)) else
                                    "must be at most 8 node counts, increasing, each in 3..16385", default=(),
         doc="nodes per side of each training grid, coarse to fine, the last = `problem.resolution` (square or cubic); `[]`: one level")
-    cycle: str = _key(_choice("half_v", "v", "w", "f"), default="half_v",
-        doc="order of the level visits: `half_v` (coarse to fine), `v`, `w`, `f`")
+    schedule: str = _key(_choice("half_v", "v", "w", "f"), default="half_v",
+        doc="the order the training visits its levels: `half_v` (coarse to fine), or the shape of a multigrid cycle, "
+            "`v`, `w`, `f` (starting and ending on the finest)")
     epochs: tuple[int, ...] = _key(lambda v: None if all(e >= 1 for e in v) else "every value must be >= 1",
                                    default=(),
         doc="epochs per visit of each level (`[]`: `train.epochs`)")

@@ -57,7 +57,7 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
 def _loss_figure(records: list[dict]):
     plt = _pyplot()
     skip = {"epoch", "step", "lr", "samples_per_s", "compute_s", "comm_s", "ranks", "threads", "elapsed_s",
-            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "stage", "kind", "level", "grid",
+            "optimizer", "grad_norm", "evaluations", "samples_evaluated", "visit", "stage", "kind", "level", "grid",
             "evaluations_per_iteration", "line_search_failures", "skipped_pairs", "stop_reason", "dtype"}
     fig, ax = plt.subplots(figsize=(6, 4))
     terms = [k for k in records[0] if k not in skip and k != "loss"]
@@ -71,10 +71,11 @@ def _loss_figure(records: list[dict]):
         values = np.array([r[key] for r in records if key in r], dtype=float)
         (line,) = ax.plot(steps, values, alpha=0.3, linewidth=0.8)
         ax.plot(steps, _smoothed(values), color=line.get_color(), label=f"{key} (moving average)")
-    # Multigrid: a dashed line where each stage starts, labelled with its grid.
+    # Multigrid: a dashed line where each visit starts, labelled with its grid ("stage" in an earlier version's metrics).
+    visit = lambda r: r.get("visit", r.get("stage", 0))  # noqa: E731
     prev = records[0]
     for r in records[1:]:
-        if r.get("stage", 0) != prev.get("stage", 0) and r.get("optimizer") != "lbfgs":
+        if visit(r) != visit(prev) and r.get("optimizer") != "lbfgs":
             ax.axvline(prev["step"], color="tab:red", linestyle="--", alpha=0.6)
             if "grid" in r:
                 ax.annotate(grid_name(r["grid"]), (prev["step"], 1.0), xycoords=("data", "axes fraction"),
@@ -216,7 +217,7 @@ def plot_deformed(pred: np.ndarray, ref: np.ndarray, coords: dict[str, np.ndarra
 
 
 def plot_pareto(report: dict, out: Path) -> Path:
-    """Error against seconds per instance (log-log): the classical sweep's configurations and the DiffNet's
+    """Error against seconds per instance (log-log): the classical search's configurations and the DiffNet's
     inference times at its error, with the grid's floor; what is left of and below wins."""
     return _save(_pareto_figure(report), out, 120)
 
@@ -225,8 +226,8 @@ def _pareto_figure(report: dict):
     plt = _pyplot()
     names = report.get("methods", {})  # method -> what it is, as the family's classical capability names them
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for method in dict.fromkeys(p["method"] for p in report["sweep"]):
-        pts = [p for p in report["sweep"] if p["method"] == method]
+    for method in dict.fromkeys(p["method"] for p in report["search"]):
+        pts = [p for p in report["search"] if p["method"] == method]
         ax.loglog([p["seconds"] for p in pts], [p["error"] for p in pts], "o-", ms=4, label=names.get(method, method))
         for p in pts:
             ax.annotate(str(p["grid"]), (p["seconds"], p["error"]), xytext=(3, 3), textcoords="offset points",

@@ -108,7 +108,7 @@ def lbfgs_phase(model, family, all_instances, cfg: TrainConfig, ctx: TrainingCon
     """L-BFGS iterations ``step`` .. the run's last on the global objective, in ``train.lbfgs_dtype``
     (the run's recorder, ``ctx.recorder``, knows the schedule: Adam's steps come first)."""
     comm, rec, stop = ctx.comm, ctx.recorder, ctx.stop
-    total, adam_steps = rec.total, first_order_steps(cfg, rec.stages)
+    total, adam_steps = rec.total, first_order_steps(cfg, rec.visits)
     n = all_instances.shape[0]
     precision = cfg.dtype if cfg.lbfgs_dtype == "train" else cfg.lbfgs_dtype
     dtype = getattr(torch, precision)
@@ -133,7 +133,7 @@ def lbfgs_phase(model, family, all_instances, cfg: TrainConfig, ctx: TrainingCon
         if work is not model:
             model.load_state_dict(work.state_dict())  # cast to train.dtype
         rec.save(state, epoch=epoch, step=step, config=ctx.config_text, ranks=comm.size, kind="lbfgs",
-                 stage=len(rec.stages) - 1)
+                 visit=len(rec.visits) - 1)
 
     # One fixed order for the whole phase (seeded apart from Adam's epochs): the full
     # batch is its first lbfgs_batch samples, multi-batch sweeps it with overlaps.
@@ -141,7 +141,7 @@ def lbfgs_phase(model, family, all_instances, cfg: TrainConfig, ctx: TrainingCon
     full = cfg.lbfgs_mode == "full"
     batch_size = cfg.lbfgs_batch or (n if full else cfg.batch_size)
     fixed = np.sort(order[:batch_size])
-    epoch_of = rec.stages[-1].epochs if adam_steps else 0
+    epoch_of = rec.visits[-1].epochs if adam_steps else 0
     loss_value = float("nan")
     last_loss = None
     window = {"iterations": 0, "evaluations": objective.evaluations}

@@ -13,9 +13,9 @@ import torch
 
 from deepfusion.files.checkpoint import prune_checkpoints, save_checkpoint
 from deepfusion.parallel.partition import local_batch_size
-from deepfusion.configuration.schedule import Stage
+from deepfusion.configuration.schedule import Visit
 
-__all__ = ["Recorder", "TrainingDiverged", "format_eta", "stages_eta"]
+__all__ = ["Recorder", "TrainingDiverged", "format_eta", "visits_eta"]
 
 
 class TrainingDiverged(RuntimeError):
@@ -31,9 +31,9 @@ class Recorder:
     """Rank 0's side effects: metrics lines, progress output and checkpoints."""
 
     def __init__(self, run_dir: Path | None, leader: bool, log: Callable[[str], None], total: int, keep: int,
-                 model: torch.nn.Module, stages: Sequence[Stage]):
+                 model: torch.nn.Module, visits: Sequence[Visit]):
         self.model = model  # every checkpoint holds the whole generator, whichever level trains
-        self.stages = list(stages)
+        self.visits = list(visits)
         self.run_dir = run_dir
         self.keep = keep
         self.leader = leader
@@ -62,7 +62,7 @@ class Recorder:
                 f"(last checkpoint: {self.checkpoint or 'none'})"
             )
 
-    def save(self, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str, stage: int) -> None:
+    def save(self, optimizer, *, epoch: int, step: int, config: str, ranks: int, kind: str, visit: int) -> None:
         """Write the step's checkpoint (rank 0), unless it is already written; keep the last ``keep``."""
         model = self.model
         # Parameters are identical on all ranks, so every rank takes the same decision here.
@@ -81,7 +81,7 @@ class Recorder:
                 step=step,
                 config=config,
                 ranks=ranks,
-                attrs={"optimizer": kind, "stage": stage},
+                attrs={"optimizer": kind, "visit": visit},
             )
             if self.keep:
                 prune_checkpoints(self.checkpoint.parent, self.keep)
@@ -91,12 +91,12 @@ class Recorder:
             self.metrics.close()
 
 
-def stages_eta(stages: Sequence[Stage], stage: Stage, step: int, rate: float, n_ranks: int) -> float:
-    """Seconds left in the Adam phase: this stage at the measured rate, later ones scaled by
+def visits_eta(visits: Sequence[Visit], visit: Visit, step: int, rate: float, n_ranks: int) -> float:
+    """Seconds left in the Adam phase: this visit at the measured rate, later ones scaled by
     their batch and grid nodes (a step's cost is about linear in both)."""
-    nodes = math.prod(stage.grid) if stage.grid else 1
+    nodes = math.prod(visit.grid) if visit.grid else 1
     left = 0.0
-    for s in stages[stage.index:]:
+    for s in visits[visit.index:]:
         steps = s.end - max(step, s.first_step)
         scale = math.prod(s.grid) / nodes if s.grid else 1.0
         left += steps * local_batch_size(s.batch_size, n_ranks) * n_ranks * scale

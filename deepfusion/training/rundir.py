@@ -16,7 +16,7 @@ from deepfusion.configuration.schema import Config, ConfigError, TrainConfig
 from deepfusion.configuration.config import config_from_dict, family_table, load_config
 from deepfusion.configuration.schema import has_lbfgs
 from deepfusion.configuration.inputs import InputError
-from deepfusion.configuration.schedule import adam_steps, build_schedule, stage_at, total_steps
+from deepfusion.configuration.schedule import adam_steps, build_schedule, visit_at, total_steps
 
 __all__ = ["training_time", "run_config", "saved_config", "config_differences", "find_resume_point", "resume_point",
            "extension", "initial_weights", "truncate_metrics", "trained_model"]
@@ -54,9 +54,9 @@ def config_differences(old: Config, new: Config) -> list[str]:
 LAYOUT_KEYS = ("parallel.domain", "parallel.threads_per_rank", "parallel.gradsync", "parallel.bucket_mb",
                "parallel.progress_ms", "parallel.check_every", "parallel.collective_timeout_s")
 
-# The product's last steps (model.smoothing, model.cycles, model.polish): the first stage trains without them, so a run
+# The product's last steps (model.sweeps, model.cycles, model.polish): the first stage trains without them, so a run
 # without a second stage (which trains through the product) may continue, or be evaluated again, with others.
-INFERENCE_KEYS = ("model.smoothing", "model.cycles", "model.polish")
+INFERENCE_KEYS = ("model.sweeps", "model.cycles", "model.polish")
 
 
 def find_resume_point(run_dir: Path, resume: bool, cfg: Config, warn: Callable[[str], None],
@@ -104,7 +104,7 @@ EXTENDABLE = ("train.epochs", "multigrid.epochs", "train.optimizer", "train.lbfg
 def extension(saved: Config, cfg: Config, step: int) -> str:
     """How ``cfg`` lengthens the schedule of the run ``saved`` checkpointed at ``step`` ("" if it does not).
 
-    Every stage before the checkpoint's must stay as it was, and the checkpoint's own stage
+    Every visit before the checkpoint's must stay as it was, and the checkpoint's own visit
     may only grow, so the steps already taken mean the same under the new schedule. An Adam
     run may gain an L-BFGS finish (``train.optimizer`` "adam" -> "adam+lbfgs", with any
     L-BFGS settings); once the phase has begun only its ``train.lbfgs_iterations`` may change.
@@ -123,14 +123,14 @@ def extension(saved: Config, cfg: Config, step: int) -> str:
     if total_steps(cfg.train, new) < step:
         raise InputError(f"{', '.join(changed)}: a continued run may not end before its checkpoint at step {step}; "
                          f"choose another --out")
-    k = min(stage_at(old, step), len(old) - 1)
+    k = min(visit_at(old, step), len(old) - 1)
     same_before = len(new) > k and all(new[i] == old[i] for i in range(k))
     here_ok = same_before and (new[k].kind, new[k].level, new[k].lr, new[k].batch_size) == \
         (old[k].kind, old[k].level, old[k].lr, old[k].batch_size) \
         and new[k].end >= min(step, old[k].end) and new[-1].end >= old[-1].end
     if not here_ok:
         raise InputError(f"{', '.join(changed)}: a continued run may only lengthen its schedule from the checkpoint "
-                         f"at step {step} on (the stages before it must stay as they were); choose another --out")
+                         f"at step {step} on (the visits before it must stay as they were); choose another --out")
     return "; ".join(f"{k} {_value(saved, k)} -> {_value(cfg, k)}" for k in changed) + \
         f" ({total_steps(saved.train, old)} -> {total_steps(cfg.train, new)} steps)"
 

@@ -37,7 +37,7 @@ def loss_sum(model, family, p: torch.Tensor, *, autocast: str = "none",
     with amp:
         raw = model(x) if tiling is None else model(x, tiling)
     if tiling is None:
-        terms = family.loss_terms(family.field(raw.to(p.dtype), p), p)
+        terms = family.output_loss_terms(raw.to(p.dtype), p)
     else:
         terms = {k: t / tiling.tiles for k, t in family.tile_loss_terms(raw.to(p.dtype), p, tiling).items()}
     return sum(t.sum() for t in terms.values()), {name: t.detach().sum() for name, t in terms.items()}

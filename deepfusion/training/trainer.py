@@ -20,8 +20,8 @@ from deepfusion.parallel.gradsync import GradSync, broadcast_parameters, check_p
 from deepfusion.parallel.partition import local_batch_size, local_indices, steps_per_epoch
 from deepfusion.training.context import TrainingContext
 from deepfusion.training.lbfgs_phase import lbfgs_phase
-from deepfusion.training.recorder import Recorder, format_eta, stages_eta
-from deepfusion.configuration.schedule import Stage, adam_steps, stage_at, total_steps
+from deepfusion.training.recorder import Recorder, format_eta, visits_eta
+from deepfusion.configuration.schedule import Visit, adam_steps, visit_at, total_steps
 from deepfusion.training.stepper import make_local_step
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def learning_rate(step: int, total: int, cfg: TrainConfig) -> float:
 
 def _first_order(weights, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
     """The first-order optimiser of ``train.optimizer``: SGD with heavy-ball ``train.momentum`` for
-    "sgd", Adam otherwise (the Adam stages of "adam+lbfgs" included)."""
+    "sgd", Adam otherwise (the Adam visits of "adam+lbfgs" included)."""
     if first_order(cfg.optimizer) == "sgd":
         return torch.optim.SGD(weights, lr=lr, momentum=cfg.momentum)
     return torch.optim.Adam(weights, lr=lr)
@@ -101,10 +101,10 @@ def train(
     rank, node or link) ends the job on every rank it can reach with a line naming the step
     (:mod:`deepfusion.parallel.watchdog`); checkpoints already written stay intact.
 
-    The run's :class:`~deepfusion.configuration.run.Schedule` gives the stages (one for a single-level run) and
-    what each trains (a generator and a family); each stage has its own optimiser (a level's loss has its own
+    The run's :class:`~deepfusion.configuration.run.Schedule` gives the visits (one for a single-level run) and
+    what each trains (a generator and a family); each visit has its own optimiser (a level's loss has its own
     scale), learning-rate schedule, batch and sample order, and every checkpoint holds the whole ``model``. L-BFGS
-    follows on the last stage's. ``clock`` gathers the seconds of the generator's coarse correction.
+    follows on the last visit's. ``clock`` gathers the seconds of the product's coarse correction.
 
     With ``ctx.domain`` (:class:`deepfusion.parallel.halo.DomainSplit`), each sample is split over a group of
     ranks that hold one tile each; the batch is split over the groups as it is over ranks
@@ -115,13 +115,13 @@ def train(
     run : Run
         The run: its config (``train``, ``parallel``), training instances and schedule.
     model : torch.nn.Module
-        The generator (the whole model; each stage trains its part).
+        The generator (the whole model; each visit trains its part).
     ctx : TrainingContext
         The communicator, threads, domain split, run directory, log and stop request.
     resume : Checkpoint, optional
         Continue from this checkpoint's step and optimiser state.
     clock : PartClock, optional
-        Gathers the seconds of the generator's coarse correction.
+        Gathers the seconds of the product's coarse correction.
 
     Returns
     -------
@@ -134,9 +134,9 @@ def train(
     """
     cfg = run.cfg.train
     schedule = run.schedule(model, clock)
-    stages = schedule.stages
-    adam = adam_steps(cfg, list(stages))
-    total = total_steps(cfg, list(stages))
+    visits = schedule.visits
+    adam = adam_steps(cfg, list(visits))
+    total = total_steps(cfg, list(visits))
     dtype = getattr(torch, cfg.dtype)
     device = next(model.parameters()).device
     all_instances = torch.as_tensor(run.training, dtype=dtype, device=device)
@@ -147,7 +147,7 @@ def train(
     # Every rank starts from rank 0's parameters (a checkpoint is read on every rank,
     # but fresh initialisations could differ with the RNG state).
     broadcast_parameters(model, ctx.comm)
-    rec = Recorder(ctx.run_dir, ctx.comm.rank == 0, ctx.log, total, cfg.keep_checkpoints, model, stages)
+    rec = Recorder(ctx.run_dir, ctx.comm.rank == 0, ctx.log, total, cfg.keep_checkpoints, model, visits)
     ctx = dataclasses.replace(ctx, recorder=rec)
     step = start_step
     loss_value = float("nan")
@@ -158,22 +158,22 @@ def train(
     # A lost rank, node or link ends the job instead of hanging it (parallel.collective_timeout_s).
     with ctx.comm.watched(ctx.parallel.collective_timeout_s):
         try:
-            for stage in stages[stage_at(list(stages), step) if step < adam else len(stages):]:
-                target = schedule.target(stage)
+            for visit in visits[visit_at(list(visits), step) if step < adam else len(visits):]:
+                target = schedule.target(visit)
                 generator, family = target.generator, target.family
                 generator.train()
-                opt = _first_order(generator.parameters(), cfg, stage.lr)
-                if resume is not None and not resume_lbfgs and stage.first_step < resume.step < stage.end:
-                    resume.restore(None, opt)  # mid-stage: that stage's Adam moments (or SGD momentum)
+                opt = _first_order(generator.parameters(), cfg, visit.lr)
+                if resume is not None and not resume_lbfgs and visit.first_step < resume.step < visit.end:
+                    resume.restore(None, opt)  # mid-visit: that visit's Adam moments (or SGD momentum)
                 done = step
-                step, loss_value, stopped = _first_order_phase(generator, family, all_instances, cfg, opt, stage,
+                step, loss_value, stopped = _first_order_phase(generator, family, all_instances, cfg, opt, visit,
                                                                step, ctx)
                 groups = ctx.data_group[1]
-                samples += (step - done) * local_batch_size(stage.batch_size, groups) * groups
+                samples += (step - done) * local_batch_size(visit.batch_size, groups) * groups
                 if stopped:
                     break
             if step < total and not stopped:
-                target = schedule.target(stages[-1])
+                target = schedule.target(visits[-1])
                 generator, family = target.generator, target.family
                 step, loss_value, stopped = lbfgs_phase(generator, family, all_instances, cfg, ctx, step=step,
                                                         resume=resume if resume_lbfgs else None)
@@ -182,7 +182,7 @@ def train(
     seconds = time.perf_counter() - start
     return TrainResult(
         steps=step - start_step,
-        epochs=sum(s.epochs for s in stages),
+        epochs=sum(s.epochs for s in visits),
         seconds=seconds,
         samples_per_s=samples / seconds if seconds > 0 else float("nan"),
         final_loss=loss_value,
@@ -192,24 +192,24 @@ def train(
     )
 
 
-def _stage_seed(seed: int, stage: Stage) -> int:
-    """The sample-order seed of a stage: the run's own for the first, a distinct one for each later visit."""
-    return seed if stage.index == 0 else seed + 1_000_003 * stage.index
+def _visit_seed(seed: int, visit: Visit) -> int:
+    """The sample-order seed of a visit: the run's own for the first, a distinct one for each later visit."""
+    return seed if visit.index == 0 else seed + 1_000_003 * visit.index
 
 
-def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, opt, stage: Stage, step: int,
+def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, opt, visit: Visit, step: int,
                        ctx: TrainingContext) -> tuple[int, float, bool]:
-    """Adam or SGD steps ``step`` .. ``stage.end`` - 1 of one stage, with data-parallel gradient sums."""
+    """Adam or SGD steps ``step`` .. ``visit.end`` - 1 of one visit, with data-parallel gradient sums."""
     comm, parallel, domain, rec = ctx.comm, ctx.parallel, ctx.domain, ctx.recorder
     name = first_order(cfg.optimizer) or "adam"
-    n, b = all_instances.shape[0], stage.batch_size
+    n, b = all_instances.shape[0], visit.batch_size
     # The data-parallel groups: every rank, or one per sample's tiles under a domain split.
     data_rank, groups = ctx.data_group
     tiling = None if domain is None else domain.tiling(family.resolution)
     b_eff = local_batch_size(b, groups) * groups
     per_epoch = steps_per_epoch(n, b)
-    schedule = dataclasses.replace(cfg, lr=stage.lr)
-    seed = _stage_seed(ctx.seed, stage)
+    schedule = dataclasses.replace(cfg, lr=visit.lr)
+    seed = _visit_seed(ctx.seed, visit)
     # Hooks cannot run inside a captured CUDA graph: a graphed step sums gradients flat.
     sync = GradSync(model, comm, "flat" if parallel.cuda_graphs else parallel.gradsync, parallel.bucket_mb,
                     parallel.gpu_reduce, parallel.grad_dtype, parallel.progress_ms)
@@ -219,14 +219,14 @@ def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, o
     window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": time.perf_counter()}
     loss_value = float("nan")
     stopping = False
-    label = stage.label()
+    label = visit.label()
     try:
-        while step < stage.end and not stopping:
-            epoch, k = divmod(step - stage.first_step, per_epoch)
+        while step < visit.end and not stopping:
+            epoch, k = divmod(step - visit.first_step, per_epoch)
             comm.mark(f"step {step + 1}")
             t0 = time.perf_counter()
             for group in opt.param_groups:
-                group["lr"] = learning_rate(step - stage.first_step, stage.steps, schedule)
+                group["lr"] = learning_rate(step - visit.first_step, visit.steps, schedule)
             idx = local_indices(seed, epoch, k, data_rank, groups, n, b)
             terms = local_step(all_instances[idx])
             t1 = time.perf_counter()
@@ -248,7 +248,7 @@ def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, o
             window["compute"] += (t1 - t0) + (time.perf_counter() - t2)
             window["comm"] += t2 - t1
             window["steps"] += 1
-            last = step == stage.end
+            last = step == visit.end
             if step % cfg.log_every == 0 or last:
                 now = time.perf_counter()
                 rate = window["steps"] * b_eff / (now - window["start"])
@@ -256,9 +256,9 @@ def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, o
                     "epoch": epoch + 1,  # 1-based, as the progress lines count
                     "step": step,
                     "optimizer": name,
-                    "stage": stage.index,
-                    "level": stage.level,
-                    "kind": stage.kind,
+                    "visit": visit.index,
+                    "level": visit.level,
+                    "kind": visit.kind,
                     "loss": loss_value,
                     **{name: float(s) / b_eff for name, s in zip(terms, sums)},
                     "lr": opt.param_groups[0]["lr"],
@@ -270,21 +270,21 @@ def _first_order_phase(model, family: Family, all_instances, cfg: TrainConfig, o
                 }
                 if domain is not None:
                     record["tiles"] = domain.tiles
-                if stage.grid:
-                    record["grid"] = list(stage.grid)
-                eta = stages_eta(rec.stages, stage, step, rate, groups)
+                if visit.grid:
+                    record["grid"] = list(visit.grid)
+                eta = visits_eta(rec.visits, visit, step, rate, groups)
                 extra = " ".join(f"{name} {record[name]:.3e}" for name in terms) if len(terms) > 1 else ""
                 rec.record(
                     record,
-                    f"{label + ' ' if label else ''}epoch {epoch + 1}/{stage.epochs} step {step}/{rec.total} "
+                    f"{label + ' ' if label else ''}epoch {epoch + 1}/{visit.epochs} step {step}/{rec.total} "
                     f"loss {loss_value:.4e} {extra}{' ' if extra else ''}lr {record['lr']:.2e} "
                     f"{rate:.1f} samples/s ETA {format_eta(eta)}"
-                    + (" (Adam phase)" if rec.total > rec.stages[-1].end else ""),
+                    + (" (Adam phase)" if rec.total > rec.visits[-1].end else ""),
                 )
                 window = {"compute": 0.0, "comm": 0.0, "steps": 0, "start": now}
             if last or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                rec.save(opt, epoch=(step - stage.first_step) // per_epoch, step=step, config=ctx.config_text,
-                         ranks=comm.size, kind=name, stage=stage.index)
+                rec.save(opt, epoch=(step - visit.first_step) // per_epoch, step=step, config=ctx.config_text,
+                         ranks=comm.size, kind=name, visit=visit.index)
     finally:
         sync.close()
     return step, loss_value, stopping and step < rec.total

@@ -17,7 +17,7 @@ import time
 from typing import Iterator
 
 __all__ = ["PartClock", "total", "part_text", "NETWORK", "HESSIAN", "JACOBIAN", "OPERATOR", "FACTORISATION", "SOLVES", "GRADIENT", "VCYCLE",
-           "LINE_SEARCH", "SMOOTHING", "POLISH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
+           "LINE_SEARCH", "SWEEPS", "POLISH", "CORRECTION_PARTS", "NEWTON_STEPS", "MINIMISED"]
 
 NETWORK = "network"
 HESSIAN = "fine Hessian"
@@ -27,11 +27,11 @@ FACTORISATION = "factorisation"
 SOLVES = "coarse solves"
 GRADIENT = "loss gradient"
 VCYCLE = "V-cycle"
-SMOOTHING = "smoothing"  # the Gauss-Seidel sweeps after the coarse correction (model.smoothing)
+SWEEPS = "sweeps"  # the Gauss-Seidel sweeps after the coarse correction (model.sweeps)
 POLISH = "polish"  # the family's classical iterations that finish the product (model.polish)
 LINE_SEARCH = "line search"  # a nonlinear energy's coarse Newton: the energy at the trial steps
 # The coarse correction's parts (its seconds in a run's banner and reports are their sum).
-CORRECTION_PARTS = (HESSIAN, JACOBIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SMOOTHING)
+CORRECTION_PARTS = (HESSIAN, JACOBIAN, OPERATOR, FACTORISATION, SOLVES, GRADIENT, LINE_SEARCH, SWEEPS)
 # Tallies: a nonlinear energy's coarse Newton iterations, and the instances they minimised (their mean is the ratio).
 NEWTON_STEPS = "coarse Newton iterations"
 MINIMISED = "coarse minimisations"

@@ -7,10 +7,10 @@ import torch
 from diffnet.backend.constants import constant
 from diffnet.backend.precision import conv
 
-__all__ = ["SMOOTHING_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels", "central_residual"]
+__all__ = ["SWEEPS_WEIGHTS", "derivative_kernels", "pad_extrapolate", "apply_kernels", "central_residual"]
 
 #: Cross weights (w1, w2, w1) of the 3x3 first-derivative kernels.
-SMOOTHING_WEIGHTS: dict[str, tuple[float, float]] = {
+SWEEPS_WEIGHTS: dict[str, tuple[float, float]] = {
     "sobel": (1.0, 2.0),
     "scharr": (3.0, 10.0),
 }
@@ -36,9 +36,9 @@ def derivative_kernels(kind: str, h_row: float, h_col: float) -> torch.Tensor:
     torch.Tensor
         Shape (3, 1, 3, 3), float64, for use as ``conv2d`` weights (cross-correlation).
     """
-    if kind not in SMOOTHING_WEIGHTS:
-        raise ValueError(f"unknown stencil {kind!r}; choose from {sorted(SMOOTHING_WEIGHTS)}")
-    w1, w2 = SMOOTHING_WEIGHTS[kind]
+    if kind not in SWEEPS_WEIGHTS:
+        raise ValueError(f"unknown stencil {kind!r}; choose from {sorted(SWEEPS_WEIGHTS)}")
+    w1, w2 = SWEEPS_WEIGHTS[kind]
     w = torch.tensor([w1, w2, w1], dtype=torch.float64)
     d = torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64)
     dd = torch.tensor([1.0, -2.0, 1.0], dtype=torch.float64)

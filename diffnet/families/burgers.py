@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from diffnet.protocol.loss import Loss, Residual
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.discretisation.finite_difference import central_residual
 from diffnet.discretisation.finite_volume import conservative_residual, implicit_diffusion_inverse
@@ -67,7 +68,7 @@ class BurgersFamily(Family):
     smooth_error_lever = "burgers.preconditioner"  # the implicit-diffusion weighting of the residual
     samplings = ("uniform", "random", "sobol", "list")
     in_channels = 3
-    polish_step = "Newton sweep"  # one iteration of :meth:`polish`
+    polish_step = "Newton step"  # one iteration of :meth:`polish`: a Newton iteration on every time row, marching
 
     @classmethod
     def check_options(cls, options, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
@@ -84,10 +85,16 @@ class BurgersFamily(Family):
     @property
     def capabilities(self) -> frozenset[str]:
         # Polishing marches the conservative scheme; the central residual has none to march.
-        # The loss is squares of one residual per node (least_squares) with the conservative scheme and exact boundaries.
-        conservative = {"polish"} | ({"least_squares"} if self.boundary == "exact" else set())
         return frozenset({"reference", "floor", "classical", "differentiable"}
-                         | (conservative if self.stencil == "conservative" else set()))
+                         | ({"polish"} if self.stencil == "conservative" else set()))
+
+    def loss(self) -> Loss:
+        """The conservative scheme's residual with exact boundaries: a residual's squares, one per unknown node
+        (:meth:`residual`); else (the central stencils' mean squares, or a boundary penalty beside them) a loss of no
+        declared kind."""
+        if self.stencil == "conservative" and self.boundary == "exact":
+            return Residual(self.loss_terms, self.residual)
+        return Loss(self.loss_terms)
 
     def describe(self) -> str:
         scheme = f" (order {self.scheme_order}, {self.flux} flux)" if self.stencil == "conservative" else ""
@@ -174,7 +181,7 @@ class BurgersFamily(Family):
         return r
 
     def residual(self, u: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """The loss as squares (capability ``least_squares``): (S, N_t, N_x), zero on the initial row and the inflow
+        """The loss as squares (its :class:`~diffnet.protocol.loss.Residual`): (S, N_t, N_x), zero on the initial row and the inflow
         column, scaled so that its squares sum to the ``residual`` loss term (their mean)."""
         r = self._scheme_residual(u)
         return F.pad(r, (1, 0, 1, 0)) / math.sqrt(r[0].numel())
@@ -215,12 +222,12 @@ class BurgersFamily(Family):
         return f"the {self.stencil} residual's nodal optimum"
 
     def scheme_solution(self, c: np.ndarray, initial: np.ndarray | None = None,
-                        sweeps: int | None = None) -> np.ndarray:
+                        iterations: int | None = None) -> np.ndarray:
         """The exact solutions of the conservative scheme on this grid (zero residual), (S, N_t, N_x).
 
         Their error against :meth:`reference` is the floor a network trained on the
         conservative residual can reach. With ``initial`` fields (S, N_t, N_x) each row's
-        Newton iteration starts from theirs, and with ``sweeps`` it stops after that many
+        Newton iteration starts from theirs, and with ``iterations`` it stops after that many
         (:func:`diffnet.solvers.conservative.solve_scheme`).
         """
         from diffnet.solvers.conservative import solve_scheme
@@ -229,16 +236,16 @@ class BurgersFamily(Family):
         u0 = initial_condition(x, torch.as_tensor(np.asarray(c, dtype=np.float64))).numpy()
         starts = [None] * len(u0) if initial is None else np.asarray(initial, dtype=np.float64)
         return np.stack([solve_scheme(row, self.t_final, self.resolution[0], self.viscosity, self.scheme_order, self.flux,
-                                      initial=start, sweeps=sweeps) for row, start in zip(u0, starts)])
+                                      initial=start, iterations=iterations) for row, start in zip(u0, starts)])
 
-    def polish(self, c: np.ndarray, fields: np.ndarray, sweeps: int) -> np.ndarray:
-        """``sweeps`` Newton iterations of the implicit conservative scheme per time row, marching from
-        the network's ``fields`` (S, N_t, N_x): "DiffNet + k Newton sweeps". Conservative residual only
+    def polish(self, c: np.ndarray, fields: np.ndarray, iterations: int) -> np.ndarray:
+        """``iterations`` Newton iterations of the implicit conservative scheme per time row, marching from
+        the network's ``fields`` (S, N_t, N_x): "DiffNet + k Newton steps". Conservative residual only
         (the central residual has no marching scheme to polish with)."""
         if self.stencil != "conservative":
             raise ValueError(f"polish: needs the conservative residual (burgers.residual = \"conservative\"); "
                              f"this run trained the {self.stencil} residual")
-        return self.scheme_solution(c, initial=fields, sweeps=sweeps)
+        return self.scheme_solution(c, initial=fields, iterations=iterations)
 
     # -- classical solvers for ``compare`` (diffnet.solvers.burgers) ---------------------
     classical_methods = {"godunov1": "Godunov, first order",

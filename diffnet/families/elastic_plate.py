@@ -26,10 +26,10 @@ from diffnet.discretisation.immersed import _corner_nodes, immersed
 from diffnet.discretisation.immersed_elasticity import immersed_elasticity_energy
 from diffnet.grid.material import PLANES, POISSON_RATIO, lame, plane_stress_tensor, principal_stresses, von_mises
 from diffnet.grid.recovery import gauss_gradients, to_nodes
-from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check, vector_side_check
+from diffnet.instances.boundary import PIN_DOC, Side, parse_pin, pin_check
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc, grid_points, check_hole_range, hole_error
-from diffnet.families.elasticity import ElasticBox, poisson_ratio_range
+from diffnet.families.elasticity import DISPLACEMENT, ElasticBox, poisson_ratio_range, vector_side
 from diffnet.families.immersed_family import _HESSIANS, ImmersedFamily, _keep, _multigrid, _recall, inside_fraction
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
@@ -65,22 +65,22 @@ class ElasticPlateFamily(ElasticBox, ImmersedFamily, Family):
     nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", poisson_ratio_range)
     young: float = option(1.0, "Young's modulus E (constant)", positive)
     plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
-    x0: str = option("u=0,free", "the side x = 0: \"u=V_X,V_Y\" (held; a component \"free\": a roller), "
-                     "\"traction=T_X,T_Y\", \"free\"", vector_side_check(2))
-    x1: str = option("traction=1,0", "the side x = 1 (as x0)", vector_side_check(2))
-    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(2))
-    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
+    x0: str = vector_side("u=0,free", 2, "x0")
+    x1: str = vector_side("traction=1,0", 2, "x1")
+    y0: str = vector_side("free", 2, "y0")
+    y1: str = vector_side("free", 2, "y1")
     pin: str = option("0,0.5", PIN_DOC, pin_check(2))
     truth_refine: int = option(2, "evaluation: the body-fitted P2 reference's mesh is this many times finer than the "
                                "grid (1..8)", integer_in(1, 8))
 
     name = "elastic_plate"
     in_channels = 4  # the signed distance, nu, y, x
-    unknowns = ("u_x", "u_y")
-    vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "precondition", "derived",
+    unknowns = DISPLACEMENT[2]
+    vectors = {"u": DISPLACEMENT[2]}
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "derived",
                               "quantities"})
     cut_condition = Side("flux", 0.0)  # the hole's edge: traction-free
+    reference_method = "amg"  # the same-grid solutions by AMG-CG with the rigid-body modes, to 1e-10
     polish_step = "AMG V-cycle"
     classical_baseline = "sa-rbm"
     tile_loss_terms = Family.tile_loss_terms
@@ -171,23 +171,7 @@ class ElasticPlateFamily(ElasticBox, ImmersedFamily, Family):
         return ElasticitySystem(K, to_dofs(load), to_dofs(fixed | off), to_dofs(np.where(off, 0.0, values)),
                                 tuple(self.resolution))
 
-    def reference(self, instances: np.ndarray, progress=None) -> np.ndarray:
-        """The same-grid immersed solutions (S, 2, *grid) by AMG-CG with the rigid-body modes, to 1e-10."""
-        out = np.empty((len(instances), 2, *self.resolution))
-        for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
-            out[k] = self.system(p).solve("amg")
-            if progress is not None:
-                progress(k + 1, len(instances))
-        return self._inside(instances, out)
-
     def reference_name(self) -> str:
-        return "the immersed Q1 solution on this grid"
-
-    def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The same-grid immersed solution, the exact minimiser of the trained energy: the grid's floor."""
-        return self.reference(instances), np.ones(len(instances), dtype=bool)
-
-    def floor_name(self) -> str:
         return "the immersed Q1 solution on this grid"
 
     fem_system = system  # the name the immersed families' kept multigrid builds from (its ``multigrid()``)

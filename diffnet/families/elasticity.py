@@ -26,6 +26,7 @@ from diffnet.discretisation.elasticity import elasticity_energy, elasticity_sten
 from diffnet.grid.material import PLANES, POISSON_RATIO, strain_components, stress_components, von_mises
 from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
 from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.protocol.loss import Energy
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.families.kl_family import kl_log_field
 from diffnet.solvers.elasticity import ElasticitySystem, elasticity_system, free_rigid_motion, multigrid, to_dofs
@@ -52,6 +53,22 @@ def poisson_ratio_range(v: tuple[float, ...]) -> str | None:
     if bad is None and not (lower < v[0] and v[1] < upper):
         return _incompressible("low < high", list(v))
     return bad
+
+
+# A solid's unknowns and the vector they form, by dimension, and what a solid on the whole box provides (one
+# declaration for every solid family).
+DISPLACEMENT = {2: ("u_x", "u_y"), 3: ("u_x", "u_y", "u_z")}
+SOLID_CAPABILITIES = frozenset({"reference", "floor", "input_fields", "classical", "polish", "derived", "differentiable"})
+
+
+def vector_side(default: str, dims: int, side: str, note: str = ""):
+    """A solid's side key (``x0`` .. ``z1``): an :func:`~diffnet.protocol.options.option` of ``default``, its meaning (the
+    first side's in full, the others' "as x0", with ``note``) and its check for a ``dims``-D body."""
+    names = "XYZ"[:dims]
+    what = (f"the side {side[0]} = {side[1]}: \"u=V\" or \"u={','.join(f'V_{c}' for c in names)}\" (held; a component "
+            f"\"free\": a roller), \"traction={','.join(f'T_{c}' for c in names)}\", \"free\"" if side == "x0" else
+            f"the side {side[0]} = {side[1]} (as x0{'; ' + note if note else ''})")
+    return option(default, what, vector_side_check(dims))
 
 
 class ElasticBox(SideFields):
@@ -215,21 +232,19 @@ class ElasticityFamily(ElasticBox, SolvedBox, Family):
     coeff_range: tuple[float, ...] = option((-1.5, 1.5), "range of each coefficient a_i of log E", interval)
     nu_range: tuple[float, ...] = option((0.2, 0.4), "range of the Poisson ratio nu", poisson_ratio_range)
     plane: str = option("stress", "2-D model: \"stress\" (a thin plate) or \"strain\"", one_of(*PLANES))
-    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
-                     vector_side_check(2))
-    x1: str = option("traction=0,-1", "the side x = 1 (as x0)", vector_side_check(2))
-    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(2))
-    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
+    x0: str = vector_side("u=0", 2, "x0")
+    x1: str = vector_side("traction=0,-1", 2, "x1")
+    y0: str = vector_side("free", 2, "y0")
+    y1: str = vector_side("free", 2, "y1")
     truth_refine: int = option(4, "evaluation: the independent reference is the Q1 solution on a grid with this "
                                "many times the intervals (2..16)", integer_in(2, 16))
     pin: str = option("none", PIN_DOC, pin_check(2))
 
     name = "elasticity"
     in_channels = 4  # log E, nu, and the coordinates
-    unknowns = ("u_x", "u_y")
-    vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived",
-                              "differentiable"})
+    unknowns = DISPLACEMENT[2]
+    vectors = {"u": DISPLACEMENT[2]}
+    capabilities = SOLID_CAPABILITIES
     # The classical side of ``compare``: the same Q1 system on a sweep of grids, AMG-CG with the rigid-body modes,
     # geometric-multigrid CG and (2-D) a sparse Cholesky.
     classical_methods = {"sa-rbm": "pyamg smoothed aggregation with the rigid-body modes + CG to 1e-8",
@@ -268,6 +283,10 @@ class ElasticityFamily(ElasticBox, SolvedBox, Family):
         young = self.young(instances.to(u.dtype))
         strain = elasticity_energy(u, young, instances[:, -1].to(u.dtype), self.spacing, self.plane)
         return {"energy": strain - (load * u).flatten(1).sum(1)}
+
+    def loss(self) -> Energy:
+        """The strain energy, its Hessian the Q1 stiffness (:meth:`hessian`)."""
+        return Energy(self.loss_terms, hessian=self.hessian)
 
     def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The energy's Hessian, the Q1 stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
@@ -338,15 +357,14 @@ class Elasticity3DFamily(ElasticityFamily):
     # (plane unused: a 3-D body is its own model; the truth 2x finer: 4x at 33^3 would be 129^3 x 3 = 6.4 M
     # unknowns per instance)
     plane: str = option("strain", "unused in 3-D (\"strain\")", one_of("strain"))
-    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
-                     vector_side_check(3))
-    x1: str = option("traction=0,0,-1", "the side x = 1 (as x0)", vector_side_check(3))
-    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(3))
-    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(3))
+    x0: str = vector_side("u=0", 3, "x0")
+    x1: str = vector_side("traction=0,0,-1", 3, "x1")
+    y0: str = vector_side("free", 3, "y0")
+    y1: str = vector_side("free", 3, "y1")
     truth_refine: int = option(2, "evaluation: the independent reference is the Q1 solution on a grid with this "
                                "many times the intervals (2..8)", integer_in(2, 8))
-    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
-    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
+    z0: str = vector_side("free", 3, "z0")
+    z1: str = vector_side("free", 3, "z1")
 
     name = "elasticity3d"
     dims = 3
@@ -354,5 +372,5 @@ class Elasticity3DFamily(ElasticityFamily):
     # AMG-CG's 221 ms; 33³: 45 s against 2.2 s).
     classical_methods = {k: v for k, v in ElasticityFamily.classical_methods.items() if k != "cholesky"}
     in_channels = 5  # log E, nu, and the three coordinates
-    unknowns = ("u_x", "u_y", "u_z")
-    vectors = {"u": ("u_x", "u_y", "u_z")}
+    unknowns = DISPLACEMENT[3]
+    vectors = {"u": DISPLACEMENT[3]}

@@ -21,10 +21,11 @@ from diffnet.discretisation.hyperelasticity import (cauchy_stress, neo_hookean_e
                                                    smallest_jacobian)
 from diffnet.grid.material import von_mises
 from diffnet.grid.recovery import as_tensors, at_gauss, gauss_gradients, to_nodes
-from diffnet.instances.boundary import vector_side_check
-from diffnet.families.elasticity import ElasticBox, SolvedBox, poisson_ratio
+from diffnet.families.elasticity import (DISPLACEMENT, SOLID_CAPABILITIES, ElasticBox, SolvedBox, poisson_ratio,
+                                         vector_side)
 from diffnet.families.kl_family import kl_log_field
 from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.protocol.loss import Energy
 from diffnet.protocol.options import integer_in, interval, option, positive
 from diffnet.solvers.classical import q1_to_grid
 from diffnet.solvers.hyperelasticity import NeoHookeanBody, NewtonFailure, NewtonStats
@@ -43,6 +44,9 @@ def _loads(v: tuple[float, ...]) -> str | None:
     return bad
 
 
+_SCALED = "a traction is scaled by the instance's load"
+
+
 @dataclass(frozen=True)
 class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
     """A Neo-Hookean body in plane strain on the unit square's node grid (N_y, N_x); the displacement (S, 2, N_y, N_x)."""
@@ -55,21 +59,18 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
                                            "times s)", _loads)
     shear: float = option(1.0, "the shear modulus mu where log mu's KL field is 0", positive)
     nu: float = option(0.3, "the Poisson ratio (lambda = 2 mu nu / (1 - 2 nu))", poisson_ratio)
-    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y\" (held), \"traction=T_X,T_Y\", \"free\"",
-                     vector_side_check(2))
-    x1: str = option("traction=1,-1", "the side x = 1 (as x0; a traction is scaled by the instance's load)",
-                     vector_side_check(2))
-    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(2))
-    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(2))
+    x0: str = vector_side("u=0", 2, "x0")
+    x1: str = vector_side("traction=1,-1", 2, "x1", _SCALED)
+    y0: str = vector_side("free", 2, "y0")
+    y1: str = vector_side("free", 2, "y1")
     truth_refine: int = option(2, "evaluation: the independent reference is the Newton solution on a grid with this "
                                "many times the intervals (2..16)", integer_in(2, 16))
 
     name = "hyperelasticity"
     in_channels = 4  # log mu, the load, and the coordinates
-    unknowns = ("u_x", "u_y")
-    vectors = {"u": ("u_x", "u_y")}
-    capabilities = frozenset({"reference", "floor", "input_fields", "classical", "polish", "precondition", "derived",
-                              "differentiable"})
+    unknowns = DISPLACEMENT[2]
+    vectors = {"u": DISPLACEMENT[2]}
+    capabilities = SOLID_CAPABILITIES
     classical_methods = {"newton-amg": "Newton (line search, load steps) + AMG-CG with the rigid-body modes, to 1e-8",
                          "newton-amg-4": "the same, to 1e-4",
                          "newton-gmg-4": "Newton (line search, load steps) + geometric-multigrid CG, to 1e-4",
@@ -115,6 +116,11 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
         p = instances.to(u.dtype)
         stored = neo_hookean_energy(u, self.shear_modulus(p), self.nu, self.spacing)
         return {"energy": stored - p[:, -1] * (load * u).flatten(1).sum(1)}
+
+    def loss(self) -> Energy:
+        """The Neo-Hookean energy, its Hessian the tangent stiffness (:meth:`hessian`), its admissible fields those with
+        det F > 0 (:meth:`admissible`)."""
+        return Energy(self.loss_terms, hessian=self.hessian, admissible=self.admissible)
 
     def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The energy's Hessian at u, the tangent stiffness, as a block stencil (S, d, d, 3^d, *grid) (``precondition``)."""
@@ -202,23 +208,21 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
 class Hyperelasticity3DFamily(HyperelasticityFamily):
     """A Neo-Hookean body on the unit cube's node grid (N_z, N_y, N_x); the displacement (S, 3, N_z, N_y, N_x)."""
 
-    x0: str = option("u=0", "the side x = 0: \"u=V\" or \"u=V_X,V_Y,V_Z\" (held), \"traction=T_X,T_Y,T_Z\", \"free\"",
-                     vector_side_check(3))
-    x1: str = option("traction=1,0,-1", "the side x = 1 (as x0; a traction is scaled by the instance's load)",
-                     vector_side_check(3))
-    y0: str = option("free", "the side y = 0 (as x0)", vector_side_check(3))
-    y1: str = option("free", "the side y = 1 (as x0)", vector_side_check(3))
+    x0: str = vector_side("u=0", 3, "x0")
+    x1: str = vector_side("traction=1,0,-1", 3, "x1", _SCALED)
+    y0: str = vector_side("free", 3, "y0")
+    y1: str = vector_side("free", 3, "y1")
     truth_refine: int = option(2, "evaluation: the independent reference is the Newton solution on a grid with this "
                                "many times the intervals (2..8)", integer_in(2, 8))
-    z0: str = option("free", "the side z = 0 (as x0)", vector_side_check(3))
-    z1: str = option("free", "the side z = 1 (as x0)", vector_side_check(3))
+    z0: str = vector_side("free", 3, "z0")
+    z1: str = vector_side("free", 3, "z1")
 
     name = "hyperelasticity3d"
     dims = 3
     classical_methods = {k: v for k, v in HyperelasticityFamily.classical_methods.items() if k != "newton-cholesky"}  # 3-D fill-in
     in_channels = 5  # log mu, the load, and the three coordinates
-    unknowns = ("u_x", "u_y", "u_z")
-    vectors = {"u": ("u_x", "u_y", "u_z")}
+    unknowns = DISPLACEMENT[3]
+    vectors = {"u": DISPLACEMENT[3]}
 
 
 @dataclass

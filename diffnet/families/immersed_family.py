@@ -46,6 +46,7 @@ from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Shape
 from diffnet.discretisation.immersed import Immersed, immersed, immersed_energy, immersed_matrices
 from diffnet.multigrid.hessian import probe_stencil
+from diffnet.protocol.loss import Energy
 from diffnet.solvers.fem import FEMSystem, grid_spacing
 from diffnet.solvers.matrix_stencil import apply_dirichlet
 
@@ -108,7 +109,8 @@ class ImmersedFamily(Q1Classical):
     """The shared members of the immersed families (see the module docstring)."""
 
     polish_step = "V-cycle"
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "precondition", "derived"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "domain", "derived"})
+    reference_method = "direct"  # how reference and floor solve the same-grid system (FEMSystem.solve's methods)
 
     # The private hooks a cut-domain family overrode under an earlier version, and the public member that replaced each:
     # a family that still defines one is refused at configuration (its hook would be ignored without a word).
@@ -173,6 +175,11 @@ class ImmersedFamily(Q1Classical):
         data = self.discretise(row.reshape(np.shape(instances)))
         _keep(_DISCRETISATIONS, key, data)
         return data
+
+    def loss(self) -> Energy:
+        """The immersed energy, its Hessian the cut cells' assembled stencil (:meth:`hessian`), its preconditioned
+        gradient from the assembled system's multigrid (:meth:`assembled_correction`)."""
+        return Energy(self.loss_terms, hessian=self.hessian, assembled_correction=self.assembled_correction)
 
     def hessian(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """The loss's Hessian stencil (S, 9, N_y, N_x): read off the loss by probes (:func:`~diffnet.multigrid.hessian.probe_stencil`)
@@ -313,12 +320,14 @@ class ImmersedFamily(Q1Classical):
         """The node spacings, x first."""
         return grid_spacing(self.resolution)
 
-    def reference(self, instances: np.ndarray, progress=None, method: str = "direct") -> np.ndarray:
-        """The immersed Q1 solutions on this grid (S, N_y, N_x), zero outside the domain."""
+    def reference(self, instances: np.ndarray, progress=None, method: str | None = None) -> np.ndarray:
+        """The immersed Q1 solutions on this grid (S, [C,] *grid) by ``method`` (default :attr:`reference_method`), zero
+        outside the domain."""
         instances = np.asarray(instances, dtype=np.float64)
-        out = np.empty((len(instances), *self.resolution))
+        channels = len(self.unknowns)
+        out = np.empty((len(instances), *((channels,) if channels > 1 else ()), *self.resolution))
         for k, p in enumerate(instances):
-            out[k] = self.fem_system(p).solve(method)
+            out[k] = self.fem_system(p).solve(method or self.reference_method)
             if progress is not None:
                 progress(k + 1, len(instances))
         return self._inside(instances, out)
@@ -331,7 +340,7 @@ class ImmersedFamily(Q1Classical):
         return self.reference(instances), np.ones(len(instances), dtype=bool)
 
     def floor_name(self) -> str:
-        return "the immersed Q1 FEM on this grid"
+        return self.reference_name()
 
     def truth(self, instances: np.ndarray, progress=None) -> np.ndarray:
         """The body-fitted P1 solution on a mesh ``truth_refine`` times finer than the grid, at the inside nodes."""

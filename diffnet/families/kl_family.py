@@ -20,6 +20,7 @@ from diffnet.instances.boundary import SIDES, BoxBoundary, SideFields
 from diffnet.solvers.classical import Q1Classical
 from diffnet.backend.constants import constant
 from diffnet.protocol.family import Family, ParameterSpec
+from diffnet.protocol.loss import Energy
 from diffnet.instances.kl import kl_basis
 from diffnet.protocol.options import integer_in, interval, one_of, option, positive
 from diffnet.backend.precision import no_tf32
@@ -74,8 +75,11 @@ class KLFamily(SideFields, Q1Classical, Family):
     # How reference, discrete_optimum and truth solve (diffnet.solvers.fem.FEMSystem.solve): AMG-CG to
     # 1e-10 in 2-D; a subclass may choose the multigrid's FMG where AMG's setup dominates (3-D).
     reference_method = "amg"
-    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "precondition", "derived",
-                              "differentiable"})
+    capabilities = frozenset({"reference", "floor", "classical", "polish", "input_fields", "derived", "differentiable"})
+
+    def loss(self) -> Energy:
+        """The Q1 energy, its Hessian the stencil each family writes (``hessian``)."""
+        return Energy(self.loss_terms, hessian=getattr(self, "hessian", None))
 
     def __post_init__(self) -> None:
         if len(self.resolution) != self.dims or min(self.resolution) < 3:

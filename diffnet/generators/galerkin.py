@@ -42,7 +42,7 @@ class GalerkinLoss(Wrapper):
     passed_on = frozenset({"name", "resolution", "dims", "unknowns"})
     withheld = INSTANCE_MEMBERS - passed_on - {"has", "domain"} | {
         "clear_caches", "hessian", "assembled_correction", "fixed_nodes", "admissible", "at_resolution",
-        "tile_loss_terms", "residual"}
+        "tile_loss_terms", "residual", "loss"}
 
     coarse: Family
     fine: Family

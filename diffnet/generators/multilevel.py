@@ -70,14 +70,14 @@ def restrict(v: torch.Tensor, size: Sequence[int], align_corners: bool = True) -
     return v
 
 
-def synthesise(corrections: Sequence[torch.Tensor], align_corners: bool = True) -> torch.Tensor:
-    """u = P(... P(P c_0 + c_1) ...) + c_n: corrections coarse first, each prolonged to the next grid.
+def synthesise(terms: Sequence[torch.Tensor], align_corners: bool = True) -> torch.Tensor:
+    """u = P(... P(P c_0 + c_1) ...) + c_n: terms coarse first, each prolonged to the next grid.
 
     Nested prolongation is the multigrid form of sum_l P_l c_l (P_l the product of the
     transfers from level l to the finest).
     """
-    u = corrections[0]
-    for c in corrections[1:]:
+    u = terms[0]
+    for c in terms[1:]:
         u = prolong(u, c.shape[2:], align_corners) + c
     return u
 

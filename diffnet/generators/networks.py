@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 from diffnet.generators.multilevel import prolong, prolong_block, synthesise
 from diffnet.generators.tiling import Tiling, tiled_conv, tiled_group_norm, tiled_upsample2
 
-__all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "parameter_count"]
+__all__ = ["NETWORKS", "UNet", "LevelStack", "build_network", "describe_network", "parameter_count"]
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -64,21 +64,21 @@ class UNet(nn.Module):
     in_channels, out_channels : int
         Input and output channels.
     channels : sequence of int
-        Width of each level, finest first; the encoder halves the resolution between
-        levels (average pooling) and the decoder doubles it back (bilinear upsampling)
+        Width of each scale, finest first; the encoder halves the resolution between
+        scales (average pooling) and the decoder doubles it back (bilinear upsampling)
         with skip connections. Inputs whose sides are not multiples of
         ``2 ** (len(channels) - 1)`` are padded by replication and the output cropped.
     checkpoint_activations : bool
-        In training, keep only each level's inputs for the backward pass and recompute
-        the level (resampling, concatenation, both convolutions, normalisations and
+        In training, keep only each scale's inputs for the backward pass and recompute
+        the scale (resampling, concatenation, both convolutions, normalisations and
         activations) when its gradient is needed: memory per sample drops by about half,
         at the cost of a second forward pass; the result is the same.
     output : {"nodal", "multilevel"}
         ``nodal``: one 1x1 head on the finest features gives the output. ``multilevel``:
         every decoder resolution (the bottom included) has its own 1x1 head, and the
-        output is their corrections summed through bilinear prolongation
+        output is their terms summed through bilinear prolongation
         (:func:`diffnet.generators.multilevel.synthesise`, cell-centred as the pooling makes the
-        levels): the same function class, a far better conditioned parameterisation of
+        scales): the same function class, a far better conditioned parameterisation of
         the smooth modes. The finest head is ``head`` in both, every head starts at zero.
     dims : {2, 3}
         Spatial dimensions: 2-D convolutions, pooling and bilinear resampling, or their 3-D
@@ -86,7 +86,7 @@ class UNet(nn.Module):
     """
 
     # Activations alive at once in an inference pass, per sample and grid node, in units of the
-    # first level's width: the skip tensors (about 2x that width over the whole pyramid) and a
+    # first scale's width: the skip tensors (about 2x that width over the whole pyramid) and a
     # block's input and output (the Surrogate's chunk size is set from it).
     live_widths = 6
 
@@ -115,7 +115,7 @@ class UNet(nn.Module):
             for i in reversed(range(len(self.channels) - 1))
         )
         self.head = _CONV[dims](self.channels[0], out_channels, 1)
-        # The coarser levels' heads of the multilevel output, coarsest first.
+        # The coarser scales' heads of the multilevel output, coarsest first.
         self.coarse_heads = nn.ModuleList(
             _CONV[dims](c, out_channels, 1) for c in (reversed(self.channels[1:]) if output == "multilevel" else ())
         )
@@ -139,24 +139,24 @@ class UNet(nn.Module):
             feats = self.features(x, tiling=tiling)
             return self.head(feats), feats
         crop = _crop(x)
-        levels = self.features(x, every_level=True, tiling=tiling)  # coarsest first, on the padded grids
-        corrections = [head(f) for head, f in zip(self.coarse_heads, levels[:-1])] + [self.head(levels[-1])]
+        scales = self.features(x, every_scale=True, tiling=tiling)  # coarsest first, on the padded grids
+        terms = [head(f) for head, f in zip(self.coarse_heads, scales[:-1])] + [self.head(scales[-1])]
         if tiling is None:
-            out = synthesise(corrections, align_corners=False)
+            out = synthesise(terms, align_corners=False)
         else:
-            out = corrections[0]
-            for c in corrections[1:]:
+            out = terms[0]
+            for c in terms[1:]:
                 out = tiled_upsample2(out, tiling) + c
-        return out[crop], levels[-1][crop]
+        return out[crop], scales[-1][crop]
 
-    def features(self, x: torch.Tensor, every_level: bool = False, tiling: Tiling | None = None):
-        """The finest level's features (S, channels[0], *grid), before the 1x1 output head; with
-        ``every_level``, the features of every decoder resolution, coarsest first, uncropped."""
+    def features(self, x: torch.Tensor, every_scale: bool = False, tiling: Tiling | None = None):
+        """The finest scale's features (S, channels[0], *grid), before the 1x1 output head; with
+        ``every_scale``, the features of every decoder resolution, coarsest first, uncropped."""
         crop = _crop(x)
         m = 2 ** (len(self.channels) - 1)
         pads = [(-n) % m for n in x.shape[2:]]
         if any(pads) and tiling is not None:
-            raise ValueError(f"a tiled U-Net needs tile sides that are multiples of {m} (2^(levels - 1)), "
+            raise ValueError(f"a tiled U-Net needs tile sides that are multiples of {m} (2^(scales - 1)), "
                              f"got {list(x.shape[2:])}")
         if any(pads):
             x = F.pad(x, tuple(v for p in reversed(pads) for v in (0, p)), mode="replicate")
@@ -167,11 +167,11 @@ class UNet(nn.Module):
             x = run(_down, block, x, i > 0, tiling)
             skips.append(x)
         skips.pop()
-        levels = [x]
+        scales = [x]
         for block in self.up:
             x = run(_up, block, x, skips.pop(), tiling)
-            levels.append(x)
-        return levels if every_level else x[crop]
+            scales.append(x)
+        return scales if every_scale else x[crop]
 
 
 def _crop(x: torch.Tensor) -> tuple:
@@ -180,13 +180,13 @@ def _crop(x: torch.Tensor) -> tuple:
 
 
 def _down(block: _Block, x: torch.Tensor, pool: bool, tiling: Tiling | None = None) -> torch.Tensor:
-    """One encoder level: halve the resolution (except at the finest level), then the block.
+    """One encoder scale: halve the resolution (except at the finest scale), then the block.
     (Pooling is local to a tile: every tile starts on an even node.)"""
     return block(_POOL[x.ndim - 2](x, 2) if pool else x, tiling)
 
 
 def _up(block: _Block, x: torch.Tensor, skip: torch.Tensor, tiling: Tiling | None = None) -> torch.Tensor:
-    """One decoder level: double the resolution, join the skip connection, then the block."""
+    """One decoder scale: double the resolution, join the skip connection, then the block."""
     if tiling is None:
         x = prolong(x, [2 * n for n in x.shape[2:]], align_corners=False)
     else:
@@ -199,7 +199,7 @@ def _direct(segment, *args) -> torch.Tensor:
 
 
 def _recomputed(segment, *args) -> torch.Tensor:
-    # Non-reentrant checkpointing: works when no input requires grad (the first level)
+    # Non-reentrant checkpointing: works when no input requires grad (the first scale)
     # and with autograd hooks on the parameters (the bucketed gradient reduction).
     return checkpoint(segment, *args, use_reentrant=False)
 
@@ -268,7 +268,7 @@ class LevelStack(_Levels):
     This is how a multigrid run deepens its generator (``multigrid.transfer = "deepen"``):
     level k's generator, :meth:`level`, is the U-Net on the grid ``k`` levels down plus
     the first k refinements; the whole stack is the finest level's generator. Its
-    parameters are those of every level, so one checkpoint layout serves all stages.
+    parameters are those of every level, so one checkpoint layout serves all its visits.
 
     Parameters
     ----------
@@ -325,6 +325,13 @@ def build_network(
         return base
     ratios = tuple(levels[k] / levels[k + 1] for k in range(len(levels) - 1))
     return LevelStack(base, in_channels, ratios, top_channels, out_channels)
+
+
+def describe_network(model: nn.Module) -> str:
+    """The network as a phrase for a product's chain: 'U-Net', 'U-Net deepened by 2 levels' (a :class:`LevelStack`)."""
+    if isinstance(model, _Levels):
+        return f"U-Net deepened by {len(model.tops)} level{'s' if len(model.tops) != 1 else ''}"
+    return "U-Net" if isinstance(model, UNet) else type(model).__name__
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""The generator's exact coarse-space correction: the smooth error removed by construction.
+"""The product's exact coarse-space correction of an energy: the smooth error removed by construction.
 
 A trained generator's error sits in the smooth modes (at 128², 90 % of its square in the modes a
 17² grid holds, docs/results.md), and a loss sees those modes least: the energy's gradient weights
@@ -9,7 +9,7 @@ E(u) = 1/2 uᵀ A u - fᵀ u in the free nodal values (the Q1 energies), the bes
     u = ũ + P A_c⁻¹ Pᵀ (f - A ũ) = ũ - P A_c⁻¹ Pᵀ g(ũ),    A_c = Pᵀ A P,    g = ∇E,
 
 the A-orthogonal projection of ũ's error onto the coarse space: the energy's exact minimiser over
-ũ + range(P). It is applied to the generator's field ũ in every pass, training and inference alike
+ũ + range(P). It is applied to the network's field ũ in every pass, training and inference alike
 (:class:`diffnet.multigrid.corrected.CoarseCorrected`), so the network is left the part of the solution a coarse grid cannot hold.
 
 * **P**: multilinear interpolation from a node grid of ``nodes`` per side (at most half the level's
@@ -50,7 +50,7 @@ from diffnet.backend.clock import FACTORISATION, GRADIENT, HESSIAN, OPERATOR, SO
 from diffnet.multigrid.hessian import block_hessian, fixed_nodes, loss_gradient
 from diffnet.multigrid.stencil import apply_stencil, as_blocks, as_fields, components, free_couplings
 from diffnet.multigrid.factor import BandedFactor, factor_bytes, factorise_stencil, solve_factors
-from diffnet.multigrid.smoother import smooth
+from diffnet.multigrid.sweeps import apply_sweeps
 from diffnet.multigrid.vcycle import along_axes, dense_interpolation
 
 if TYPE_CHECKING:
@@ -145,8 +145,14 @@ class CoarseSpace:
         missing = [k for k, part in enumerate(parts) if part is None]
         if missing:
             index = torch.as_tensor(missing, device=u.device)
-            built = cls._build_new(family, u.index_select(0, index), instances.index_select(0, index.to(instances.device)),
-                                   transfers, coarse, vector, clock)
+            chosen = instances.index_select(0, index.to(instances.device))
+            # Built at the instance's lift (its field of a zero network output), not at the field met first: the kept
+            # load b = A w - ∇E(w) is the same for any w only up to rounding, and a space built at whichever field a
+            # process met first made a run resumed in a new process differ from the uninterrupted one in the last bits.
+            with torch.no_grad():
+                lift = family.field(torch.zeros(len(missing), components(family), *u.shape[u.ndim - len(coarse):],
+                                                dtype=u.dtype, device=u.device), chosen).to(u.dtype)
+            built = cls._build_new(family, lift, chosen, transfers, coarse, vector, clock)
             for k, part in zip(missing, built):
                 parts[k] = part
                 _remember(keys[k], part)  # may forget older instances, this batch's own among them: read from parts
@@ -328,7 +334,7 @@ def corrected_field(u: torch.Tensor, delta: torch.Tensor, instances: torch.Tenso
 
 
 def coarse_correction(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
-                      clock: PartClock | None = None, quadratic: bool = False, smoothing: int = 0) -> torch.Tensor:
+                      clock: PartClock | None = None, quadratic: bool = False, sweeps: int = 0) -> torch.Tensor:
     """The field ``u`` (S, *grid) of ``family`` corrected by the energy's exact minimiser over
     u + range(P), P from the coarse grid of ``nodes`` a side (:func:`coarse_grid`); differentiable in u.
 
@@ -346,8 +352,8 @@ def coarse_correction(family: Family, u: torch.Tensor, instances: torch.Tensor, 
         Gathers the seconds of the correction's parts (forward and backward).
     quadratic : bool
         The family's energy is quadratic: each instance's coarse space is kept and reused (:meth:`CoarseSpace.build`).
-    smoothing : int
-        Symmetric Gauss-Seidel sweeps with the fine Hessian after the correction (:mod:`.smoother`).
+    sweeps : int
+        Symmetric Gauss-Seidel sweeps with the fine Hessian after the correction (:mod:`.sweeps`).
     """
     clock = clock if clock is not None else PartClock()
     # The gradient of the loss needs autograd, also under inference mode: plain float64 copies.
@@ -360,4 +366,4 @@ def coarse_correction(family: Family, u: torch.Tensor, instances: torch.Tensor, 
         with clock.part(SOLVES, u.device):
             delta = -space.project(g)
     corrected = corrected_field(u, delta.to(u.dtype), instances, space, clock, family, u64 + delta)
-    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock, instances, family)
+    return apply_sweeps(corrected, space.hessian, space.free, space.load, sweeps, space.vector, clock, instances, family)

@@ -34,7 +34,7 @@ import torch
 from diffnet.backend.clock import GRADIENT, LINE_SEARCH, MINIMISED, NEWTON_STEPS, SOLVES, PartClock
 from diffnet.multigrid.coarse import CoarseSpace, coarse_grid, corrected_field
 from diffnet.multigrid.factor import solve_factors
-from diffnet.multigrid.smoother import smooth
+from diffnet.multigrid.sweeps import apply_sweeps
 from diffnet.multigrid.stencil import as_fields, components
 from diffnet.multigrid.vcycle import dense_interpolation
 
@@ -70,12 +70,12 @@ def refuse_not_finite(loss: torch.Tensor, where: str) -> None:
 def _energy(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     """The family's summed loss terms per sample (S,)."""
     with torch.no_grad():
-        return sum(family.loss_terms(u, instances).values())
+        return family.loss().value(u, instances)
 
 
 def _admissible(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
     """(S,) bool: the family's ``admissible(u, instances)`` (a solid: det F > 0 everywhere), or every field."""
-    own = getattr(family, "admissible", None)
+    own = family.loss().admissible
     if own is None:
         return torch.ones(u.shape[0], dtype=torch.bool, device=u.device)
     with torch.no_grad():
@@ -199,10 +199,10 @@ def minimise_on_coarse_space(family: Family, u: torch.Tensor, instances: torch.T
 
 
 def coarse_minimiser(family: Family, u: torch.Tensor, instances: torch.Tensor, nodes: int,
-                     clock: PartClock | None = None, smoothing: int = 0) -> torch.Tensor:
+                     clock: PartClock | None = None, sweeps: int = 0) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid) corrected to the minimiser of ``family``'s loss over u + range(P); differentiable
-    in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64. ``smoothing``:
-    symmetric Gauss-Seidel sweeps after it with the linearisation at the minimiser (:mod:`.smoother`)."""
+    in u (the module docstring's backward pass). Fields in any floating dtype, solved in float64. ``sweeps``:
+    symmetric Gauss-Seidel sweeps after it with the linearisation at the minimiser (:mod:`.sweeps`)."""
     clock = clock if clock is not None else PartClock()
     with torch.inference_mode(False), torch.enable_grad():
         u64 = u.detach().clone().double()
@@ -210,8 +210,8 @@ def coarse_minimiser(family: Family, u: torch.Tensor, instances: torch.Tensor, n
         p64 = p64.double() if p64.is_floating_point() else p64
         w, space, _ = minimise_on_coarse_space(family, u64, p64, nodes, clock)
     corrected = corrected_field(u, (w - u64).to(u.dtype), instances, space, clock, family, w)
-    if smoothing and instances.requires_grad and torch.is_grad_enabled():
+    if sweeps and instances.requires_grad and torch.is_grad_enabled():
         # The sweeps minimise the linearisation at the minimiser, which itself moves with p: a third derivative.
         raise NotImplementedError("gradients in the parameters through Gauss-Seidel sweeps on a nonlinear energy are "
-                                  "not available: evaluate with smoothing = 0")
-    return smooth(corrected, space.hessian, space.free, space.load, smoothing, space.vector, clock)
+                                  "not available: evaluate with sweeps = 0")
+    return apply_sweeps(corrected, space.hessian, space.free, space.load, sweeps, space.vector, clock)

@@ -36,7 +36,7 @@ from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["FORMS", "PreconditionedLoss", "correction", "error_estimate"]
+__all__ = ["FORMS", "PreconditionedLoss", "error_estimate", "preconditioned_residual"]
 
 FORMS = ("target", "loss")
 
@@ -45,12 +45,12 @@ def _float64(instances: torch.Tensor) -> torch.Tensor:
     return instances.double() if instances.is_floating_point() else instances
 
 
-def correction(family: Family, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
+def preconditioned_residual(family: Family, u64: torch.Tensor, p64: torch.Tensor, cycles: int) -> tuple[VCycle | None, torch.Tensor]:
     """B and B g at the float64 field u64: the V-cycles of the family's Hessian there, and the residual through them.
 
     A family with an ``assembled_correction(u, instances, cycles)`` gives B g itself (its assembled system's
     multigrid, where the torch V-cycle of its Hessian does not converge); B is then None."""
-    own = getattr(family, "assembled_correction", None)
+    own = family.loss().assembled_correction
     if own is not None:
         return None, own(u64, p64, cycles)
     precondition = VCycle.build(family, u64, p64, cycles=cycles)
@@ -61,7 +61,7 @@ def error_estimate(family: Family, u: torch.Tensor, instances: torch.Tensor, cyc
     """|B g| / |u - B g| per sample (S,), in float64: the estimated relative error of fields u (S, *grid)
     against the grid's own solution of the family's loss."""
     u64 = u.detach().double()
-    _, d = correction(family, u64, _float64(instances), cycles)
+    _, d = preconditioned_residual(family, u64, _float64(instances), cycles)
     dims = tuple(range(1, u.ndim))
     return (d.square().sum(dims) / (u64 - d).square().sum(dims)).sqrt()
 
@@ -88,7 +88,7 @@ class PreconditionedLoss(Wrapper):
     wraps = "family"
     passed_on = INSTANCE_MEMBERS | {"clear_caches", "in_channels", "inputs", "field", "hessian", "assembled_correction",
                                     "fixed_nodes", "admissible"}
-    withheld = frozenset({"residual"})  # the preconditioned loss is not the residual's squares
+    withheld = frozenset({"residual", "loss"})  # the preconditioned term is neither the residual's squares nor an energy
 
     family: Family
     cycles: int = 1
@@ -103,7 +103,7 @@ class PreconditionedLoss(Wrapper):
 
     def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         u64 = u.detach().double()
-        precondition, d = correction(self.family, u64, _float64(instances), self.cycles)
+        precondition, d = preconditioned_residual(self.family, u64, _float64(instances), self.cycles)
         dims = tuple(range(1, u.ndim))
         scale = (u64 - d).square().sum(dims)  # |u_h|², about: the value is 1/2 (relative error)²
         if self.form == "target":

@@ -2,7 +2,7 @@
 
 Every stage after the network minimises the family's energy E(·; p) over a subspace: the coarse correction over
 ũ + range(P) (:mod:`.coarse`, :mod:`.minimiser`), each colour step of a Gauss-Seidel sweep over that colour's free
-unknowns (:mod:`.smoother`). A stage maps x to x' with Vᵀ ∇E(x'; p) = 0 and x' - x in range(V); differentiating
+unknowns (:mod:`.sweeps`). A stage maps x to x' with Vᵀ ∇E(x'; p) = 0 and x' - x in range(V); differentiating
 in p with x held,
 
     dx'/dp = -V (Vᵀ H V)⁻¹ Vᵀ ∂_p ∇E(x'; p),
@@ -52,7 +52,7 @@ def parameter_vjp(family: Family, states: list[torch.Tensor], directions: list[t
     instead of one double backward per step: 20x cheaper at 64²)."""
     p = instances.detach().double().requires_grad_(True)
     with torch.inference_mode(False), torch.enable_grad():
-        if quadratic and len(states) > 1 and getattr(family, "hessian", None) is not None:
+        if quadratic and len(states) > 1 and family.loss().hessian is not None:
             hessian = hessian_of(family, states[0].detach().double(), p)
             if hessian.requires_grad:
                 total = _bilinear(hessian, states, directions, components(family) > 1)
@@ -74,7 +74,7 @@ def _pairs(family: Family, states: list[torch.Tensor], directions: list[torch.Te
     x = torch.cat([a.detach().double() for a in states]).requires_grad_(True)
     w = torch.cat([b.detach().double() for b in directions])
     repeated = p.repeat(len(states), *([1] * (p.ndim - 1)))
-    energy = sum(t.sum() for t in family.loss_terms(x, repeated).values())
+    energy = family.loss().value(x, repeated).sum()
     (g,) = torch.autograd.grad(energy, x, create_graph=True)
     return (g * w).sum()
 

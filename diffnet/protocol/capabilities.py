@@ -88,10 +88,11 @@ class InputFields(Protocol):
 
 
 class Precondition(Protocol):
-    """``precondition``: the loss's Hessian as a stencil; the engine trains on the multigrid-preconditioned
-    residual (``train.loss = "preconditioned"``) and adds a second stage with it. A family whose Hessian the
-    torch V-cycle cannot precondition may instead give B g itself as ``assembled_correction(u, instances, cycles)``
-    (:func:`diffnet.multigrid.preconditioned.correction` asks for it first; the ``target`` form only)."""
+    """``precondition``: the loss is an energy whose Hessian is a 3^d-point stencil (the earlier declaration of a
+    :class:`~diffnet.protocol.loss.Energy`, read by the default :meth:`~diffnet.protocol.family.Family.loss` from the
+    members below: the product's coarse correction and sweeps, the preconditioned loss and a second stage then
+    apply). A family whose Hessian the torch V-cycle cannot precondition may instead give B g itself as
+    ``assembled_correction(u, instances, cycles)`` (the ``target`` form only)."""
 
     #: members a family may leave out: the engine then reads the Hessian off the loss by C 3^d probes
     #: (:func:`diffnet.multigrid.hessian.hessian_of`), right where the loss couples each node to its 3^d neighbours;
@@ -120,9 +121,9 @@ class Precondition(Protocol):
 
 
 class LeastSquares(Protocol):
-    """``least_squares``: the loss is a sum of squared residuals, one per node; the generator's coarse correction
-    (``model.coarse_correction``) is then their least-squares minimiser over ũ + range(P), by Gauss–Newton on the
-    coarse space (:mod:`diffnet.multigrid.gauss_newton`), for a family without a Hessian stencil (``precondition``)."""
+    """``least_squares``: the loss is a sum of squared residuals, one per node (the earlier declaration of a
+    :class:`~diffnet.protocol.loss.Residual`, read by the default :meth:`~diffnet.protocol.family.Family.loss` from
+    ``residual``: the product's coarse correction by Gauss–Newton and its sweeps on JᵀJ then apply)."""
 
     def residual(self, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         """(S, *grid) at the field u (S, *grid); for C unknowns (S, C, *grid) at u (S, C, *grid): the residual at each

@@ -11,7 +11,10 @@ reaction-diffusion) are written against it exactly as a user's family is
 Required: ``name``, ``in_channels``, :meth:`Family.parameters`,
 :meth:`Family.coordinates`, :meth:`Family.inputs`, :meth:`Family.field`,
 :meth:`Family.loss_terms`; :meth:`Family.check_instances` refuses ill-posed instances (default:
-non-finite ones). Optional parts are *declared* in ``capabilities`` (a command
+non-finite ones). :meth:`Family.loss` gives the loss as an object, an :class:`~diffnet.protocol.loss.Energy` or a
+:class:`~diffnet.protocol.loss.Residual` (default: a plain :class:`~diffnet.protocol.loss.Loss`, or what the earlier
+capabilities ``precondition`` and ``least_squares`` declared): what may finish the network's field follows from its
+kind. Optional parts are *declared* in ``capabilities`` (a command
 that needs one the family lacks says so), each a set of members (typed in
 :mod:`diffnet.protocol.capabilities`, and checked by :func:`~diffnet.protocol.capabilities.check_capabilities`):
 
@@ -25,18 +28,14 @@ capability      members
                 the trained loss on this grid (the zero-residual field or energy minimiser)
 ``classical``   ``classical_methods``, ``classical_configurations()``,
                 ``classical_solver(method, grid)``, ``classical_to_grid(method, field, instances)``,
-                ``classical_baseline``: the sweep of ``deepfusion compare``
+                ``classical_baseline``: the search of ``deepfusion compare``
 ``polish``      ``polish(instances, fields, k)``, ``polish_step``: k classical iterations from the
-                network's output ("DiffNet + k cycles")
+                network's output ("DiffNet + k polish steps")
 ``input_fields`` ``input_fields(instances)``: fields that show an instance in plots (e.g. log10 nu)
-``precondition`` ``hessian(u, instances)``: the Hessian of the summed loss in the field at u as a
-                3^d-point stencil, a block stencil (S, C, C, 3^d, *grid) for C unknowns (default:
-                read off the loss by C 3^d probes, valid where the loss couples each node to its
-                3^d neighbours only); with it the engine trains
-                on the multigrid-preconditioned residual (``train.loss = "preconditioned"``);
-                or ``assembled_correction(u, instances, cycles)``, B g itself (the immersed families)
+``precondition`` ``hessian(u, instances)``, ``assembled_correction``, ``admissible`` (each optional): the
+                earlier way to say the loss is an :class:`~diffnet.protocol.loss.Energy` with these members
 ``least_squares`` ``residual(u, instances)``: the residual at each node (S, [C,] *grid) whose squares sum to the
-                loss; the generator's coarse correction is then their least-squares minimiser (Gauss-Newton)
+                loss (the earlier way to say its loss is a :class:`~diffnet.protocol.loss.Residual`)
 ``domain``      ``domain(instances)``: the signed distance to the domain's boundary at the nodes (S, *grid),
                 one value per node whatever the unknowns; the field lives on a domain cut out of the grid
                 (errors measured inside, files masked)
@@ -59,6 +58,7 @@ import numpy as np
 import torch
 
 from diffnet.protocol.capabilities import PROTOCOLS
+from diffnet.protocol.loss import Energy, Loss, Residual
 from diffnet.protocol.options import option_fields, options_class
 
 __all__ = ["CAPABILITIES", "Family", "ParameterSpec", "check_vectors", "retired_members", "sample_box"]
@@ -397,6 +397,29 @@ class Family:
     def loss_terms(self, u: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample loss terms, each (S,); the training loss is their sum."""
         raise NotImplementedError
+
+    def loss(self) -> Loss:
+        """The loss as an object (:mod:`diffnet.protocol.loss`): an :class:`~diffnet.protocol.loss.Energy` (its Hessian a
+        3^d-point stencil) or a :class:`~diffnet.protocol.loss.Residual` (one residual per node), whose kind decides
+        what may finish the network's field (coarse correction, sweeps, the preconditioned loss); a plain
+        :class:`~diffnet.protocol.loss.Loss` of ``loss_terms`` when neither is declared.
+
+        Default: read off the members an earlier version declared by capability, so such a family keeps its
+        steps: ``precondition`` an Energy of its ``hessian``, ``assembled_correction`` and ``admissible`` (each where
+        it has one), ``least_squares`` a Residual of its ``residual`` (``precondition`` first where both are)."""
+        if self.has("precondition"):
+            return Energy(self.loss_terms, hessian=getattr(self, "hessian", None),
+                          assembled_correction=getattr(self, "assembled_correction", None),
+                          admissible=getattr(self, "admissible", None))
+        if self.has("least_squares"):
+            return Residual(self.loss_terms, residual=self.residual)
+        return Loss(self.loss_terms)
+
+    def output_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The per-sample loss terms of the network's output ``raw`` (S, C, *resolution), as a training step takes them:
+        ``loss_terms(field(raw, instances), instances)``. A wrapper whose loss reads the network's own field beside the
+        one it makes of it (the coarse correction's pull) defines its own; a family has no reason to."""
+        return self.loss_terms(self.field(raw, instances), instances)
 
     def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         """The whole grid's per-sample loss terms from one tile ``raw`` (S, 1, *tile) of the network's

@@ -5,7 +5,8 @@ A wrapper is a :class:`~diffnet.protocol.family.Family` to the engine. Each memb
 (:func:`protocol_members`: the base class's and every capability's) is, for each wrapper, one of three things, decided
 in its class: *passed on* (named in ``passed_on``: the wrapped family's member, unchanged), *withheld* (named in
 ``withheld``: an ``AttributeError`` naming the wrapper, as for a family that lacks an optional member), or *defined*
-by the wrapper itself. Nothing is forwarded that was not named: a member added to the protocol later is undecided for
+by the wrapper itself (``output_loss_terms`` is decided once, here, for every wrapper: of its own field and loss).
+Nothing is forwarded that was not named: a member added to the protocol later is undecided for
 every wrapper until someone decides (``tests/methods/test_wrappers.py`` lists it), instead of silently returning the
 wrapped family's answer.
 """
@@ -88,3 +89,9 @@ class Wrapper(Family):
             descriptor = _Withheld()
             descriptor.__set_name__(cls, name)
             setattr(cls, name, descriptor)
+
+    def output_loss_terms(self, raw: "torch.Tensor", instances: "torch.Tensor") -> dict:
+        """The wrapper's own loss terms of its own field of the network's output (decided here for every wrapper: the
+        wrapped family's would read another field; one whose loss reads the network's own field beside it, the coarse
+        correction's pull, defines its own)."""
+        return self.loss_terms(self.field(raw, instances), instances)

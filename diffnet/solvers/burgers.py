@@ -92,7 +92,7 @@ def _march(
 ) -> int:
     m = u.shape[0]
     rate = np.empty(m)
-    stage = np.empty(m)
+    predictor = np.empty(m)
     cp = np.empty(m)
     dp = np.empty(m)
     t = 0.0
@@ -110,10 +110,10 @@ def _march(
                     u[i] += dt * rate[i]
             else:  # SSP-RK2 (Heun), TVD with the minmod reconstruction
                 for i in range(m):
-                    stage[i] = u[i] + dt * rate[i]
-                _advect_rate(stage, h, order, rate)
+                    predictor[i] = u[i] + dt * rate[i]
+                _advect_rate(predictor, h, order, rate)
                 for i in range(m):
-                    u[i] = 0.5 * (u[i] + stage[i] + dt * rate[i])
+                    u[i] = 0.5 * (u[i] + predictor[i] + dt * rate[i])
             if nu > 0.0:
                 _implicit_diffusion(u, nu * dt / (h * h), cp, dp)
             t += dt

@@ -29,7 +29,7 @@ def solve_scheme(
     tol: float = 1e-11,
     max_newton: int = 60,
     initial: np.ndarray | None = None,
-    sweeps: int | None = None,
+    iterations: int | None = None,
 ) -> np.ndarray:
     """March the implicit scheme of :func:`diffnet.discretisation.finite_volume.conservative_residual`.
 
@@ -53,9 +53,9 @@ def solve_scheme(
     initial : numpy.ndarray, optional
         (n_t, N_x): each row's Newton iteration starts from this field's row (a network's
         output) instead of the previous time row.
-    sweeps : int, optional
+    iterations : int, optional
         At most this many Newton iterations per row, without the convergence check: the
-        polish of ``initial`` ("DiffNet + k Newton sweeps"), not a solve.
+        polish of ``initial`` ("DiffNet + k Newton steps"), not a solve.
 
     Returns
     -------
@@ -82,6 +82,6 @@ def solve_scheme(
 
         start = u[n - 1, 1:] if initial is None else torch.as_tensor(initial[n, 1:], dtype=torch.float64)
         u[n, 1:] = newton_solve(row_residual, start, reach=2, tol=tol,
-                                max_iter=max_newton if sweeps is None else sweeps, what=f"time row {n}",
-                                strict=sweeps is None)
+                                max_iter=max_newton if iterations is None else iterations, what=f"time row {n}",
+                                strict=iterations is None)
     return u.numpy()

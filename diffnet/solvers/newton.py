@@ -89,7 +89,7 @@ def newton_solve(
     ------
     RuntimeError
         With ``strict``, when ``max_iter`` iterations do not reach ``tol`` (naming ``what``);
-        without it the last iterate is returned (a fixed number of sweeps: a polish).
+        without it the last iterate is returned (a fixed number of iterations: a polish).
     """
     x = x0.detach().clone()
     g = _single(fn, x)

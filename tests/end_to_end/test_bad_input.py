@@ -1,4 +1,5 @@
-"""Bad input of every kind (config, command line, instance files, checkpoints): one line, status 2, nothing written."""
+"""Bad input of every kind (config, command line, instance files, checkpoints): one line, status 2, nothing written
+(deepfusion/cli.py, and deepfusion/__main__.py where a fresh process runs the real script)."""
 
 from __future__ import annotations
 

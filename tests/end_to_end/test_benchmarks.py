@@ -211,7 +211,7 @@ def test_product_cost_times_every_part_of_a_two_stage_product_against_its_grids_
     (row,) = json.loads(out.stdout)["rows"]
     # Every part of the product's clock ran (timings are figures, never a pass or a fail: signs only).
     assert set(row["parts_ms_per_instance"]) == {"network", "fine Hessian", "coarse operator A_c", "factorisation",
-                                                 "coarse solves", "loss gradient", "V-cycle", "smoothing"}
+                                                 "coarse solves", "loss gradient", "V-cycle", "sweeps"}
     assert all(v > 0 for v in row["parts_ms_per_instance"].values())
     assert row["grid"] == [33, 33] and row["second_stage"] and row["coarse_correction"] == 9
     assert 0 < row["correction_share"] < 1 and row["classical_method"] == "fmg" and row["classical_grid"] == 33

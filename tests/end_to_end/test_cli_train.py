@@ -1,4 +1,5 @@
-"""End to end on one rank: train, evaluate, infer, reference, resume, bad input."""
+"""End to end on one rank: train, evaluate, infer, reference, resume, bad input (deepfusion/commands/train.py,
+deepfusion/commands/infer.py, deepfusion/commands/reference.py)."""
 
 import json
 
@@ -92,7 +93,7 @@ def test_resume_from_intermediate_checkpoint_is_bitwise(tiny_run, tmp_path, cli)
 
 
 def test_a_run_takes_other_sweeps_and_cycles_by_its_config_unless_a_second_stage_trains_through_them(tiny_runs):
-    """model.smoothing and model.cycles end the product at inference; the first stage trains without them, so a run
+    """model.sweeps and model.cycles end the product at inference; the first stage trains without them, so a run
     continues (or, finished, is evaluated again) with other values; a second stage's training goes through them."""
     import dataclasses
 
@@ -101,13 +102,13 @@ def test_a_run_takes_other_sweeps_and_cycles_by_its_config_unless_a_second_stage
 
     run_dir = tiny_runs["poisson"]  # read only
     cfg = run_config(run_dir)
-    other = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, coarse_correction=5, smoothing=4, cycles=2))
+    other = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, coarse_correction=5, sweeps=4, cycles=2))
     with pytest.raises(InputError, match=r"\(model.coarse_correction differ"):
         find_resume_point(run_dir, True, other, print)
-    other = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, smoothing=4, cycles=2))
+    other = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sweeps=4, cycles=2))
     assert find_resume_point(run_dir, True, other, print) is not None
     staged = dataclasses.replace(other, train=dataclasses.replace(cfg.train, second_stage_epochs=2))
-    with pytest.raises(InputError, match=r"\(model.smoothing, model.cycles, train.second_stage_epochs differ"):
+    with pytest.raises(InputError, match=r"\(model.sweeps, model.cycles, train.second_stage_epochs differ"):
         find_resume_point(run_dir, True, staged, print)
 
 

@@ -1,4 +1,4 @@
-"""``deepfusion compare`` at equal accuracy: the refinement sweep's choice, the classical adapters,
+"""``deepfusion compare`` (deepfusion/commands/compare.py) at equal accuracy: the refinement search's choice, the classical adapters,
 and the report on tiny trained runs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from helpers import ROOT, run_cli, tiny, train_once
 from deepfusion.analysis.compare import time_inference
-from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, sweep
+from deepfusion.analysis.equal_accuracy import Point, break_even, cheapest, search
 from diffnet.protocol.family import sample_box
 from diffnet.families.burgers import BurgersFamily
 from diffnet.families.poisson import PoissonFamily
@@ -24,7 +24,7 @@ ROW_KEYS = ("diffnet_error", "classical_grid_equal_accuracy", "classical_error",
 
 def test_sweep_stops_at_the_coarsest_grid_that_meets_the_error():
     """A solver whose error is exactly 1/n^2 on an n-grid: 1e-3 is first met at n = 32 (1/32^2 < 1e-3 < 1/24^2);
-    the sweep also measures the grids within 5 % of that size (33 here, made cheaper) and stops before 48."""
+    the search also measures the grids within 5 % of that size (33 here, made cheaper) and stops before 48."""
     calls = []
 
     def solve_on(method, grid):
@@ -32,7 +32,7 @@ def test_sweep_stops_at_the_coarsest_grid_that_meets_the_error():
         seconds = grid * 1e-6 if grid != 33 else 10e-6
         return np.full((2, 1), 1.0 / grid**2), [seconds, seconds]
 
-    points = sweep({"a": [8, 16, 24, 32, 33, 48, 64]}, solve_on, lambda f: f[:, 0], 1e-3, say=lambda line: None)
+    points = search({"a": [8, 16, 24, 32, 33, 48, 64]}, solve_on, lambda f: f[:, 0], 1e-3, say=lambda line: None)
     assert calls == [("a", 8), ("a", 16), ("a", 24), ("a", 32), ("a", 33)]
     best = cheapest(points, 1e-3)
     assert (best.grid, best.error, best.seconds) == (33, 1.0 / 33**2, 10e-6)
@@ -56,15 +56,15 @@ def test_a_classical_error_within_five_percent_of_the_networks_is_a_tie():
 
 def test_poisson_sweep_finds_the_grid_with_a_known_error():
     """Errors measured on the real solver: the target set just above the 33-node solve's error picks 33
-    (the coarser grids of the sweep are measured to be worse)."""
+    (the coarser grids of the search are measured to be worse)."""
     problem = PoissonFamily((33, 33))
     a = sample_box(-3.0, 3.0, (6,), 2, "random", 5)
     truth = problem.truth(a)
-    from deepfusion.analysis.compare import classical_sweep
+    from deepfusion.analysis.compare import classical_search
     from deepfusion.analysis.inference import relative_l2
 
     direct = relative_l2(problem.reference(a, method="direct"), truth).mean()
-    points = classical_sweep(problem, a, truth, 1.02 * direct, say=lambda line: None)
+    points = classical_search(problem, a, truth, 1.02 * direct, say=lambda line: None)
     fmg = [p for p in points if p.method == "fmg"]
     assert fmg[-1].grid == 33 and all(p.error > 1.02 * direct for p in fmg[:-1])
     assert fmg[-1].error == pytest.approx(direct, rel=0.02)  # FMG at the floor of its grid
@@ -132,12 +132,12 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
         # shape: a float32 change of the fields, about 1e-5 of them, moves an O(1) error of the
         # untrained network by less than that; 1e-4 says only that nothing is wildly off).
         assert row["diffnet_error"] == pytest.approx(np.mean(evaluation["rel_l2"][:2]), rel=1e-4)
-        # An untrained network is far off; the sweep finds a classical grid that beats it.
+        # An untrained network is far off; the search finds a classical grid that beats it.
         assert row["classical_error"] <= row["diffnet_error"]
         assert row["ratio_equal_accuracy"] == pytest.approx(row["classical_s"] / row["diffnet_s_batched"])
         assert row["train_seconds"] > 0
         assert row["break_even_queries"] is None or math.isfinite(row["break_even_queries"])
-    methods = {p["method"] for p in report["sweep"]}
+    methods = {p["method"] for p in report["search"]}
     assert methods == ({"fmg1", "fmg", "cholesky"} if name == "poisson" else {"godunov1", "godunov2"})
     assert (rows[0]["pyamg_default"] is not None) == (name == "poisson")
     if name == "poisson":  # the family's own baseline and method named, not a fixed text
@@ -150,4 +150,4 @@ def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
     if name == "poisson":  # the flux is a target too: every classical point measured in it, the binding one named
         assert set(rows[0]["derived_targets"]) == {"flux_x", "flux_y"}
         assert rows[0]["binds"] in {"u", "flux_x", "flux_y"} and f"{rows[0]['binds']} binds" in table[2]
-        assert all(set(p["derived"]) == {"flux_x", "flux_y"} for p in report["sweep"])
+        assert all(set(p["derived"]) == {"flux_x", "flux_y"} for p in report["search"])

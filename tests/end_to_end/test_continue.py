@@ -37,12 +37,12 @@ def test_longer_schedule_continues_from_the_last_checkpoint(tmp_path):
     assert "trained 12 steps" in proc.stdout
     assert load_config(run_dir / "config.toml").multigrid.epochs == (3, 6)  # the run now says what it trained
     cfg = load_config(run_dir / "config.toml")
-    stage = build_schedule(cfg)[-1]
-    schedule = dataclasses.replace(cfg.train, lr=stage.lr)
+    visit = build_schedule(cfg)[-1]
+    schedule = dataclasses.replace(cfg.train, lr=visit.lr)
     records = _records(run_dir)
     assert [r["step"] for r in records][-6:] == [26, 28, 30, 32, 34, 36]
     for r in records[-6:]:
-        assert r["lr"] == pytest.approx(learning_rate(r["step"] - 1 - stage.first_step, stage.steps, schedule))
+        assert r["lr"] == pytest.approx(learning_rate(r["step"] - 1 - visit.first_step, visit.steps, schedule))
     assert records[-1]["epoch"] == 6  # 1-based, as the console counts
     # Run again: complete, nothing trained, evaluated again with the first training time kept.
     before = json.loads((run_dir / "eval.json").read_text())["train_seconds"]

@@ -1,4 +1,4 @@
-"""``deepfusion invert``: observations of the field in, the instance behind them out (MAP, Laplace, MCMC), through
+"""``deepfusion invert`` (deepfusion/commands/invert.py): observations of the field in, the instance behind them out (MAP, Laplace, MCMC), through
 the surrogate's exact gradients and, with --classical, the classical solve's adjoint; bad observations refused in one
 line with nothing written."""
 
@@ -209,13 +209,13 @@ def test_sweeps_on_a_nonlinear_energy_are_differenced_not_differentiated():
     exact gradient in the instances through them (a third derivative), so invert takes central differences there;
     a quadratic energy's sweeps, or no sweeps, keep their exact gradients."""
     from deepfusion import load_family
-    from diffnet.multigrid.corrected import CoarseCorrected
+    from diffnet.product.corrected import CoarseCorrected
 
     solid = load_family(str(ROOT / "configs" / "hyperelasticity.toml"),
                         ["problem.resolution=[17, 17]", "multigrid.levels=[]", "model.coarse_correction=9"])
-    assert not CoarseCorrected(solid, solid, 9, quadratic=False, smoothing=8).exact_parameter_gradients
-    assert CoarseCorrected(solid, solid, 9, quadratic=False, smoothing=0).exact_parameter_gradients
-    assert CoarseCorrected(solid, solid, 9, quadratic=True, smoothing=8).exact_parameter_gradients
+    assert not CoarseCorrected(solid, solid, 9, quadratic=False, sweeps=8).exact_parameter_gradients
+    assert CoarseCorrected(solid, solid, 9, quadratic=False, sweeps=0).exact_parameter_gradients
+    assert CoarseCorrected(solid, solid, 9, quadratic=True, sweeps=8).exact_parameter_gradients
 
 
 def test_metropolis_samples_a_gaussian_and_counts_its_effective_samples():

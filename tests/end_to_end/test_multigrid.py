@@ -48,14 +48,14 @@ NO_PLOTS = ["--set", "output.plots=false"]
                                                            ("deepen", "half_v", 24, [*MULTILEVEL_GALERKIN, *NO_PLOTS])])
 def test_schedule_trains_through_levels_and_resumes_bitwise(tmp_path, transfer, cycle, steps, extra):
     run = tmp_path / "run"
-    args = [*SCHEDULE, "--set", f"multigrid.transfer={transfer}", "--set", f"multigrid.cycle={cycle}", *extra]
+    args = [*SCHEDULE, "--set", f"multigrid.transfer={transfer}", "--set", f"multigrid.schedule={cycle}", *extra]
     proc = run_cli("train", POISSON, "--out", str(run), *args)
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     grids = [r["grid"][0] for r in records]
     expected = {"half_v": [8, 16], "v": [16, 8, 16]}[cycle]
     assert [g for i, g in enumerate(grids) if i == 0 or g != grids[i - 1]] == expected
-    assert records[-1]["step"] == steps and all("level" in r and "stage" in r for r in records)
+    assert records[-1]["step"] == steps and all("level" in r and "visit" in r for r in records)
     assert "level 1/2 8x8 epoch 1/3" in proc.stdout and "level 2/2 16x16" in proc.stdout
     assert "multigrid: " + cycle in proc.stdout and "ratio" in proc.stdout
     report = json.loads((run / "eval.json").read_text())

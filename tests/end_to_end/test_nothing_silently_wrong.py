@@ -20,7 +20,7 @@ LEGACY = ROOT / "tests" / "data" / "legacy"
 TINY_ELASTIC = ["--set", "problem.resolution=[16,16]", "--set", "multigrid.levels=[]", "--set", "model.channels=[4,8]",
                 "--set", "data.n_train=8", "--set", "data.sampling=sobol", "--set", "data.n_test=1",
                 "--set", "train.batch_size=4", "--set", "train.epochs=1", "--set", "model.coarse_correction=0",
-                "--set", "model.smoothing=0",
+                "--set", "model.sweeps=0",
                 "--set", "train.loss=family", "--set", "train.second_stage_epochs=0",
                 "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
 

@@ -70,7 +70,7 @@ def test_pareto_plot_shows_every_sweep_point_and_the_network():
     report = {"problem": "burgers", "resolution": [64, 64], "reference": "Godunov (8192 cells, second order)",
               "methods": {"godunov1": "Godunov, first order",
                           "godunov2": "Godunov, second order (minmod MUSCL, SSP-RK2)"},
-              "sweep": [{"method": "godunov1", "grid": g, "error": 1.0 / g, "seconds": 1e-6 * g} for g in (8, 16, 32)]
+              "search": [{"method": "godunov1", "grid": g, "error": 1.0 / g, "seconds": 1e-6 * g} for g in (8, 16, 32)]
               + [{"method": "godunov2", "grid": g, "error": 0.5 / g, "seconds": 1.2e-6 * g} for g in (8, 16)],
               "rows": [{"device": "cpu", "threads": 1, "diffnet_error": 0.02, "floor": 0.015,
                         "diffnet_s_single": 4e-3, "diffnet_s_batched": 3e-3}]}
@@ -122,7 +122,7 @@ def test_the_loss_plot_smooths_a_noisy_loss_and_marks_levels_and_a_resume():
         level = 0 if step <= 100 else 1
         # A resume at step 150: the recorder's clock starts again.
         elapsed = step * 0.1 if step < 150 else (step - 150) * 0.1
-        records.append({"step": step, "loss": float(np.exp(-step / 80) * (1 + 0.5 * rng.random())), "stage": level,
+        records.append({"step": step, "loss": float(np.exp(-step / 80) * (1 + 0.5 * rng.random())), "visit": level,
                         "grid": [33, 65] if level else [17, 33], "elapsed_s": elapsed})
     fig = plots._loss_figure(records)
     try:

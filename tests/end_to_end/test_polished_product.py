@@ -1,5 +1,6 @@
-"""``model.polish``: a finished run's product finished by its family's classical polish step, gained by its config
-alone (the run is evaluated again), reported as the product, given by the Python API, without gradients."""
+"""``model.polish`` (diffnet/product/polished.py): a finished run's product finished by its family's classical polish
+step, gained by its config alone (the run is evaluated again), reported as the product, given by the Python API,
+without gradients."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def test_a_finished_run_gains_the_polish_by_its_config_and_every_path_gives_the_
     proc = run_cli("train", str(run_dir / "config.toml"), "--out", str(run_dir), "--set", "model.polish=2")
     assert proc.returncode == 0, proc.stderr
     assert "evaluating it again" in proc.stdout
-    assert "product: the generator's field, then 2 V-cycles (model.polish" in proc.stdout  # the banner
-    assert "(the network's field then 2 V-cycles:" in proc.stdout  # the evaluation's inference line
+    assert "product: U-Net -> 2 V-cycles (the first stage trains" in proc.stdout  # the banner
+    assert "\nproduct: U-Net -> 2 V-cycles\n" in proc.stdout and "; the polish " in proc.stdout  # the evaluation's
     after = json.loads((run_dir / "eval.json").read_text())
     assert after["mean_floor"] == pytest.approx(before["mean_floor"])
     # the seconds as logged, to the last logged step
@@ -47,23 +48,26 @@ def test_a_finished_run_gains_the_polish_by_its_config_and_every_path_gives_the_
         np.testing.assert_array_equal(f["u"][()], polished.fields(a[:1]))
         assert f.attrs["polish"] == 2
     assert plain.exact_gradients and not polished.exact_gradients  # inverse problems take central differences
-    with pytest.raises(InputError, match=r"product \(the network's field then 2 V-cycles, numpy steps without"):
+    with pytest.raises(InputError, match=r"product \(U-Net -> 2 V-cycles\) has no exact gradients in the instances \(2 "
+                                         r"V-cycles: numpy steps without gradients\)"):
         polished.evaluate(torch.as_tensor(a[:1]))
 
 
 def test_compare_names_the_polished_product():
-    from deepfusion.commands.compare import _product
     from diffnet.families.burgers import BurgersFamily
-    from diffnet.generators.polished import Polished
+    from diffnet.generators.networks import UNet
+    from diffnet.product.product import Finish, Product
 
     family = BurgersFamily((9, 17), stencil="conservative")
-    assert _product(family, family) == "DiffNet"
-    assert _product(family, Polished(family, 2)) == "DiffNet + 2 Newton sweeps"
+    network = UNet(family.in_channels, 1, (4, 8))
+    assert Product(family, network).name() == "DiffNet"
+    polished = Product(family, network, Finish(polish=2))
+    assert polished.name() == "DiffNet + 2 Newton steps" and polished.chain() == "U-Net -> 2 Newton steps"
 
 
 @pytest.mark.slow
 def test_burgers_trained_with_the_polish_reports_the_hybrid_at_its_floor(tmp_path):
-    """The issue's Burgers row as a user runs it: the conservative residual, two Newton sweeps of its scheme finish
+    """The issue's Burgers row as a user runs it: the conservative residual, two Newton steps of its scheme finish
     the product, and the evaluation's table is the hybrid's (a 16^2 network at ten epochs alone is far off)."""
     from helpers import ROOT, TINY
 
@@ -72,17 +76,17 @@ def test_burgers_trained_with_the_polish_reports_the_hybrid_at_its_floor(tmp_pat
                    "--set", "burgers.residual=conservative", "--set", "model.polish=2", "--set", "output.plots=false",
                    "--set", "burgers.test_c=[4.1]")
     assert proc.returncode == 0, proc.stderr
-    assert "product: the generator's field, then 2 Newton sweeps (model.polish" in proc.stdout
+    assert "product: U-Net -> 2 Newton steps (the first stage trains" in proc.stdout
     report = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert report["ratio_to_floor"] < 1.05
     assert report["inference_parts_per_instance_s"]["polish"] > 0
     # The benchmark that sets the hybrid against the same marching without the network (docs/results.md), end to end.
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "residual_correction.py"), str(tmp_path / "run"),
-                           "--coarse", "--sweeps", "1", "2", "--samples", "1", "--out", str(tmp_path / "arms.json")],
+                           "--coarse", "--steps", "1", "2", "--samples", "1", "--out", str(tmp_path / "arms.json")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     arms = {row["arm"]: row for row in json.loads((tmp_path / "arms.json").read_text())["rows"]}
-    assert list(arms) == ["network", "1 Newton sweep", "2 Newton sweeps", "no network: the scheme, 1 Newton iteration "
+    assert list(arms) == ["network", "1 Newton step", "2 Newton steps", "no network: the scheme, 1 Newton iteration "
                           "a row", "no network: the scheme, 2 Newton iterations a row", "the scheme's own solve"]
-    assert arms["2 Newton sweeps"]["ratio"] == pytest.approx(report["ratio_to_floor"], rel=1e-6)  # the same instance
+    assert arms["2 Newton steps"]["ratio"] == pytest.approx(report["ratio_to_floor"], rel=1e-6)  # the same instance
     assert arms["no network: the scheme, 2 Newton iterations a row"]["vs the scheme's solution"] < 0.05

@@ -45,7 +45,7 @@ def _unmasked(run_dir: Path, params: np.ndarray) -> np.ndarray:
         run, model, _ = trained_model(run_dir)
         p = torch.as_tensor(params, dtype=torch.float32)
         with torch.no_grad():
-            return run.product().field(model.eval()(run.family.inputs(p)), p).double().numpy()
+            return run.product(model).finished.field(model.eval()(run.family.inputs(p)), p).double().numpy()
     finally:
         sys.path.remove(str(PLUGINS))
 
@@ -74,14 +74,15 @@ def _per_unknown(path: Path, unknowns: tuple[str, ...]) -> np.ndarray:
 
 
 def test_inference_and_the_error_pair_each_instance_with_its_own_domain():
-    # In-process, an untrained network: predict and against_floor on S = C = 2 (the broadcasting case).
+    # In-process, an untrained network: the product's fields and against_floor on S = C = 2 (the broadcasting case).
     import sys
 
     sys.path.insert(0, str(PLUGINS))
     try:
         from hole_fields import HoleFields2
 
-        from deepfusion.analysis.inference import against_floor, domain_of, predict
+        from deepfusion.analysis.inference import against_floor, domain_of
+        from diffnet.product.product import Product
         from deepfusion.analysis.uq import Moments
         from diffnet.generators.networks import build_network
 
@@ -96,7 +97,7 @@ def test_inference_and_the_error_pair_each_instance_with_its_own_domain():
         p = torch.as_tensor(params)
         with torch.no_grad():
             raw = family.field(model(family.inputs(p)), p).numpy()
-        pred = predict(model, family, params)
+        pred = Product(family, model).fields(params)
         _check_masked(pred, raw, sdf)
         report = against_floor(family, params, raw)  # unmasked fields are measured inside the domain too
         truth = family.truth(params) * (sdf <= 0)[:, None]
@@ -173,7 +174,7 @@ def test_c_unknowns_with_s_equal_c_through_every_command(tmp_path, c):
     assert f"training took {logged:.0f} s on 1 rank(s)" in proc.stdout
     assert compared["rows"][0]["train_seconds"] == pytest.approx(logged)
     assert compared["rows"][0]["diffnet_error"] == pytest.approx(np.mean(report["rel_l2"][:c]), rel=1e-6)
-    assert all(np.isfinite(p["error"]) for p in compared["sweep"])
+    assert all(np.isfinite(p["error"]) for p in compared["search"])
 
     proc = run_cli("reference", family, "--param", f"hole={tmp_path / 'holes.npy'}", "--resolution", "17",
                    "--out", str(tmp_path / "ref.h5"), path=[PLUGINS])

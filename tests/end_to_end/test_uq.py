@@ -1,4 +1,4 @@
-"""``deepfusion uq``: the streamed moments, the draws, and the statistics files on tiny trained runs."""
+"""``deepfusion uq`` (deepfusion/commands/uq.py): the streamed moments, the draws, and the statistics files on tiny trained runs."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def _train(tmp_path, name, *extra):
 
 # (config, overrides, stage): each family and output basis as a one-level step on a small grid with the energy
 # loss; then the preconditioned loss with the coarse correction, and the second stage (stage 1), on Poisson.
-ENERGY = ["train.loss=family", "model.coarse_correction=0", "model.smoothing=0", "train.second_stage_epochs=0"]
+ENERGY = ["train.loss=family", "model.coarse_correction=0", "model.sweeps=0", "train.second_stage_epochs=0"]
 CAPTURED = {
     "burgers": ("burgers.toml", ENERGY, 0),
     "poisson-multilevel": ("poisson_128.toml", ["problem.resolution=[33,33]", *ENERGY], 0),
@@ -59,7 +59,7 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
     from deepfusion.parallel.gradsync import GradSync
     from deepfusion.training.stepper import make_local_step
 
-    config, overrides, stage = CAPTURED[case]
+    config, overrides, visit = CAPTURED[case]
     cfg = load_config(ROOT / "configs" / config, [*overrides, "multigrid.levels=[]", "parallel.device=cuda",
                                                   "train.dtype=float64"])
     run = Run.from_config(cfg)
@@ -71,7 +71,7 @@ def test_every_familys_step_captures_in_a_cuda_graph_and_replays_the_eager_step(
         with torch.no_grad():
             for p in whole.parameters():  # the zero-initialised heads would make the gradients trivial
                 p.add_(0.05 * torch.randn_like(p))
-        target = run.schedule(whole.to("cuda")).target(run.stages[stage])
+        target = run.schedule(whole.to("cuda")).target(run.visits[visit])
         model, problem = target.generator, target.family
         sync = GradSync(model, SerialCommunicator(), "flat")
         step = make_local_step(model, problem, sync, 4, cuda_graph=graphed, example=params)

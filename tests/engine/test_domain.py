@@ -1,4 +1,5 @@
-"""Domain parallelism: one sample's grid split over ranks (diffnet.generators.tiling, deepfusion.parallel.halo)."""
+"""Domain parallelism: one sample's grid split over ranks (diffnet.generators.tiling, deepfusion.parallel.halo), the split
+checked whole (deepfusion.configuration.split)."""
 
 from __future__ import annotations
 

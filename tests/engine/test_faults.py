@@ -222,7 +222,7 @@ def test_stop_request_in_either_phase_writes_a_checkpoint(tmp_path, optimizer):
 
     cfg = load_config(ROOT / "configs" / "poisson.toml", [
         "multigrid.levels=[]", "problem.resolution=[8,8]", "train.batch_size=4", "train.epochs=3", f"train.optimizer={optimizer}",
-        "train.lbfgs_iterations=5", "train.dtype=float64", "model.coarse_correction=0", "model.smoothing=0",
+        "train.lbfgs_iterations=5", "train.dtype=float64", "model.coarse_correction=0", "model.sweeps=0",
         "train.loss=family",
         "train.second_stage_epochs=0"])
     problem = PoissonFamily((8, 8), kl_terms=6)

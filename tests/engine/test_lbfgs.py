@@ -1,4 +1,5 @@
-"""Distributed L-BFGS: two-loop recursion, convergence, P-independence under mpiexec, checkpoint and resume."""
+"""Distributed L-BFGS: two-loop recursion, convergence, P-independence under mpiexec, checkpoint and resume (the
+phase after Adam: deepfusion/training/lbfgs_phase.py)."""
 
 from __future__ import annotations
 

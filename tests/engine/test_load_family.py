@@ -1,4 +1,4 @@
-"""``deepfusion.load_family``: a config's family from Python without a trained run, its classical side at hand."""
+"""``deepfusion.load_family`` (deepfusion/family.py): a config's family from Python without a trained run, its classical side at hand."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from deepfusion.configuration.schema import ConfigError
 
 def test_a_configs_family_solves_without_a_trained_run():
     family = load_family(ROOT / "configs" / "poisson.toml", ["problem.resolution=[9, 9]", "multigrid.levels=[]",
-                                                             "model.coarse_correction=0", "model.smoothing=0"])
+                                                             "model.coarse_correction=0", "model.sweeps=0"])
     assert family.name == "poisson" and tuple(family.resolution) == (9, 9)
     rows = np.array([[0.5, -1.0, 0.0, 2.0, 0.0, 0.3], [0.0] * 6])
     fields, converged = family.discrete_optimum(rows)

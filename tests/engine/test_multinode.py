@@ -1,5 +1,7 @@
 """Jobs across emulated nodes (network namespaces joined by shaped links, benchmarks/emunet.py): the
-same training as on one node, and no hang when a node's ranks are killed or its link goes down."""
+same training as on one node, its gradients summed within and across nodes (deepfusion.parallel.hierarchical) with
+MPI poked while they are in flight (deepfusion.parallel.progress), and no hang when a node's ranks are killed or its
+link goes down."""
 
 from __future__ import annotations
 

@@ -68,26 +68,29 @@ def test_one_train_and_its_evaluation_build_the_family_once_per_grid(tmp_path):
 
 
 def test_the_sweeps_end_the_product_at_inference_and_a_trained_run_gains_them_by_its_config():
-    """model.smoothing: the generator (every inference path, a second stage) ends with the sweeps, the first stage's
+    """model.sweeps: the generator (every inference path, a second stage) ends with the sweeps, the first stage's
     training family corrects without them, and a checkpoint belongs to the run whatever its sweeps."""
     from deepfusion.training.rundir import _architecture
 
-    small = [a for a in SMALL if a != "--set" and not a.startswith(("model.coarse_correction", "model.smoothing"))]
-    cfg = load_config(ROOT / "configs" / "poisson.toml", [*small, "model.coarse_correction=5", "model.smoothing=3"])
+    small = [a for a in SMALL if a != "--set" and not a.startswith(("model.coarse_correction", "model.sweeps"))]
+    cfg = load_config(ROOT / "configs" / "poisson.toml", [*small, "model.coarse_correction=5", "model.sweeps=3"])
     run = Run.from_config(cfg)
-    assert run.product().smoothing == 3 and run.trained(run.family).smoothing == 0
-    plain = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, smoothing=0))
+    model = run.build_model()
+    assert run.product(model).finished.sweeps == 3 and run.trained(run.family).sweeps == 0
+    plain = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sweeps=0))
     assert _architecture(plain) == _architecture(cfg)
     # model.cycles alike: the product's, not the first stage's training family's, and not the checkpoint's
     cycled = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cycles=3))
-    product = Run.from_config(cycled).product()
-    assert product.cycles == 3 and Run.from_config(cycled).trained(run.family).cycles == 1
-    assert product.describe_correction().endswith("5x5, then 3 Gauss-Seidel sweeps, 3 times")
+    product = Run.from_config(cycled).product(model)
+    assert product.finished.cycles == 3 and Run.from_config(cycled).trained(run.family).cycles == 1
+    assert product.steps()[1:] == ["coarse correction on 5x5 (one kept solve)",
+                                   "3 symmetric Gauss-Seidel sweeps, 3 times"]
+    assert product.chain().startswith("U-Net deepened by 1 level -> coarse correction")
     assert _architecture(cycled) == _architecture(cfg)
     # model.polish alike, and outermost: the corrected, swept product's field then the family's V-cycles
     polished = dataclasses.replace(cycled, model=dataclasses.replace(cycled.model, polish=2))
-    product = Run.from_config(polished).product()
-    assert product.steps == 2 and product.inner.cycles == 3 and product.describe_polish() == "then 2 V-cycles"
+    product = Run.from_config(polished).product(model)
+    assert product.chain().endswith("3 times -> 2 V-cycles") and product.finished.inner.cycles == 3
     trained = Run.from_config(polished).trained(run.family)
-    assert trained.cycles == 1 and not hasattr(trained, "steps")
+    assert trained.cycles == 1 and trained.sweeps == 0  # no polish around it either: a CoarseCorrected
     assert _architecture(polished) == _architecture(cfg)

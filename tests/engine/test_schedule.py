@@ -5,7 +5,7 @@ import pytest
 from helpers import ROOT
 from deepfusion.configuration.schema import ConfigError
 from deepfusion.configuration.config import load_config
-from deepfusion.configuration.schedule import build_schedule, cycle_visits, stage_at
+from deepfusion.configuration.schedule import build_schedule, cycle_visits, visit_at
 
 
 @pytest.mark.parametrize("cycle, n, visits", [
@@ -33,19 +33,19 @@ def test_cycles_end_on_the_finest_level_and_move_one_level_at_a_time():
 
 def test_schedule_stages_share_one_global_step_counter():
     cfg = load_config(None, ["problem.family=poisson", "problem.resolution=[64,64]", "data.sampling=sobol",
-                             "data.n_train=64", "multigrid.levels=[16,32,64]", "multigrid.cycle=v",
+                             "data.n_train=64", "multigrid.levels=[16,32,64]", "multigrid.schedule=v",
                              "multigrid.epochs=[4,3,2]", "multigrid.lr=[3e-3,2e-3,1e-3]",
                              "multigrid.batch_size=[16,8,32]"])
-    stages = build_schedule(cfg)
-    assert [s.level for s in stages] == [2, 1, 0, 1, 2]
-    assert [s.grid for s in stages] == [(64, 64), (32, 32), (16, 16), (32, 32), (64, 64)]
-    assert [s.steps for s in stages] == [2 * 2, 8 * 3, 4 * 4, 8 * 3, 2 * 2]
-    assert [s.lr for s in stages] == [1e-3, 2e-3, 3e-3, 2e-3, 1e-3]
-    assert [s.first_step for s in stages] == [0, 4, 28, 44, 68]
-    assert stages[-1].end == 72
-    assert [stage_at(stages, k) for k in (0, 3, 4, 27, 28, 71, 72)] == [0, 0, 1, 1, 2, 4, 5]
-    assert stages[1].label() == "level 2/3 32x32"
-    assert {s.kind for s in stages} == {"level"} and not any(s.second for s in stages)
+    visits = build_schedule(cfg)
+    assert [s.level for s in visits] == [2, 1, 0, 1, 2]
+    assert [s.grid for s in visits] == [(64, 64), (32, 32), (16, 16), (32, 32), (64, 64)]
+    assert [s.steps for s in visits] == [2 * 2, 8 * 3, 4 * 4, 8 * 3, 2 * 2]
+    assert [s.lr for s in visits] == [1e-3, 2e-3, 3e-3, 2e-3, 1e-3]
+    assert [s.first_step for s in visits] == [0, 4, 28, 44, 68]
+    assert visits[-1].end == 72
+    assert [visit_at(visits, k) for k in (0, 3, 4, 27, 28, 71, 72)] == [0, 0, 1, 1, 2, 4, 5]
+    assert visits[1].label() == "level 2/3 32x32"
+    assert {s.kind for s in visits} == {"level"} and not any(s.second for s in visits)
 
 
 def test_the_second_stage_is_a_stage_of_its_own_kind_on_the_finest_level():
@@ -59,13 +59,13 @@ def test_the_second_stage_is_a_stage_of_its_own_kind_on_the_finest_level():
 
 def test_single_level_schedule_is_the_train_section():
     cfg = load_config(None, ["train.epochs=7", "train.batch_size=16", "data.n_train=64"])
-    (stage,) = build_schedule(cfg)
-    assert (stage.grid, stage.epochs, stage.steps, stage.lr, stage.label()) == ((64, 64), 7, 28, cfg.train.lr, "")
+    (visit,) = build_schedule(cfg)
+    assert (visit.grid, visit.epochs, visit.steps, visit.lr, visit.label()) == ((64, 64), 7, 28, cfg.train.lr, "")
     # `multigrid.levels=[]` alone turns a shipped multigrid config into one level: the train section's.
     cfg = load_config(ROOT / "configs" / "poisson.toml", ["multigrid.levels=[]", "problem.resolution=[48,48]",
                                                          "train.second_stage_epochs=0"])
-    (stage,) = build_schedule(cfg)
-    assert (stage.grid, stage.epochs, stage.lr, stage.batch_size) == ((48, 48), cfg.train.epochs, cfg.train.lr,
+    (visit,) = build_schedule(cfg)
+    assert (visit.grid, visit.epochs, visit.lr, visit.batch_size) == ((48, 48), cfg.train.epochs, cfg.train.lr,
                                                                  cfg.train.batch_size)
 
 
@@ -77,7 +77,7 @@ def test_single_level_schedule_is_the_train_section():
     (["multigrid.levels=[64,32]"], "multigrid.levels: must be at most 8 node counts, increasing"),
     (["multigrid.levels=[32,64]", "train.optimizer=lbfgs"], "train.optimizer: multigrid levels are trained by Adam"),
     (["multigrid.levels=[32,64]", "multigrid.batch_size=[8,128]"], "multigrid.batch_size: must be <= data.n_train"),
-    (["multigrid.cycle=x"], "multigrid.cycle: must be one of"),
+    (["multigrid.schedule=x"], "multigrid.schedule: must be one of"),
     (["multigrid.transfer=copy"], "multigrid.transfer: must be one of"),
     (["problem.family=poisson", "poisson.truth_refine=1"], "poisson.truth_refine: must be in 2..16"),
 ])

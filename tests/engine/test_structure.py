@@ -291,3 +291,72 @@ def test_the_test_folders_hold_what_their_conftest_says():
     assert {name: words for name, words in found.items() if words} == {}
     folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and (p / "conftest.py").is_file()}
     assert folders == {"science", "methods", "engine", "end_to_end"}
+
+
+def _wrapper_class_names() -> set[str]:
+    """The classes that wrap a family (diffnet.protocol.wrapper.Wrapper's subclasses, found in the source) and the
+    two-stage generator: what only diffnet's product module may look inside."""
+    names = {"Wrapper", "TwoStage"}
+    for path in (ROOT / "diffnet").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "Wrapper" for b in node.bases):
+                names.add(node.name)
+    return names
+
+
+def test_only_diffnet_product_looks_inside_the_products_layers():
+    # The product is built in one place (diffnet/product/product.py): no caller peels a wrapper or the two-stage
+    # generator by its class.
+    wrappers = _wrapper_class_names()
+    assert {"CoarseCorrected", "Polished", "SecondStage", "PreconditionedLoss", "GalerkinLoss"} <= wrappers
+    found = []
+    for folder in ("deepfusion", "diffnet", "benchmarks", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.parent == ROOT / "diffnet" / "product":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                    classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                    named = {getattr(c, "id", getattr(c, "attr", None)) for c in classes}
+                    if named & wrappers:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: isinstance(..., {sorted(named & wrappers)})")
+    assert found == []
+
+
+def test_no_field_carries_an_attribute_of_its_own():
+    # Where fields flow as tensors (the losses, the multigrid, the generators, the product), nothing is set on an object
+    # but self's own (a side channel on a tensor made a loss a function of more than its field and instance).
+    found = []
+    for package in ("discretisation", "multigrid", "generators", "product"):
+        for path in sorted((ROOT / "diffnet" / package).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                            if isinstance(t, ast.Attribute) and getattr(t.value, "id", "self") not in ("self", "cls", "ctx"):
+                                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(t)} = ...")
+    assert found == []
+
+
+def test_every_module_has_its_tests_in_the_map_and_each_names_it():
+    # tests/map.toml: where a newcomer finds a module's tests. Every module of deepfusion/ and diffnet/ is listed; each
+    # test file listed exists and names the module (an import of it, its dotted name or its path).
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "tests" / "map.toml").read_text())
+    modules = {m: p for m, p in _modules().items() if not m.endswith("__init__") and (ROOT / p).name != "__init__.py"}
+    assert set(listed) == set(modules), (sorted(set(modules) - set(listed)), sorted(set(listed) - set(modules)))
+    unnamed = []
+    for module, files in listed.items():
+        assert files, module
+        path = str(modules[module].relative_to(ROOT))
+        for name in files:
+            text = (ROOT / name).read_text()
+            imported = any(module == target or f"{module}." in target
+                           for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Import, ast.ImportFrom))
+                           for target in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                                          [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]))
+            if not (imported or module in text or path in text):
+                unnamed.append(f"{name} does not name {module}")
+    assert unnamed == []

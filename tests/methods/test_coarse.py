@@ -16,7 +16,7 @@ from test_sensitivity import _agrees_with_central_differences
 from helpers import ROOT, float32_atol, run_cli, run_cli_jobs
 from diffnet.multigrid.hessian import hessian_of
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction, coarse_grid
-from diffnet.multigrid.corrected import CoarseCorrected
+from diffnet.product.corrected import CoarseCorrected
 from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
 from diffnet.families.plate import PlateWithHoleFamily
 from diffnet.families.poisson import PoissonFamily
@@ -177,13 +177,15 @@ def test_the_wrapper_keeps_the_familys_fixed_nodes_and_members():
 
 @pytest.mark.parametrize("overrides, message", [
     (["problem.family=burgers", "burgers.residual=sobel"],
-     "model.coarse_correction: the coarse solve needs the loss's Hessian ('precondition') or its residual "
-     "('least_squares'), and the burgers family (as configured) declares neither (its lever is "
+     "model.coarse_correction: the burgers family (as configured): its loss is a loss of no declared kind (neither "
+     "diffnet.Energy nor diffnet.Residual), and the coarse correction needs an energy (diffnet.Energy: its minimiser "
+     "over u~ + range(P), one solve if quadratic, else damped Newton) or a residual's squares (diffnet.Residual: its "
+     "least-squares minimiser over u~ + range(P), Gauss-Newton) (its lever against a smooth error is "
      "burgers.preconditioner); use 0"),
-    (["problem.family=burgers", "model.smoothing=2"],
-     "model.smoothing: the sweeps need the loss's Hessian ('precondition'), and the burgers family's coarse "
-     "correction is its residual's least squares; use 0"),
-    (["parallel.domain=[2]"], "model.coarse_correction: the coarse solve needs each sample whole"),
+    (["problem.family=burgers", "train.loss=preconditioned"],
+     "train.loss: the burgers family (as configured): its loss is a residual's squares (diffnet.Residual), and the "
+     "preconditioned loss needs an energy"),
+    (["parallel.domain=[2]"], "model.coarse_correction: needs each sample whole"),
     (["model.coarse_correction=2"], "model.coarse_correction: must be 0 (off) or at least 3"),
 ])
 def test_what_cannot_take_the_correction_is_refused_in_one_line(tmp_path, overrides, message):
@@ -213,19 +215,22 @@ def corrected_run(tmp_path_factory):
 
 def test_training_reports_the_corrections_share_and_evaluates_its_fields(corrected_run):
     run_dir, stdout = corrected_run
-    assert "coarse correction: the generator's field u~ becomes" in stdout and "P from 5x5" in stdout
+    # configs/poisson.toml's 8 sweeps, after the correction on 5x5 (9x9 capped at half of 8 intervals)
+    chain = ("U-Net deepened by 1 level -> coarse correction on 5x5 (one kept solve) -> 8 symmetric Gauss-Seidel "
+             "sweeps")
+    assert f"product: {chain} (the first stage trains" in stdout and f"\nproduct: {chain}\n" in stdout
     assert "the coarse correction" in stdout.split("trained ", 1)[1].splitlines()[0]
-    assert "(an exact coarse correction on 5x5, then 8 Gauss-Seidel sweeps:" in stdout  # configs/poisson.toml's sweeps
+    assert "the coarse correction and its sweeps" in stdout.split("\ninference ", 1)[1].splitlines()[0]
     from deepfusion import Surrogate
-    from deepfusion.analysis.inference import predict
+    from diffnet.product.product import Product
     import h5py
 
     with h5py.File(run_dir / "test_prediction.h5") as f:
         held, params = f["u"][()], f["a"][()]
     surrogate = Surrogate.load(run_dir)
     family = surrogate.family
-    plain = predict(surrogate._model, family, params)  # the network's own field, uncorrected
-    expected = coarse_correction(family, torch.as_tensor(plain), torch.as_tensor(params), 5, smoothing=8).numpy()
+    plain = Product(family, surrogate.product.model).fields(params)  # the network's own field, uncorrected
+    expected = coarse_correction(family, torch.as_tensor(plain), torch.as_tensor(params), 5, sweeps=8).numpy()
     np.testing.assert_allclose(held, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
     # The Python API runs it too (another thread count than the run's: float32 rounding apart, conftest).
     np.testing.assert_allclose(surrogate.fields(params), held, rtol=0, atol=float32_atol(run_dir, np.abs(held).max()))
@@ -247,7 +252,7 @@ def test_infer_uq_compare_and_polish_run_the_corrected_generator(corrected_run, 
                    "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
-    product = "DiffNet + coarse solve (5x5, 8 sweeps)"  # configs/poisson.toml's sweeps (model.smoothing)
+    product = "DiffNet + coarse correction, 8 sweeps"  # configs/poisson.toml's sweeps (model.sweeps)
     assert [r["product"] for r in rows] == [product, f"{product} + 1 V-cycle"]
     assert rows[0]["diffnet_error"] == pytest.approx(json.loads((run_dir / "eval.json").read_text())["mean_rel_l2"],
                                                      rel=1e-6)
@@ -293,7 +298,7 @@ def test_the_preconditioned_loss_and_a_second_stage_compose_with_it(tmp_path):
                    "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
-    product = "DiffNet + coarse solve (5x5, 8 sweeps)"
+    product = "DiffNet + coarse correction, 8 sweeps"
     assert [r["product"] for r in rows] == [product, f"{product} + 1 V-cycle", f"{product}, first stage alone",
                                             f"{product}, first stage alone + 1 V-cycle"]
     assert rows[2]["diffnet_error"] == pytest.approx(np.mean(report["first_stage_rel_l2"][:2]), rel=1e-5)
@@ -313,7 +318,7 @@ def test_every_capable_built_in_family_trains_with_it(tmp_path, config, extra):
              "--set", "output.plots=false", "--set", "model.coarse_correction=5"]
     proc = run_cli("train", str(ROOT / "configs" / config), "--out", str(tmp_path / "r"), *quick, *extra)
     assert proc.returncode == 0, proc.stderr
-    assert "coarse correction: the generator's field" in proc.stdout
+    assert "-> coarse correction on" in proc.stdout
     assert np.isfinite(json.loads((tmp_path / "r" / "eval.json").read_text())["ratio_to_floor"])
 
 
@@ -345,21 +350,25 @@ def test_one_and_two_ranks_train_one_model_and_resume_bitwise(tmp_path):
     assert all(np.array_equal(a.model[k], c.model[k]) for k in a.model)
 
 
-def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_path):
-    # docs/families.md's tutorial family with the 'precondition' capability declared and nothing else: its
-    # Hessian is probed from its loss (diffnet.multigrid.hessian), and the correction runs on every level.
+@pytest.mark.parametrize("declared", [
+    "    capabilities = ScreenedPoisson.capabilities | {'precondition'}\n",  # the earlier way, as plugins have it
+    "    def loss(self):\n        return Energy(self.loss_terms)\n",  # its loss as an object (docs/families.md)
+])
+def test_a_users_quadratic_family_trains_with_it_through_the_probed_hessian(tmp_path, declared):
+    # docs/families.md's tutorial family declared an energy with nothing else, by the capability of before or by its
+    # loss object: its Hessian is probed from its loss (diffnet.multigrid.hessian), checked against autograd before
+    # training, and the correction runs on every level.
     from test_families import _tutorial
 
     config = _tutorial(tmp_path)
-    (tmp_path / "capable.py").write_text("from screened_poisson import ScreenedPoisson\n\n\n"
-                                         "class Capable(ScreenedPoisson):\n"
-                                         "    capabilities = ScreenedPoisson.capabilities | {'precondition'}\n")
+    (tmp_path / "capable.py").write_text("from diffnet import Energy\nfrom screened_poisson import ScreenedPoisson\n\n\n"
+                                         "class Capable(ScreenedPoisson):\n" + declared)
     proc = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", 'problem.family="capable:Capable"',
                    "--set", "multigrid.epochs=[2,1]", "--set", "data.n_train=16", "--set", "data.n_test=2",
                    "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false",
                    "--set", "model.coarse_correction=5", path=[tmp_path])
     assert proc.returncode == 0, proc.stderr
-    assert "P from 5x5" in proc.stdout
+    assert "-> coarse correction on 5x5 (one kept solve)" in proc.stdout and "discrete_optimum, hessian" in proc.stdout
     assert np.isfinite(json.loads((tmp_path / "run" / "eval.json").read_text())["ratio_to_floor"])
 
 
@@ -489,15 +498,15 @@ def test_a_batch_larger_than_the_cache_is_served_whole(monkeypatch):
 
 
 @pytest.mark.slow  # a process of its own (torch's import) and twelve arms' inference and truths: about 5 s
-def test_the_smoothing_benchmark_measures_each_design_on_a_trained_run(corrected_run, tmp_path):
-    """benchmarks/smoothing.py end to end at its smoke size, as the user guide runs it: one row per arm (sweep counts,
+def test_the_sweeps_benchmark_measures_each_design_on_a_trained_run(corrected_run, tmp_path):
+    """benchmarks/sweeps.py end to end at its smoke size, as the user guide runs it: one row per arm (sweep counts,
     cycles, a finer coarse grid), each with the field's, the energy norm's and every derived field's ratio to its floor
     and the product's time; with --from-lift the same arms again from the boundary data's lift, no network."""
     import subprocess
 
     run_dir, _ = corrected_run
-    out = tmp_path / "smoothing.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "smoothing.py"), str(run_dir), "--sweeps", "0", "2",
+    out = tmp_path / "sweeps.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sweeps.py"), str(run_dir), "--sweeps", "0", "2",
                            "--cycles", "1", "2", "--coarse", "7", "--from-lift", "--samples", "2", "--batch", "2",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -518,12 +527,12 @@ def float64_surrogate(corrected_run):
     from deepfusion import Surrogate
 
     s = Surrogate.load(corrected_run[0])
-    s._model.double()  # float64 weights: central differences to 1e-6 (the product runs in the weights' dtype)
+    s.product.model.double()  # float64 weights: central differences to 1e-6 (the product runs in the weights' dtype)
     return s
 
 
 def test_a_trained_runs_product_is_differentiable_in_its_instances(float64_surrogate):
-    assert float64_surrogate._product.smoothing == 8  # the correction and its sweeps are in the product
+    assert float64_surrogate.product.finished.sweeps == 8  # the correction and its sweeps are in the product
     points = [[0.3, 0.6], [0.71, 0.22], [0.5, 0.5]]
     a0 = torch.as_tensor(np.random.default_rng(0).uniform(-2, 2, (2, 6)))
     w = torch.as_tensor(np.random.default_rng(1).standard_normal((2, 3)))

@@ -1,5 +1,6 @@
 """The family protocol and registry: no family named in the engine, the built-in families declare what
-they provide, and the tutorial's family (docs/families.md, run as written) trains, infers and evaluates."""
+they provide, a family built and tried on one instance at configuration (deepfusion/configuration/family_checks.py),
+and the tutorial's family (docs/families.md, run as written) trains, infers and evaluates."""
 
 from __future__ import annotations
 
@@ -258,9 +259,9 @@ def test_the_classical_example_is_swept_by_compare_as_written(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["methods"] == {"q1-direct": "Q1 FEM, sparse direct solve (scipy spsolve)"}
-    assert {p["method"] for p in report["sweep"]} == {"q1-direct"} and [p["grid"] for p in report["sweep"]][0] == 5
+    assert {p["method"] for p in report["search"]} == {"q1-direct"} and [p["grid"] for p in report["search"]][0] == 5
     row = report["rows"][0]
-    # A two-epoch network is far off; the direct solve on some grid of the sweep reaches its error.
+    # A two-epoch network is far off; the direct solve on some grid of the search reaches its error.
     assert row["classical_method"] == "q1-direct" and row["classical_error"] <= row["diffnet_error"]
     assert row["pyamg_default"] is None and "the family's baseline" not in proc.stdout
 
@@ -630,3 +631,38 @@ def test_the_docs_outputs_of_the_tutorial_family_balance_its_heat(tmp_path, monk
     values, _, _, weight = gauss_basis(1.0 / 32, 1.0 / 32)
     absorbed = k**2 * weight * at_gauss_points(torch.as_tensor(u), values).sum(dim=(1, 2, 3)).numpy()
     assert np.allclose(family.quantities(k, u)["heat_out"], (1.0 - absorbed) / 4, rtol=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_residual_family_of_the_docs_trains_with_its_correction_and_sweeps_is_evaluated_and_compared(tmp_path):
+    # docs/families.md's residual family as written (a plugin: its loss a diffnet.Residual), at a smaller size: the
+    # product is the Gauss-Newton correction and the sweeps on J^T J, twice; the evaluation has the floor, the
+    # Gauss-Newton norm and the error against the scheme's own solution; compare races Newton with a sparse LU.
+    import shlex
+
+    heading = "## A residual family: advection, diffusion and a cubic reaction"
+    text = (ROOT / "docs" / "families.md").read_text()
+    section = text[text.index(heading):text.index("## Outputs an engineer reads")]
+    (tmp_path / "advection_reaction.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    (tmp_path / "wind.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    small = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[3,2]",
+             "--set", "data.n_train=16", "--set", "data.n_test=2", "--set", "model.coarse_correction=5",
+             "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
+    for line in re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines():
+        args = shlex.split(line)[2:]  # after "PYTHONPATH=. deepfusion"
+        if args[0] == "train":
+            args += small
+        proc = run_cli(*args, cwd=tmp_path, path=[tmp_path])
+        assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        if args[0] == "train":
+            assert ("product: U-Net deepened by 1 level -> coarse correction on 5x5 (Gauss-Newton) -> 2 symmetric "
+                    "Gauss-Seidel sweeps on J^T J, 2 times") in proc.stdout
+    report = json.loads((tmp_path / "runs" / "wind" / "eval.json").read_text())
+    assert report["product"]["steps"][1:] == ["coarse correction on 5x5 (Gauss-Newton)",
+                                              "2 symmetric Gauss-Seidel sweeps on J^T J, 2 times"]
+    assert np.isfinite(report["ratio_to_floor"]) and report["mean_floor"] > 0
+    assert report["gauss_newton_norm"]["name"] == "Gauss-Newton norm" and len(report["grid_rel_l2"]) == 2
+    compared = json.loads((tmp_path / "runs" / "wind" / "compare.json").read_text())
+    assert compared["methods"] == {"newton-lu": "the scheme, Newton with a sparse LU (SuperLU)"} and compared["rows"]
+    assert "Gauss-Newton" in compared["product"] and all(p["method"] == "newton-lu" for p in compared["search"])

@@ -196,7 +196,7 @@ def test_a_tiny_run_is_compared_and_studied_with_newton_counted(tmp_path):
     report = json.loads(out.read_text())
     row = report["rows"][0]
     assert row["coarse_newton_steps"] >= 1 and row["classical_newton_steps"] >= 1
-    assert all(point["newton_steps"] >= 1 for point in report["sweep"])
+    assert all(point["newton_steps"] >= 1 for point in report["search"])
     assert "Newton steps)" in out.with_suffix(".md").read_text()
     proc = run_cli("uq", str(run), "--samples", "4", "--classical", "--out", str(tmp_path / "uq.h5"), timeout=600)
     assert proc.returncode == 0, proc.stderr

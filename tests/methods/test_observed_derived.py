@@ -11,7 +11,7 @@ import torch
 
 from deepfusion.analysis.observations import Observations, observable_names, predict
 from diffnet.grid.points import values_at
-from diffnet.multigrid.corrected import CoarseCorrected
+from diffnet.product.corrected import CoarseCorrected
 from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
 from diffnet.families.groundwater import GroundwaterFamily
 from diffnet.families.hyperelasticity import HyperelasticityFamily
@@ -34,7 +34,7 @@ def test_derived_fields_of_tensors_are_the_arrays_and_their_gradient_is_exact(fa
     p = torch.as_tensor(family.sample(2, "random", 3), dtype=torch.float64)
     scale = 1e-3 if isinstance(family, HyperelasticityFamily) else 1.0  # a Neo-Hookean solid: a displacement it admits
     solid = isinstance(family, HyperelasticityFamily)  # its minimiser's gradient is exact without sweeps (test_sensitivity)
-    corrected = CoarseCorrected(family, family, nodes, quadratic=not solid, smoothing=0 if solid else 1)
+    corrected = CoarseCorrected(family, family, nodes, quadratic=not solid, sweeps=0 if solid else 1)
     raw = _raw(family, scale)
     u = corrected.field(raw, p).detach()
     as_arrays = family.derived(p.numpy(), u.numpy())

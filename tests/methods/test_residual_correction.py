@@ -14,27 +14,30 @@ from deepfusion.analysis.selfcheck import FamilyMismatch, check_family
 from deepfusion.configuration.config import load_config
 from deepfusion.configuration.run import Run
 from diffnet.families.burgers import BurgersFamily
-from diffnet.multigrid.corrected import CoarseCorrected
+from diffnet.product.corrected import CoarseCorrected
 
 
 def test_a_burgers_run_takes_the_least_squares_correction_and_the_pull():
     cfg = load_config(ROOT / "configs" / "burgers.toml", ["problem.resolution=[17,17]", "multigrid.levels=[]",
                                                            "model.coarse_correction=5",
                                                            "data.n_train=4", "train.batch_size=2"])
-    product = Run.from_config(cfg).product()
-    assert isinstance(product, CoarseCorrected) and product.least_squares and not product.quadratic
-    assert "least squares" in product.describe_correction() and not product.exact_parameter_gradients
+    run = Run.from_config(cfg)
+    product = run.product(run.build_model())
+    corrected = product.finished  # the family the product's fields come from
+    assert isinstance(corrected, CoarseCorrected) and corrected.kind == "residual" and not corrected.quadratic
+    assert product.steps()[1] == "coarse correction on 5x5 (Gauss-Newton)" and not product.exact_parameter_gradients
+    assert "a residual's least-squares correction" in product.why_no_exact_gradients()
     c = torch.tensor([3.5, 5.0], dtype=torch.float64)
     raw = (0.1 * torch.randn(2, 1, 17, 17, dtype=torch.float64)).requires_grad_(True)
-    u = product.field(raw, c)
-    bare = product.inner.field(raw, c)
+    u = corrected.field(raw, c)
+    bare = corrected.inner.field(raw, c)
     assert torch.equal(u[:, 0], bare[:, 0]) and torch.equal(u[:, :, 0], bare[:, :, 0])  # the IC and inflow kept
-    terms = product.loss_terms(u, c)
-    assert set(terms) == {"residual", "coarse"} and (terms["residual"] < product.inner.loss_terms(bare, c)["residual"]).all()
+    terms = corrected.output_loss_terms(raw, c)  # the training step's terms: the residual's squares and the pull
+    assert set(terms) == {"residual", "coarse"} and (terms["residual"] < corrected.inner.loss_terms(bare, c)["residual"]).all()
     sum(t.sum() for t in terms.values()).backward()
     assert torch.isfinite(raw.grad).all() and raw.grad.abs().sum() > 0
     with pytest.raises(AttributeError, match="withheld"):
-        product.residual(u, c)
+        corrected.residual(u, c)
 
 
 def test_a_residual_whose_squares_are_not_the_loss_is_refused_before_training():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from diffnet.multigrid.corrected import CoarseCorrected
-from diffnet.multigrid.smoother import Smooth, prepared, sweep_sensitivity, sweeps
+from diffnet.product.corrected import CoarseCorrected
+from diffnet.multigrid.sweeps import Sweeps, prepared, sweep_sensitivity, sweeps
 from diffnet.multigrid.coarse import CoarseSpace
 from diffnet.multigrid.stencil import as_blocks
 from diffnet.families.elasticity import ElasticityFamily, Elasticity3DFamily
@@ -26,13 +26,13 @@ def _instances(family, n, seed=3):
     return torch.as_tensor(family.sample(n, "random", seed), dtype=torch.float64)
 
 
-def _product(family, nodes, smoothing, quadratic=True, scale=1.0, cycles=1):
+def _product(family, nodes, sweeps, quadratic=True, scale=1.0, cycles=1):
     """p -> a weighted sum of the corrected, smoothed field of a fixed raw output: every stage after the network."""
     raw = scale * torch.randn(2, len(family.unknowns), *family.resolution, dtype=torch.float64,
                       generator=torch.Generator().manual_seed(1))
     weights = torch.randn(2, *family.field(raw, _instances(family, 2)).shape[1:], dtype=torch.float64,
                           generator=torch.Generator().manual_seed(2))
-    corrected = CoarseCorrected(family, family, nodes, quadratic=quadratic, smoothing=smoothing, cycles=cycles)
+    corrected = CoarseCorrected(family, family, nodes, quadratic=quadratic, sweeps=sweeps, cycles=cycles)
     return lambda p: (corrected.field(raw, p) * weights).sum()
 
 
@@ -54,7 +54,7 @@ def _agrees_with_central_differences(f, p: torch.Tensor, grad: torch.Tensor, h: 
 ], ids=["poisson", "groundwater", "poisson3d", "reaction_diffusion", "elasticity", "elasticity3d"])
 def test_the_gradient_through_the_correction_and_the_sweeps_is_the_central_differences(family, nodes):
     assert family.has("differentiable")
-    f = _product(family, nodes, smoothing=2)
+    f = _product(family, nodes, sweeps=2)
     p = _instances(family, 2).requires_grad_(True)
     (grad,) = torch.autograd.grad(f(p), p)
     _agrees_with_central_differences(f, p.detach(), grad)
@@ -64,7 +64,7 @@ def test_the_gradient_through_repeated_cycles_is_the_central_differences():
     """model.cycles: the correction and its sweeps composed three times, each cycle's implicit-function terms at its
     own fields (the two-unknown family, S = C = 2)."""
     family = ElasticityFamily((11, 10))
-    f = _product(family, 4, smoothing=2, cycles=3)
+    f = _product(family, 4, sweeps=2, cycles=3)
     p = _instances(family, 2).requires_grad_(True)
     (grad,) = torch.autograd.grad(f(p), p)
     _agrees_with_central_differences(f, p.detach(), grad)
@@ -72,16 +72,16 @@ def test_the_gradient_through_repeated_cycles_is_the_central_differences():
 
 def test_a_nonlinear_energys_minimiser_has_its_exact_gradient_and_refuses_sweeps():
     family = HyperelasticityFamily((7, 7))
-    f = _product(family, 3, smoothing=0, quadratic=False, scale=1e-3)
+    f = _product(family, 3, sweeps=0, quadratic=False, scale=1e-3)
     p = _instances(family, 2).requires_grad_(True)
     (grad,) = torch.autograd.grad(f(p), p)
     _agrees_with_central_differences(f, p.detach(), grad, h=1e-5, tol=1e-5)
-    with pytest.raises(NotImplementedError, match="smoothing = 0"):
-        _product(family, 3, smoothing=1, quadratic=False, scale=1e-3)(p)
+    with pytest.raises(NotImplementedError, match="sweeps = 0"):
+        _product(family, 3, sweeps=1, quadratic=False, scale=1e-3)(p)
 
 
 def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
-    # sweep_sensitivity replays the sweeps step by step in torch; its pull-back must be Smooth's (M^T)^k g.
+    # sweep_sensitivity replays the sweeps step by step in torch; its pull-back must be Sweeps' (M^T)^k g.
     family = ElasticityFamily((9, 8))
     p = _instances(family, 2)
     u = family.field(torch.randn(2, 2, 9, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)), p)
@@ -94,7 +94,7 @@ def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
     ctx = type("Ctx", (), {"operator": (space.hessian, space.free, operator), "count": 3, "vector": True,
                            "clock": __import__("diffnet.backend.clock", fromlist=["PartClock"]).PartClock(),
                            "instances": None, "needs_input_grad": (True, False, False)})()
-    expected = Smooth.backward(ctx, g)[0]
+    expected = Sweeps.backward(ctx, g)[0]
     assert float((back - expected).abs().max()) <= 1e-11 * float(expected.abs().max())
     assert len(states) == len(directions) == 3 * 2 * 4
 

@@ -18,9 +18,9 @@ from torch import nn
 from helpers import ROOT, child_env, run_cli
 from deepfusion.parallel.runtime import find_mpiexec
 from diffnet.generators.networks import UNet
-from diffnet.multigrid.preconditioned import correction
+from diffnet.multigrid.preconditioned import preconditioned_residual
 from diffnet.families.poisson import PoissonFamily
-from diffnet.generators.two_stage import Correction, SecondStage, TwoStage
+from diffnet.generators.two_stage import SecondNetwork, SecondStage, TwoStage
 
 MPIEXEC = find_mpiexec()
 POISSON = str(ROOT / "configs" / "poisson.toml")
@@ -43,21 +43,21 @@ def test_the_second_stage_can_represent_the_first_stages_v_cycle_correction():
     assert problem.in_channels == family.in_channels + 1 and x.shape[1] == family.in_channels + 3
     u1 = family.field(first(family.inputs(params)), params).detach()
     # v = -(B g1 / eps): u = u1 - B g1, the first stage's field improved by one V-cycle, exactly.
-    u = problem.field(Correction(_MinusCorrection())(x), params)
-    _, d = correction(family, u1, params, 1)
+    u = problem.field(SecondNetwork(_MinusCorrection())(x), params)
+    _, d = preconditioned_residual(family, u1, params, 1)
     assert float((u - (u1 - d)).abs().max()) <= 1e-12 * float(u1.abs().max())
     # A zero correction leaves the first stage's field as it was.
     zero = problem.field(torch.cat([torch.zeros_like(x[:, :1]), x[:, -2:]], dim=1), params)
     assert torch.equal(zero, u1)
     with pytest.raises(TypeError, match="pair"):
-        TwoStage(first, Correction(_MinusCorrection()))(x)
+        TwoStage(first, SecondNetwork(_MinusCorrection()))(x)
 
 
 def test_a_family_without_the_capability_or_with_lbfgs_is_refused_in_one_line(tmp_path):
     proc = run_cli("train", str(ROOT / "configs" / "burgers.toml"), "--out", str(tmp_path / "r"),
                    "--set", "train.second_stage_epochs=2")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "does not declare the 'precondition' capability" in proc.stderr
+    assert "and a second stage needs an energy (diffnet.Energy" in proc.stderr
     proc = run_cli("train", POISSON, "--out", str(tmp_path / "r"), "--set", "train.second_stage_epochs=2",
                    "--set", "train.optimizer=adam+lbfgs")
     assert proc.returncode == 2 and "not an L-BFGS phase" in proc.stderr and proc.stderr.count("\n") == 1

@@ -33,7 +33,7 @@ def test_every_2d_sweep_has_a_direct_solve(name, cls):
     family = cls(resolution=(17, 17))
     sweep = family.classical_configurations()
     direct = [m for m in sweep if m in DIRECT_METHODS]
-    assert direct, f"{name}: the classical sweep {list(sweep)} has no direct solve ({', '.join(DIRECT_METHODS)})"
+    assert direct, f"{name}: the classical search {list(sweep)} has no direct solve ({', '.join(DIRECT_METHODS)})"
     assert all(m in family.classical_methods for m in direct)
 
 

@@ -33,10 +33,11 @@ def _wrappers() -> list[type]:
 
 
 def _defined(klass: type) -> set[str]:
-    """The names a wrapper defines or declares itself (its classes below Wrapper)."""
+    """The names a wrapper defines or declares itself (its classes down to Wrapper, which decides output_loss_terms
+    once for all)."""
     names: set[str] = set()
     for base in klass.__mro__:
-        if base in (Wrapper, Family):
+        if base is Family:
             break
         names |= set(vars(base))
     return names
@@ -60,7 +61,7 @@ def test_no_class_forwards_by_getattr():
 
 def test_the_decisions_do_what_they_say():
     from diffnet.generators.galerkin import GalerkinLoss
-    from diffnet.multigrid.corrected import CoarseCorrected
+    from diffnet.product.corrected import CoarseCorrected
     from diffnet.multigrid.preconditioned import PreconditionedLoss
 
     family = PoissonFamily((9, 9))
@@ -72,7 +73,7 @@ def test_the_decisions_do_what_they_say():
     # defined: the wrapper's own (the family on another grid keeps its wrappers)
     coarse = corrected.at_resolution((5, 5))
     assert isinstance(coarse.inner, PreconditionedLoss) and coarse.inner.family.resolution == (5, 5)
-    assert coarse.energy.resolution == (5, 5) and coarse.resolution == (5, 5)
+    assert coarse.family.resolution == (5, 5) and coarse.resolution == (5, 5)
     params = torch.as_tensor(family.sample(2, "sobol", 0))  # S = C = 2 where it could matter
     raw = torch.randn(2, 1, 9, 9, dtype=torch.float64)
     u = corrected.field(raw, params)
@@ -98,11 +99,11 @@ def test_a_member_decided_twice_is_refused():
 
 
 def test_a_polished_product_is_the_fields_then_the_familys_polish_and_refuses_gradients():
-    """model.polish (diffnet.generators.polished): the inner field then the family's own polish, the same numbers as
+    """model.polish (diffnet.product.polished): the inner field then the family's own polish, the same numbers as
     calling it by hand; the family on another grid keeps its steps; a gradient through it is refused, not zero."""
     from diffnet.families.burgers import BurgersFamily
     from diffnet.families.elasticity import ElasticityFamily
-    from diffnet.generators.polished import Polished, unpolished
+    from diffnet.product.polished import Polished
 
     burgers = BurgersFamily((9, 17), stencil="conservative")
     elastic = ElasticityFamily(resolution=(9, 9))  # two unknowns and two instances: S = C
@@ -120,10 +121,10 @@ def test_a_polished_product_is_the_fields_then_the_familys_polish_and_refuses_gr
             np.random.seed(0)
             np.testing.assert_allclose(polished.field(raw, params).numpy(), by_hand, rtol=0, atol=1e-12)
         assert not np.allclose(by_hand, family.field(raw, params).numpy())  # the polish moved the field
-        assert unpolished(polished) is family and polished.loss_terms.__func__ is type(family).loss_terms
+        assert polished.inner is family and polished.loss_terms.__func__ is type(family).loss_terms
         assert polished.exact_parameter_gradients is False
     assert polished.at_resolution((5, 5)).steps == 1 and polished.at_resolution((5, 5)).resolution == (5, 5)
-    assert Polished(burgers, 2).describe_polish() == "then 2 Newton sweeps"
+    assert Polished(burgers, 2).steps_text() == "2 Newton steps"
     with pytest.raises(RuntimeError, match="model.polish: the polish step has no gradient"):
         Polished(burgers, 2).field(torch.zeros(1, 1, 9, 17, requires_grad=True), torch.tensor([4.0]))
     with pytest.raises(ValueError, match="declares no polish step"):

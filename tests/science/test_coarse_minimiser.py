@@ -94,14 +94,14 @@ def test_an_instance_that_does_not_converge_is_named_with_its_iterations(monkeyp
 
 
 def test_smoothing_after_the_minimiser_lowers_the_nonlinear_energy_towards_the_floor():
-    """model.smoothing on a nonlinear energy: Gauss-Seidel sweeps with the linearisation at the coarse minimiser move
+    """model.sweeps on a nonlinear energy: Gauss-Seidel sweeps with the linearisation at the coarse minimiser move
     the field towards the grid's own minimiser, each sweep lowering the energy (the cubic plugin)."""
     family = _cubic()
     p = torch.as_tensor(family.sample(2, "random", 6))
     floor = torch.as_tensor(family.reference(p.numpy()))
     rough = floor + 1e-2 * torch.randn(floor.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     u = family.field((rough - family.field(torch.zeros_like(floor)[:, None], p))[:, None], p)
-    fields = [coarse_minimiser(family, u, p, 5, smoothing=k) for k in (0, 1, 2)]
+    fields = [coarse_minimiser(family, u, p, 5, sweeps=k) for k in (0, 1, 2)]
     energy = [sum(family.loss_terms(f, p).values()) for f in fields]
     distance = [float((f - floor).norm()) for f in fields]
     assert (energy[1] < energy[0]).all() and (energy[2] < energy[1]).all()
@@ -112,7 +112,7 @@ def test_cycles_of_the_minimiser_and_its_sweeps_go_on_towards_the_floor():
     """model.cycles on a nonlinear energy: the coarse minimiser and its sweeps again from their own field, each cycle
     lowering the energy and moving the field towards the grid's own minimiser (the cubic plugin, through the
     product's wrapper)."""
-    from diffnet.multigrid.corrected import CoarseCorrected
+    from diffnet.product.corrected import CoarseCorrected
 
     family = _cubic((9, 9))
     p = torch.as_tensor(family.sample(2, "random", 6))
@@ -120,7 +120,7 @@ def test_cycles_of_the_minimiser_and_its_sweeps_go_on_towards_the_floor():
     lift = family.field(torch.zeros_like(floor)[:, None], p)
     raw = (floor - lift + 1e-2 * torch.randn(floor.shape, dtype=torch.float64,
                                              generator=torch.Generator().manual_seed(7)))[:, None]
-    fields = [CoarseCorrected(family, family, 5, quadratic=False, smoothing=2, cycles=k).field(raw, p) for k in (1, 2, 3)]
+    fields = [CoarseCorrected(family, family, 5, quadratic=False, sweeps=2, cycles=k).field(raw, p) for k in (1, 2, 3)]
     energy = [sum(family.loss_terms(f, p).values()) for f in fields]
     distance = [float((f - floor).norm()) for f in fields]
     assert (energy[1] < energy[0]).all() and (energy[2] < energy[1]).all()

@@ -1,5 +1,6 @@
 """The U-Net generator and the multilevel stack: activation checkpointing changes memory, not
-results; a deepened level starts from the coarser level's solution."""
+results; a deepened level starts from the coarser level's solution; the channels-last layout they run in
+(diffnet/backend/layout.py) changes no result."""
 
 import pytest
 import torch
@@ -100,3 +101,18 @@ def test_stack_checkpointing_gives_the_plain_gradients():
     for name, g in grads_p.items():
         assert g.abs().max() > 0, name
         torch.testing.assert_close(grads_c[name], g, rtol=0, atol=1e-12 * g.abs().max().item(), msg=name)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_channels_last_layout_changes_the_memory_order_not_the_output(dims):
+    from diffnet.backend.layout import channels_last
+
+    torch.manual_seed(0)
+    net = UNet(2, 1, (4, 8), dims=dims).double()
+    torch.nn.init.normal_(net.head.weight)  # a fresh U-Net's head starts at zero
+    x = torch.randn(2, 2, *([8] * dims), dtype=torch.float64)
+    y = channels_last(x)
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    assert y.is_contiguous(memory_format=fmt) and torch.equal(y, x)
+    with torch.no_grad():
+        assert torch.allclose(net(y), net(x), rtol=0, atol=1e-12)

@@ -5,7 +5,7 @@ elasticity family's Q1 machinery.
 
 An instance is the hole's centre (x, y), its radius and the Poisson ratio; the side x = 0 is held, x = 1 pulled
 by a unit traction, y = 0 and y = 1 free. Reference and floor: the same-grid Q1 solution (AMG-CG with the
-rigid-body modes); truth: the same 4x finer; the classical sweep and the polish are the built-in family's.
+rigid-body modes); truth: the same 4x finer; the classical search and the polish are the built-in family's.
 """
 
 from dataclasses import dataclass

@@ -21,7 +21,7 @@ from diffnet.protocol.wrapper import INSTANCE_MEMBERS, Wrapper
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["Polished", "unpolished"]
+__all__ = ["Polished"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Polished(Wrapper):
     wraps = "inner"
     passed_on = INSTANCE_MEMBERS | {"in_channels", "inputs", "hessian", "assembled_correction", "admissible",
                                     "fixed_nodes", "clear_caches", "loss_terms", "residual"}
+    withheld = frozenset({"loss", "output_loss_terms"})  # nothing trains under it
 
     inner: Family
     steps: int
@@ -50,12 +51,8 @@ class Polished(Wrapper):
     exact_parameter_gradients = False
 
     def steps_text(self) -> str:
-        """'2 Newton sweeps' (the family's ``polish_step``), for the product's name in rows and plots."""
+        """'2 Newton steps' (the family's ``polish_step``), for the product's chain."""
         return f"{self.steps} {self.inner.polish_step}{'s' if self.steps != 1 else ''}"
-
-    def describe_polish(self) -> str:
-        """'then 2 Newton sweeps', for banners and reports."""
-        return f"then {self.steps_text()}"
 
     def field(self, raw: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
         u = self.inner.field(raw, instances)
@@ -74,8 +71,3 @@ class Polished(Wrapper):
 
     def tile_loss_terms(self, raw: torch.Tensor, instances: torch.Tensor, tiling: object) -> dict[str, torch.Tensor]:
         raise NotImplementedError("model.polish is for inference only: nothing trains under it")
-
-
-def unpolished(product: Family) -> Family:
-    """The product without its polish (the corrected or plain family it finishes), for what describes the correction."""
-    return product.inner if isinstance(product, Polished) else product

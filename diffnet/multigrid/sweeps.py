@@ -1,6 +1,6 @@
 """Smoothing sweeps after the coarse correction: the high-frequency error a coarse space cannot touch, removed.
 
-The exact coarse correction (:mod:`.coarse`) leaves the generator's field with no error a coarse grid holds; what
+The exact coarse correction (:mod:`.coarse`) leaves the network's field with no error a coarse grid holds; what
 is left is high-frequency, and it is small in L2 but not in the field's gradient (elasticity 64²: the displacement
 at 1.03x its floor, the recovered stress at 5.7x). A few Gauss-Seidel sweeps with the fine Hessian the correction
 has already formed remove it at the cost of a stencil product each, the post-smoothing of a two-grid cycle:
@@ -30,10 +30,10 @@ import numba
 import numpy as np
 import torch
 
-from diffnet.backend.clock import SMOOTHING, PartClock
+from diffnet.backend.clock import SWEEPS, PartClock
 from diffnet.multigrid.stencil import apply_blocks, as_blocks, as_fields, neighbour_offsets
 
-__all__ = ["smooth", "sweeps", "sweep_sensitivity", "Smooth"]
+__all__ = ["apply_sweeps", "sweeps", "sweep_sensitivity", "Sweeps"]
 
 
 def _colours(dims: int) -> list[tuple[int, ...]]:
@@ -250,7 +250,7 @@ def sweep_sensitivity(hessian: torch.Tensor, free: torch.Tensor, load: torch.Ten
     return g, states, directions[::-1]
 
 
-class Smooth(torch.autograd.Function):
+class Sweeps(torch.autograd.Function):
     """u = S^k(v) forward (``smoothed``, computed outside); backward (Mᵀ)^k g, Mᵀ g = g - A (B g) (module docstring),
     and, where the parameters ``instances`` need a gradient, the colour steps' implicit-function-theorem terms
     (:func:`sweep_sensitivity`; ``family``'s energy must be the quadratic the sweeps minimise)."""
@@ -266,7 +266,7 @@ class Smooth(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         hessian, free, operator = ctx.operator
         dp = None
-        with ctx.clock.part(SMOOTHING, grad.device):
+        with ctx.clock.part(SWEEPS, grad.device):
             g = as_blocks(grad.double(), ctx.vector)
             if ctx.instances is not None and ctx.needs_input_grad[2]:
                 from diffnet.multigrid.sensitivity import parameter_vjp
@@ -283,7 +283,7 @@ class Smooth(torch.autograd.Function):
         return as_fields(g, ctx.vector).to(grad.dtype), None, dp, None, None, None, None, None, None
 
 
-def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, count: int, vector: bool,
+def apply_sweeps(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: torch.Tensor, count: int, vector: bool,
            clock: PartClock | None = None, instances: torch.Tensor | None = None, family=None) -> torch.Tensor:
     """The field ``u`` (S, [C,] *grid; ``vector``: C > 1) after ``count`` symmetric Gauss-Seidel sweeps with the fine
     Hessian ``hessian`` (S, C, C, 3^d, *grid), its free nodes (S, C, *grid) and its load (S, C, *grid), float64 (a coarse
@@ -293,13 +293,13 @@ def smooth(u: torch.Tensor, hessian: torch.Tensor, free: torch.Tensor, load: tor
     if count == 0:
         return u
     clock = clock if clock is not None else PartClock()
-    with clock.part(SMOOTHING, u.device), torch.inference_mode(False), torch.no_grad():
+    with clock.part(SWEEPS, u.device), torch.inference_mode(False), torch.no_grad():
         v = as_blocks(u.detach().clone().double(), vector)
         operator = prepared(hessian, free)
         smoothed = as_fields(sweeps(hessian, free, load, v, count, operator), vector).to(u.device)
     smoothed = smoothed.to(u.dtype)
     through_params = instances is not None and instances.requires_grad
     if torch.is_grad_enabled() and (u.requires_grad or through_params):
-        return Smooth.apply(u, smoothed, instances if through_params else None, (hessian, free, operator), count, vector,
+        return Sweeps.apply(u, smoothed, instances if through_params else None, (hessian, free, operator), count, vector,
                             clock, family, load)
     return smoothed

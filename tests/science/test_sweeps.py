@@ -10,10 +10,10 @@ import torch
 import pytest
 
 from diffnet.multigrid.coarse import CoarseSpace, coarse_correction
-from diffnet.multigrid.corrected import CoarseCorrected
+from diffnet.product.corrected import CoarseCorrected
 from diffnet.multigrid.hessian import energy_norms
 from diffnet.multigrid.stencil import as_blocks, as_fields
-from diffnet.multigrid.smoother import sweeps
+from diffnet.multigrid.sweeps import sweeps
 from diffnet.families.elasticity import ElasticityFamily
 from diffnet.families.poisson import PoissonFamily
 
@@ -49,11 +49,11 @@ def test_smoothing_backward_is_the_transpose_of_the_forward():
     p, exact, u = _setup(family)
     v = u.clone().requires_grad_(True)
     w = torch.randn_like(u, generator=torch.Generator().manual_seed(5))
-    (coarse_correction(family, v, p, 5, smoothing=2) * w).sum().backward()
+    (coarse_correction(family, v, p, 5, sweeps=2) * w).sum().backward()
     d = torch.randn_like(u, generator=torch.Generator().manual_seed(6))
     eps = 1e-6
-    numeric = ((coarse_correction(family, u + eps * d, p, 5, smoothing=2)
-                - coarse_correction(family, u - eps * d, p, 5, smoothing=2)) * w).sum() / (2 * eps)
+    numeric = ((coarse_correction(family, u + eps * d, p, 5, sweeps=2)
+                - coarse_correction(family, u - eps * d, p, 5, sweeps=2)) * w).sum() / (2 * eps)
     assert abs(float((v.grad * d).sum()) - float(numeric)) < 1e-6 * abs(float(numeric))
 
 
@@ -62,7 +62,7 @@ def test_smoothing_removes_the_high_frequency_error_the_correction_leaves():
     one sweep takes out most of it, two more (measured: 0.70 -> 0.070 -> 0.036 on the scalar family)."""
     for family in (PoissonFamily(resolution=(33, 33)), ElasticityFamily(resolution=(33, 33))):
         p, exact, u = _setup(family, s=2, noise=1e-2)
-        error = [energy_norms(family, p, exact, coarse_correction(family, u, p, 9, smoothing=k) - exact)[0]
+        error = [energy_norms(family, p, exact, coarse_correction(family, u, p, 9, sweeps=k) - exact)[0]
                  for k in (0, 1, 2)]
         assert (error[1] < 0.2 * error[0]).all() and (error[2] < 0.6 * error[1]).all(), family.name
 
@@ -70,7 +70,7 @@ def test_smoothing_removes_the_high_frequency_error_the_correction_leaves():
 def test_the_gpus_batched_sweeps_and_the_cpus_compiled_ones_agree():
     """Two implementations of one sweep (batched tensor updates per colour on a GPU, a compiled node loop on the CPU)
     visit the same colours in the same order: the same field to rounding, in 2-D and 3-D, one unknown and several."""
-    from diffnet.multigrid.smoother import _by_colour, _inverse_diagonal, prepared
+    from diffnet.multigrid.sweeps import _by_colour, _inverse_diagonal, prepared
     from diffnet.families.elasticity import Elasticity3DFamily
 
     for family in (ElasticityFamily(resolution=(9, 9)), PoissonFamily(resolution=(9, 9)), Elasticity3DFamily(resolution=(5, 5, 5))):
@@ -93,10 +93,10 @@ def test_cycles_repeat_the_correction_and_its_sweeps_and_converge_to_the_grids_s
         p, exact, u = _setup(family, s=2, noise=1e-2)
         lift = family.field(torch.zeros(u.shape[0], len(family.unknowns), *family.resolution, dtype=torch.float64), p)
         raw = (u - lift).reshape(u.shape[0], len(family.unknowns), *family.resolution)
-        product = lambda k, sweeps=2: CoarseCorrected(family, family, 9, smoothing=sweeps, cycles=k).field(raw, p)  # noqa: E731
+        product = lambda k, sweeps=2: CoarseCorrected(family, family, 9, sweeps=sweeps, cycles=k).field(raw, p)  # noqa: E731
         composed = u
         for _ in range(2):
-            composed = coarse_correction(family, composed, p, 9, quadratic=True, smoothing=2)
+            composed = coarse_correction(family, composed, p, 9, quadratic=True, sweeps=2)
         assert float((product(2) - composed).abs().max()) <= 1e-12 * float(exact.abs().max()), family.name
         errors = [energy_norms(family, p, exact, product(k) - exact)[0] for k in (1, 2, 3)]
         assert (errors[1] < 0.6 * errors[0]).all() and (errors[2] < 0.6 * errors[1]).all(), (family.name, errors)
@@ -107,4 +107,4 @@ def test_cycles_repeat_the_correction_and_its_sweeps_and_converge_to_the_grids_s
 def test_cycles_without_sweeps_between_are_refused():
     family = PoissonFamily(resolution=(9, 9))
     with pytest.raises(ValueError, match="cycles must be 1, or more with sweeps"):
-        CoarseCorrected(family, family, 3, smoothing=0, cycles=2)
+        CoarseCorrected(family, family, 3, sweeps=0, cycles=2)

@@ -1,5 +1,5 @@
 """What an engineer reads against its floor, for a trained run's product with k Gauss-Seidel sweeps after its coarse
-correction (``model.smoothing``) and with a finer coarse grid, side by side on the same held-out instances: the
+correction (``model.sweeps``) and with a finer coarse grid, side by side on the same held-out instances: the
 field's, each derived field's (stress, flux) and the energy norm's error over its floor, and the inference's ms per
 instance (batched, one thread), all in one run.
 
@@ -10,7 +10,7 @@ every sweep count above 0; ``--from-lift``: the same products with the network's
 is then the boundary data's lift alone): the classical two-grid iteration the network's field starts, at the cost
 of what it spares.
 
-    python benchmarks/smoothing.py RUN_DIR [--sweeps 0 1 2 4] [--cycles 1 2 3] [--coarse 33] [--from-lift]
+    python benchmarks/sweeps.py RUN_DIR [--sweeps 0 1 2 4] [--cycles 1 2 3] [--coarse 33] [--from-lift]
                                    [--samples 16] [--out FILE.json]
 """
 
@@ -28,23 +28,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def arm(run, model, generator, instances, batch: int, truth=None) -> tuple[dict, float, object]:
-    """The product's ratios to the floor (field, energy norm, derived fields), its batched ms per instance, and the
-    truth (``truth``: already solved, by an earlier arm)."""
+def arm(run, product, instances, batch: int, truth=None) -> tuple[dict, float, object]:
+    """The product's ratios to the floor (field, the loss's norm, derived fields), its batched ms per instance, and
+    the truth (``truth``: already solved, by an earlier arm)."""
     from deepfusion.analysis.derived import measure
-    from deepfusion.analysis.inference import against_floor, predict
+    from deepfusion.analysis.inference import against_floor
 
     family = run.family
-    predict(model, generator, instances[:batch], batch)  # untimed: kernels built once per shape
-    generator.clear_caches()
+    product.fields(instances[:batch], batch)  # untimed: kernels built once per shape
+    product.clear_caches()
     t0 = time.perf_counter()
-    pred = predict(model, generator, instances, batch)
+    pred = product.fields(instances, batch)
     ms = (time.perf_counter() - t0) / len(instances) * 1e3
     acc = against_floor(family, instances, pred, truth=truth)
     derived = measure(family, instances, pred, acc.truth, acc.optimum)
     ratios = {"field": acc.ratio, "error": float(acc.error.mean()), "floor": float(acc.floor.mean())}
     if derived.energy:
-        ratios["energy norm"] = derived.energy["ratio_to_floor"]
+        ratios[derived.energy["name"]] = derived.energy["ratio_to_floor"]
     ratios |= {name: row["ratio_to_floor"] for name, row in derived.errors.items()}
     for name, row in derived.quantities.items():
         ratios[f"{name} mean / max error"] = [row["mean_rel_error"], row["max_rel_error"]]
@@ -91,22 +91,24 @@ def main(argv=None) -> int:
     apply_threads(1)
     from deepfusion.training.rundir import trained_model
 
+    from diffnet.product.product import Product
+
     run, model, path = trained_model(args.run_dir)
-    base = run.product()
-    if base is run.family:
-        raise SystemExit(f"{args.run_dir}: the run's generator has no coarse correction (model.coarse_correction)")
+    base = run.finish()
+    if not base.coarse:
+        raise SystemExit(f"{args.run_dir}: the run's product has no coarse correction (model.coarse_correction)")
     instances = run.heldout_first(args.samples)
     print(f"{args.run_dir} ({run.family.name}, {'x'.join(map(str, run.family.resolution))}), {path.name}: "
           f"{len(instances)} held-out instances, one thread", flush=True)
     # Every coarse grid with every sweep count, and each count above 0 with every number of cycles.
-    designs = [(n, k, c) for n in (base.nodes, *args.coarse) for k in args.sweeps for c in args.cycles if k or c == 1]
+    designs = [(n, k, c) for n in (base.coarse, *args.coarse) for k in args.sweeps for c in args.cycles if k or c == 1]
     arms = [(f"coarse {n}, {k} sweeps" + (f" x {c}" if c > 1 else ""),
-             dataclasses.replace(base, nodes=n, smoothing=k, cycles=c)) for n, k, c in designs]
+             dataclasses.replace(base, coarse=n, sweeps=k, cycles=c)) for n, k, c in designs]
     starts = [("", model)] + ([("lift: ", lift(model, run, instances))] if args.from_lift else [])
     rows, truth = [], None
-    for (start, network), (label, generator) in itertools.product(starts, arms):
+    for (start, network), (label, finish) in itertools.product(starts, arms):
         label = start + label
-        ratios, ms, truth = arm(run, network, generator, instances, args.batch, truth)
+        ratios, ms, truth = arm(run, Product(run.family, network, finish), instances, args.batch, truth)
         rows.append({"arm": label, "ms_per_instance": ms, "ratios_to_floor": ratios})
         print(f"  {label:24s} {ms:7.2f} ms  " + ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v[0]:.2%}/{v[1]:.2%}"
