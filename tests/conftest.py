@@ -27,8 +27,12 @@ def reference_cache(tmp_path_factory):
     from deepfusion.analysis.reference_cache import ENV
 
     before = {name: os.environ.get(name) for name in (ENV, _SHARED_CACHE)}
-    os.environ[ENV] = os.environ[_SHARED_CACHE] = (before[_SHARED_CACHE]
-                                                    or str(tmp_path_factory.mktemp("reference-cache")))
+    # Under xdist the workers share one (its entries are written atomically): each truth is solved once per session.
+    shared = tmp_path_factory.getbasetemp().parent / "reference-cache" if os.environ.get("PYTEST_XDIST_WORKER") else None
+    if shared is not None:
+        shared.mkdir(exist_ok=True)
+    os.environ[ENV] = os.environ[_SHARED_CACHE] = (before[_SHARED_CACHE] or str(shared or tmp_path_factory.mktemp(
+        "reference-cache")))
     yield os.environ[ENV]
     for name, value in before.items():
         if value is None:
@@ -61,8 +65,15 @@ _seconds: dict[str, float] = {}
 _slow: set[str] = set()
 
 
+def pytest_configure(config):
+    """Under xdist (DEVELOPING.md) each worker computes on one thread: two workers share the two cores, not four."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
-    _slow.update(item.nodeid for item in items if item.get_closest_marker("slow"))
     # The one marker of the tests that start mpiexec: skipped, with the reason, where there is none (or none that
     # belongs to mpi4py's MPI).
     launching = [item for item in items if item.get_closest_marker("needs_mpiexec")]
@@ -76,7 +87,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_logreport(report):
+    # Read off the report, not the collection: under xdist the controller collects nothing.
     _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+    if "slow" in report.keywords:
+        _slow.add(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -29,7 +29,9 @@ class Assessment:
     """What an evaluation found, computed without printing or writing (:func:`assess`); :func:`print_assessment`
     shows it, :meth:`report` is ``eval.json``'s content."""
 
+    parameter: str  # the instances' name (the family's parameter)
     test: np.ndarray  # the held-out instances
+    resolution: tuple[int, ...]  # the grid
     accuracy: FloorReport  # error against the truth, the floor, their ratio
     structure: dict  # where the error lives (low-mode share, the coarse level's imprint)
     per_field: dict  # each unknown alone (several unknowns only)
@@ -42,10 +44,10 @@ class Assessment:
     steps: tuple[str, ...] = ()  # the product's chain, link by link (Product.steps)
     first_call_seconds: float | None = None  # the same fields on the process's first call (compiles, kernels)
 
-    def report(self, run, train_seconds: float | None) -> dict:
+    def report(self, train_seconds: float | None) -> dict:
         """``eval.json``'s content."""
-        cfg, pname, acc = run.cfg, run.family.parameters.name, self.accuracy
-        return {"parameter": pname, pname: self.test.tolist(), "resolution": list(cfg.problem.resolution),
+        pname, acc = self.parameter, self.accuracy
+        return {"parameter": pname, pname: self.test.tolist(), "resolution": list(self.resolution),
                 "product": {"chain": " -> ".join(self.steps), "steps": list(self.steps)},
                 **acc.as_dict(), "train_seconds": train_seconds, "reference_seconds": acc.truth_seconds,
                 "inference_seconds": self.infer_seconds, "inference_first_call_s": self.first_call_seconds,
@@ -65,16 +67,16 @@ def assess(run, product, test: np.ndarray, pred: np.ndarray, timing: dict | None
     acc = against_floor(family, test, pred)
     structure = error_structure(pred, acc.truth, acc.optimum, coarse_imprint(run, product.model, test, pred.shape[1:]),
                                 dims=len(family.coordinates()))
-    return Assessment(test, acc, structure, _per_field(family, pred, acc),
+    return Assessment(family.parameters.name, test, tuple(family.resolution), acc, structure,
+                      _per_field(family, pred, acc),
                       _estimated_error(cfg, family, test, pred, acc), _first_stage(product, test, acc),
                       timing.get("seconds", float("nan")), dict(timing.get("parts") or {}), timing.get("newton_steps"),
                       measure(family, test, pred, acc.truth, acc.optimum), tuple(product.steps()),
                       timing.get("first_call"))
 
 
-def print_assessment(run, found: Assessment, names: list[str]) -> None:
+def print_assessment(found: Assessment, names: list[str]) -> None:
     """The evaluation's table and its lines, as a run prints them."""
-    cfg, family = run.cfg, run.family
     acc, structure, estimate, first = found.accuracy, found.structure, found.estimate, found.first
     width = max(10, max(len(n) for n in names))
     print(f"\n{'instance':>{width}}   rel. L2 vs reference   floor    ratio")
@@ -87,8 +89,8 @@ def print_assessment(run, found: Assessment, names: list[str]) -> None:
               f"{row['ratio_to_floor']:5.2f}   (each field alone, mean over the instances)")
     for line in found.derived.lines(width):
         print(line)
-    print(f"grid {'x'.join(map(str, cfg.problem.resolution))}; reference: {acc.truth_name}; "
-          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or not family.has("floor") else
+    print(f"grid {'x'.join(map(str, found.resolution))}; reference: {acc.truth_name}; "
+          f"floor: {acc.floor_name}" + ("" if acc.floor_is_root.all() or acc.optimum is None else
                                            f" (no root for instances {np.flatnonzero(~acc.floor_is_root).tolist()}: "
                                            "their least-squares optimum)") + "\n")
     if structure:
@@ -98,10 +100,11 @@ def print_assessment(run, found: Assessment, names: list[str]) -> None:
                   f"(imprint {structure['mean_coarse_imprint_rel_l2']:.4f} of the field)"
                   if "imprint_cosine" in structure else ""))
     if estimate:
+        vcycles = estimate.get("estimate_vcycles", 1)
         print(f"error against this grid's own solution: {np.mean(estimate['grid_rel_l2']):.4f} measured"
               + (f", {np.mean(estimate['estimated_grid_rel_l2']):.4f} estimated by |B g| / |u - B g| "
-                 f"({cfg.train.precondition_vcycles} V-cycle{'s' if cfg.train.precondition_vcycles > 1 else ''}; "
-                 "the preconditioned loss's value, data-free)" if "estimated_grid_rel_l2" in estimate else ""))
+                 f"({vcycles} V-cycle{'s' if vcycles > 1 else ''}; the preconditioned loss's value, data-free)"
+                 if "estimated_grid_rel_l2" in estimate else ""))
     if first:
         print(f"the first stage alone: error {np.mean(first['first_stage_rel_l2']):.4f}, ratio "
               f"{first['first_stage_ratio_to_floor']:.2f}; the second stage takes it to {acc.ratio:.2f}")
@@ -112,7 +115,7 @@ def print_assessment(run, found: Assessment, names: list[str]) -> None:
           + ("" if found.first_call_seconds is None else
              f" (warm; the process's first call {found.first_call_seconds:.3f} s, with its compiles and kernels)")
           + (f"; the coarse correction and its sweeps {correction:.3f} s ({correction / seconds:.0%})"
-             if cfg.model.coarse_correction and seconds > 0 and found.parts else "")
+             if correction > 0 and seconds > 0 else "")
           + (f"; the polish {total(found.parts, (POLISH,)) * count:.3f} s"
              if POLISH in found.parts else "")  # (a split run's fields come untimed by part)
           + f"; reference {acc.truth_seconds:.2f} s, floor {acc.floor_seconds:.2f} s")
@@ -183,9 +186,9 @@ def evaluate_run(run, model: torch.nn.Module, run_dir: Path, train_seconds: floa
     write_fields(run_dir / "test_reference.h5", found.accuracy.truth, coords, {pname: test},
                  run.field_attrs("reference") | {"reference": found.accuracy.truth_name}, domain,
                  layout, found.derived.truth_fields)
-    (run_dir / "eval.json").write_text(json.dumps(found.report(run, train_seconds), indent=2) + "\n")
+    (run_dir / "eval.json").write_text(json.dumps(found.report(train_seconds), indent=2) + "\n")
     names = instance_labels(family, test)
-    print_assessment(run, found, names)
+    print_assessment(found, names)
     if cfg.output.plots:
         _plots(family, test, pred, found.accuracy, names, run_dir / "plots", found.derived, product.name())
     print(f"run directory: {run_dir}")
@@ -224,9 +227,10 @@ def _estimated_error(cfg, family, test: np.ndarray, pred: np.ndarray, acc: Floor
     measured = {"grid_rel_l2": relative_l2(pred, acc.optimum).tolist()}
     if family.loss().kind != "energy":
         return measured
+    vcycles = cfg.train.precondition_vcycles
     estimated = error_estimate(family, torch.as_tensor(pred, dtype=torch.float64),
-                               torch.as_tensor(test, dtype=torch.float64), cfg.train.precondition_vcycles)
-    return measured | {"estimated_grid_rel_l2": estimated.tolist()}
+                               torch.as_tensor(test, dtype=torch.float64), vcycles)
+    return measured | {"estimated_grid_rel_l2": estimated.tolist(), "estimate_vcycles": vcycles}
 
 
 def _loss_only(family, test: np.ndarray, pred: np.ndarray, run_dir: Path, train_seconds, infer_seconds) -> None:

@@ -52,10 +52,10 @@ def test_the_evaluation_is_a_pure_report_and_a_printer(vector_run, capsys):
     found = assess(s.run, s.product, test, pred, {"seconds": 0.0})
     assert capsys.readouterr().out == "" and set(run_dir.rglob("*")) == before
     saved = json.loads((run_dir / "eval.json").read_text())
-    report = found.report(s.run, saved["train_seconds"])
+    report = found.report(saved["train_seconds"])
     assert report["mean_rel_l2"] == pytest.approx(saved["mean_rel_l2"], rel=1e-9)
     assert report["fields"].keys() == {"u_x", "u_y"}
-    print_assessment(s.run, found, ["a", "b"])
+    print_assessment(found, ["a", "b"])
     table = capsys.readouterr().out
     assert "(each field alone, mean over the instances)" in table
     mean = [line.split() for text in (table, stdout) for line in text.splitlines() if line.split()[:1] == ["mean"]]

@@ -530,7 +530,7 @@ def test_the_two_species_family_trains_with_the_pages_winning_setting(tmp_path):
                    "--set", "model.channels=[4,8]", "--set", "parallel.threads_per_rank=1",
                    "--set", "output.plots=false", *sets, path=[tmp_path])
     assert proc.returncode == 0, proc.stderr
-    assert "an exact coarse correction on 9x9" in proc.stdout and "the second stage takes it to" in proc.stdout
+    assert "-> coarse correction on 9x9 (one kept solve)" in proc.stdout and "the second stage takes it to" in proc.stdout
 
 
 def test_a_plugin_written_against_the_module_paths_of_before_is_told_their_moves(tmp_path):
