@@ -47,11 +47,22 @@ def tiny_runs(tmp_path_factory) -> dict[str, Path]:
     for the tests that only read a run (the API, the examples, bad input): {"burgers": dir, "poisson": dir}.
     Tests must not write into them."""
     quiet = ["--set", "train.epochs=2", "--set", "output.plots=false"]
-    burgers, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "burgers.toml"), "burgers", *TINY, *quiet,
-                            "--set", "burgers.test_c=[4.1]")
-    poisson, _ = train_once(tmp_path_factory, str(ROOT / "configs" / "poisson.toml"), "poisson",
-                            *tiny("poisson.toml"), *quiet, "--set", "data.n_test=2")
-    return {"burgers": burgers, "poisson": poisson}
+    commands = {"burgers": [str(ROOT / "configs" / "burgers.toml"), *TINY, *quiet, "--set", "burgers.test_c=[4.1]"],
+                "poisson": [str(ROOT / "configs" / "poisson.toml"), *tiny("poisson.toml"), *quiet,
+                            "--set", "data.n_test=2"]}
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return {name: train_once(tmp_path_factory, args[0], name, *args[1:])[0] for name, args in commands.items()}
+    # Under xdist the first worker to ask trains them, the others wait on the lock and read them.
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "tiny-runs"
+    shared.mkdir(exist_ok=True)
+    with FileLock(shared / "lock"):
+        for name, args in commands.items():
+            if not (shared / name / "eval.json").is_file():
+                proc = run_cli("train", args[0], "--out", str(shared / name), *args[1:])
+                assert proc.returncode == 0, proc.stderr
+    return {name: shared / name for name in commands}
 
 
 @pytest.fixture

@@ -48,6 +48,11 @@ def has_lbfgs(optimizer: str) -> bool:
     return OPTIMIZERS[optimizer][1]
 
 
+def _within(low: int, high: int):
+    """The check of a whole number in low..high (both included)."""
+    return lambda v: None if low <= v <= high else f"must be in {low}..{high}"
+
+
 def _nonempty(v: str) -> str | None:
     return None if v.strip() else "must not be empty"
 
@@ -124,18 +129,18 @@ class ModelConfig:
             "the family's loss: an energy's minimiser over u~ + range(P) (u~ - P A_c^-1 P^T g(u~) for a quadratic one), "
             "a residual's least-squares minimiser (Gauss-Newton); at most half the intervals of each level's grid; part "
             "of the product in training and every command that runs it; see Physics")
-    sweeps: int = _key(lambda v: None if 0 <= v <= 128 else "must be in 0..128", default=0,
+    sweeps: int = _key(_within(0, 128), default=0,
         doc="symmetric Gauss-Seidel sweeps after the coarse correction (needs `model.coarse_correction`): an energy's "
             "with its Hessian, a residual's on J^T J; the high-frequency error the coarse space cannot touch, small in "
             "the field and large in its gradient (stress, flux), removed at a few stencil products a sweep; the "
             "product's step in every command that runs a trained generator (the first stage trains without them, a "
             "second stage through them); see Physics")
-    cycles: int = _key(lambda v: None if 1 <= v <= 16 else "must be in 1..16", default=1,
+    cycles: int = _key(_within(1, 16), default=1,
         doc="times the product repeats its coarse correction and sweeps (a two-grid cycle from the network's field; "
             "more than 1 needs `model.sweeps`): the second correction removes the smooth error the first one's sweeps "
             "leave, where more sweeps would not (Poisson 256^2: 1 cycle of 32 sweeps 2.2x the floor, 3 of 8 sweeps "
             "1.00x); inference only, like the sweeps; see Physics")
-    polish: int = _key(lambda v: None if 0 <= v <= 100 else "must be in 0..100", default=0,
+    polish: int = _key(_within(0, 100), default=0,
         doc="steps of the family's classical polish (Burgers: Newton steps of its implicit scheme; the Q1 "
             "families: V-cycles) that finish the product's field in every command that runs a trained generator: a "
             "hybrid, reported as the run's product; inference only and without gradients (inverse problems take "
@@ -172,7 +177,7 @@ class TrainConfig:
         doc="`family` (the family's own loss, e.g. the Q1 energy) or `preconditioned` (1/2 |B g|^2, the family's "
             "gradient g through B, `train.precondition_vcycles` V-cycles of its Hessian, in float64: an estimate of the "
             "squared relative error; families whose loss is an energy; see Physics)")
-    precondition_vcycles: int = _key(lambda v: None if 1 <= v <= 10 else "must be in 1..10", default=1,
+    precondition_vcycles: int = _key(_within(1, 10), default=1,
         doc="V-cycles in B (`train.loss = 'preconditioned'`, a second stage's input, the estimated error)")
     precondition_form: str = _key(_choice("target", "loss"), default="target",
         doc="`target` (1/2 |u - sg(u - B g)|^2: gradient B g) or `loss` (1/2 |B g(u)|^2: gradient H B B g)")
@@ -187,7 +192,7 @@ class TrainConfig:
         doc="`full` (fixed objective, torch's L-BFGS with strong-Wolfe line search) or `multibatch` (overlapping batches)")
     lbfgs_iterations: int = _key(_positive, default=50,
         doc="L-BFGS iterations (one per training step)")
-    lbfgs_history: int = _key(lambda v: None if 1 <= v <= 1000 else "must be in 1..1000", default=20,
+    lbfgs_history: int = _key(_within(1, 1000), default=20,
         doc="curvature pairs kept")
     lbfgs_lr: float = _key(_positive, default=1.0,
         doc="first trial step length")
@@ -239,7 +244,7 @@ class MultigridConfig:
         doc="global batch of each level (`[]`: `train.batch_size`)")
     transfer: str = _key(_choice("deepen", "carry"), default="deepen",
         doc="`deepen`: one refinement level added on top of the generator per finer grid; `carry`: the same network on every grid")
-    top_channels: int = _key(lambda v: None if 1 <= v <= 4096 else "must be in 1..4096", default=16,
+    top_channels: int = _key(_within(1, 4096), default=16,
         doc="width of each added refinement level")
     coarse_loss: str = _key(_choice("rediscretised", "galerkin"), default="rediscretised",
         doc="loss of the coarser levels: `rediscretised` (the problem on the level's own grid) or `galerkin` "

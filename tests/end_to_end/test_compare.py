@@ -105,7 +105,7 @@ def test_inference_timing_reports_the_batched_fields():
     assert timings["inference_batch"] == 3 and timings["diffnet_s_single"] > 0
 
 
-@pytest.mark.parametrize("config, name", [(POISSON, "poisson"), (BURGERS, "burgers")])
+@pytest.mark.parametrize("config, name", [(POISSON, "poisson"), (BURGERS, "burgers")], ids=["poisson", "burgers"])
 def test_report_on_a_tiny_run(tmp_path_factory, tmp_path, config, name):
     run_dir, _ = train_once(tmp_path_factory, config, name, *tiny(config), "--set", "data.n_test=3",
                             "--set", "output.plots=false")

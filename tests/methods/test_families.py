@@ -244,6 +244,16 @@ def _section_code(heading: str) -> str:
     return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
 
 
+def _write_section(tmp_path, heading: str, end: str, module: str, config: str) -> str:
+    """docs/families.md's section from ``heading`` to ``end``: its first python block written to ``module``, its first
+    toml block to ``config`` (both in ``tmp_path``), as the page has them; the section's text."""
+    text = (ROOT / "docs" / "families.md").read_text()
+    section = text[text.index(heading):text.index(end)]
+    (tmp_path / module).write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    (tmp_path / config).write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    return section
+
+
 @pytest.mark.timeout(600)
 def test_the_classical_example_is_swept_by_compare_as_written(tmp_path):
     config = _tutorial(tmp_path)
@@ -352,11 +362,8 @@ def test_the_two_entry_family_from_the_docs_trains_infers_and_compares_by_its_na
 
     from helpers import child_env
 
-    heading = "## A second complete family: two parameters, variable coefficients"
-    text = (ROOT / "docs" / "families.md").read_text()
-    section = text[text.index(heading):text.index("## Installing a family as a package")]
-    (tmp_path / "heat_source.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
-    (tmp_path / "heat.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    section = _write_section(tmp_path, "## A second complete family: two parameters, variable coefficients",
+                             "## Installing a family as a package", "heat_source.py", "heat.toml")
     commands = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
     small = " ".join(shlex.quote(a) for a in ["--set", "problem.resolution=[17,17]", "--set", "data.n_train=32",
                                               "--set", "train.epochs=3", "--set", "data.n_test=2",
@@ -440,10 +447,8 @@ def test_a_familys_value_error_while_it_is_configured_is_one_line_and_writes_not
 
 def _cut_domain_example(tmp_path):
     """docs/families.md's complete cut-domain family and its config, written from the page as they stand."""
-    text = (ROOT / "docs" / "families.md").read_text()
-    section = text[text.index("## A domain cut out of the grid"):text.index("## Installing a family as a package")]
-    (tmp_path / "heat_lplate.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
-    (tmp_path / "lplate.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    _write_section(tmp_path, "## A domain cut out of the grid", "## Installing a family as a package", "heat_lplate.py",
+                   "lplate.toml")
     return tmp_path / "lplate.toml"
 
 
@@ -641,11 +646,8 @@ def test_the_residual_family_of_the_docs_trains_with_its_correction_and_sweeps_i
     # Gauss-Newton norm and the error against the scheme's own solution; compare races Newton with a sparse LU.
     import shlex
 
-    heading = "## A residual family: advection, diffusion and a cubic reaction"
-    text = (ROOT / "docs" / "families.md").read_text()
-    section = text[text.index(heading):text.index("## Outputs an engineer reads")]
-    (tmp_path / "advection_reaction.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
-    (tmp_path / "wind.toml").write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    section = _write_section(tmp_path, "## A residual family: advection, diffusion and a cubic reaction",
+                             "## Outputs an engineer reads", "advection_reaction.py", "wind.toml")
     small = ["--set", "problem.resolution=[17,17]", "--set", "multigrid.levels=[9,17]", "--set", "multigrid.epochs=[3,2]",
              "--set", "data.n_train=16", "--set", "data.n_test=2", "--set", "model.coarse_correction=5",
              "--set", "parallel.threads_per_rank=1", "--set", "output.plots=false"]
