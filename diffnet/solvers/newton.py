@@ -31,7 +31,8 @@ def _single(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
     return fn(x[None])[0]
 
 
-def sparse_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reach: int) -> sp.csr_matrix:
+def sparse_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reach: int,
+                    components: bool = False) -> sp.csr_matrix:
     """The Jacobian of ``fn`` at ``x`` as a sparse matrix (rows: outputs, columns: unknowns, both row-major).
 
     Parameters
@@ -41,13 +42,17 @@ def sparse_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
     x : torch.Tensor
         Unknowns on a 1-D or 2-D grid, float64.
     reach : int
-        Residual p depends only on unknowns q with |q_i - p_i| <= reach on every axis.
+        Residual p depends only on unknowns q with |q_i - p_i| <= reach on every grid axis.
+    components : bool
+        Whether the first axis holds several unknowns per node (velocity and pressure), each residual component at a
+        node depending on every component within reach: that axis is coloured one component at a time.
     """
     shape = tuple(x.shape)
     period = 2 * reach + 1
     nodes = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
-    colours = list(itertools.product(range(period), repeat=len(shape)))
-    weights = torch.stack([torch.as_tensor(np.logical_and.reduce([g % period == c for g, c in zip(nodes, colour)]),
+    periods = [shape[0] if components else period] + [period] * (len(shape) - 1)
+    colours = list(itertools.product(*[range(m) for m in periods]))
+    weights = torch.stack([torch.as_tensor(np.logical_and.reduce([g % m == c for g, m, c in zip(nodes, periods, colour)]),
                                            dtype=x.dtype) for colour in colours])
     batch = x.detach().expand(len(colours), *shape).clone().requires_grad_(True)
     with torch.enable_grad():
@@ -58,6 +63,8 @@ def sparse_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
     for k, colour in enumerate(colours):
         # Entry (p, q) for every unknown q and the one residual node p of this colour within reach.
         p = [g + (c - g + reach) % period - reach for g, c in zip(nodes, colour)]
+        if components:  # the residual component is the colour's own, whatever the unknown's
+            p[0] = np.full_like(nodes[0], colour[0])
         inside = np.logical_and.reduce([(pi >= 0) & (pi < n) for pi, n in zip(p, shape)])
         values = products[k][inside]
         keep = values != 0.0
@@ -76,6 +83,7 @@ def newton_solve(
     max_iter: int = 60,
     what: str = "residual",
     strict: bool = True,
+    components: bool = False,
 ) -> torch.Tensor:
     """Solve fn(x) = 0 from ``x0`` by Newton's method with backtracking on ||fn(x)||.
 
@@ -83,7 +91,8 @@ def newton_solve(
 
     Backtracking (halving the step until the residual norm falls) carries Newton across
     the kinks of limiters and upwind fluxes. Stops when max |fn(x)| < ``tol``, or after
-    ``max_iter`` iterations.
+    ``max_iter`` iterations. ``components``: the first axis holds several unknowns per node
+    (:func:`sparse_jacobian`).
 
     Raises
     ------
@@ -96,7 +105,7 @@ def newton_solve(
     for _ in range(max_iter):
         if float(g.abs().max()) < tol:
             return x
-        jac = sparse_jacobian(fn, x, reach)
+        jac = sparse_jacobian(fn, x, reach, components)
         step = torch.as_tensor(spsolve(jac.tocsc(), g.reshape(-1).numpy()), dtype=x.dtype).reshape(x.shape)
         norm, alpha = float(g.norm()), 1.0
         while True:
