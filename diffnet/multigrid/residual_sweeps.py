@@ -63,8 +63,8 @@ def _owners(grid: tuple[int, ...], spacing: tuple[int, ...], colour: tuple[int, 
     return held, owner.flatten()
 
 
-def _loss(family: Family, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
-    return family.loss().residual(u, instances).square().flatten(1).sum(1)
+def _loss(residual, u: torch.Tensor, instances: torch.Tensor) -> torch.Tensor:
+    return residual(u, instances).square().flatten(1).sum(1)
 
 
 def residual_sweeps(family: Family, u: torch.Tensor, instances: torch.Tensor, count: int,
@@ -84,8 +84,9 @@ def residual_sweeps(family: Family, u: torch.Tensor, instances: torch.Tensor, co
         raise RuntimeError("a residual's sweeps have no gradient: they finish the product at inference only (the "
                            "first stage trains without them)")
     clock = clock if clock is not None else PartClock()
-    vector = components(family) > 1
     channels = components(family)
+    vector = channels > 1
+    residual = family.loss().residual
     with clock.part(SWEEPS, u.device), torch.inference_mode(False), torch.no_grad():
         w = as_blocks(u.detach().clone().double(), vector)
         p = instances.detach().clone()
@@ -96,7 +97,7 @@ def residual_sweeps(family: Family, u: torch.Tensor, instances: torch.Tensor, co
         spacing = tuple(min(n, 2 * r - 1) for n, r in zip(grid, reach(family, as_fields(w, vector), p)))
         free = as_blocks(fixed_nodes(family, p, torch.float64).logical_not(), vector).double()
         colours = list(itertools.product(*[range(m) for m in spacing]))
-        losses = _loss(family, as_fields(w, vector), p)
+        losses = _loss(residual, as_fields(w, vector), p)
         s, nodes = w.shape[0], w[0, 0].numel()
         for _ in range(count):
             for colour in colours + colours[::-1]:
@@ -129,7 +130,7 @@ def residual_sweeps(family: Family, u: torch.Tensor, instances: torch.Tensor, co
                 taken = torch.zeros(s, dtype=torch.bool, device=w.device)
                 shape = (-1,) + (1,) * (w.ndim - 1)
                 for _ in range(HALVINGS + 1):
-                    trial = _loss(family, as_fields(w + alpha.reshape(shape) * step, vector), p)
+                    trial = _loss(residual, as_fields(w + alpha.reshape(shape) * step, vector), p)
                     fresh = ~taken & torch.isfinite(trial) & (trial <= losses)
                     losses = torch.where(fresh, trial, losses)
                     w = torch.where(fresh.reshape(shape), w + alpha.reshape(shape) * step, w)

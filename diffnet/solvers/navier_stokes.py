@@ -8,6 +8,8 @@ a Reynolds number beyond the reach of Newton from rest is approached by continua
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 
@@ -28,10 +30,16 @@ def cavity_boundary(n: int) -> tuple[np.ndarray, np.ndarray]:
     return fixed, values
 
 
+@lru_cache(maxsize=8)
+def _boundary_tensors(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Built once per grid: the residual is evaluated at every Newton step and line-search trial.
+    return tuple(torch.as_tensor(a) for a in cavity_boundary(n))
+
+
 def cavity_residual(fields: torch.Tensor, nu: torch.Tensor | float) -> torch.Tensor:
     """The residual with the boundary rows replaced by (field - boundary value), (S, 3, n, n)."""
     n = fields.shape[-1]
-    fixed, values = (torch.as_tensor(a, device=fields.device) for a in cavity_boundary(n))
+    fixed, values = (a.to(fields.device) for a in _boundary_tensors(n))
     r = navier_stokes_residual(fields, nu, (1.0 / (n - 1),) * 2)
     return torch.where(fixed, fields - values.to(fields.dtype), r * (n - 1) ** 2)
 
@@ -50,7 +58,7 @@ def cavity_solve(re: float, n: int, initial: np.ndarray | None = None, tol: floa
         x, ladder = torch.as_tensor(np.asarray(initial, dtype=np.float64)), [re]
     for r in ladder:
         fn = lambda f, nu=nu_of(r): cavity_residual(f, nu.expand(len(f)))  # noqa: E731
-        x = newton_solve(fn, x, reach=1, tol=tol, max_iter=steps or 40, what=f"cavity at Re = {r:g}",
+        x = newton_solve(fn, x, reach=1, tol=tol, max_iter=40 if steps is None else steps, what=f"cavity at Re = {r:g}",
                          strict=steps is None, components=True)
     out = x.numpy().copy()
     out[2] -= out[2].mean()
