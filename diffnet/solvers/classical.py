@@ -31,8 +31,9 @@ Q1_METHODS = {
     "sa-cg": "pyamg default smoothed aggregation + CG to 1e-8",
 }
 # The methods of a sweep that solve directly (a factorisation): every family whose classical side solves a sparse
-# linear system (or Newton's) sweeps at least one of these (tests/methods/test_classical_sweeps.py).
-DIRECT_METHODS = ("cholesky", "newton-cholesky")
+# linear system (or Newton's) sweeps at least one of these (tests/methods/test_strongest_classical.py); a
+# non-symmetric Jacobian (Navier-Stokes') takes a sparse LU.
+DIRECT_METHODS = ("cholesky", "newton-cholesky", "newton-lu")
 
 # Grids of the sweep, about a factor 1.5 apart: (2^k + 1) nodes and halfway between.
 _NODES = (5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049)

@@ -1,9 +1,13 @@
 """The lid-driven cavity's classical solve: Newton on the stabilised Q1 residual with a sparse LU.
 
 The unit square, the lid y = 1 moving at u = 1 (its two corners held at rest, the regularised cavity), the other
-walls at rest; the pressure pinned at the corner (0, 0) and reported mean-free. The Jacobian is read off the residual
-by coloured vector-Jacobian products (:func:`diffnet.solvers.newton.sparse_jacobian`), the steps solved by SuperLU;
-a Reynolds number beyond the reach of Newton from rest is approached by continuation from Re = 100.
+walls at rest; the pressure pinned to 0 at the corner (0, 0) (only its gradient is defined: the pinned node's
+continuity row, the one the others imply, is left out). The Jacobian is read off the residual by coloured
+vector-Jacobian products (:func:`diffnet.solvers.newton.sparse_jacobian`), the steps solved by a sparse LU
+(:mod:`diffnet.solvers.sparse_lu`). A Reynolds number beyond the reach of Newton from rest is approached by
+continuation: the ladder Re = 100, 200, ... is solved once per grid and kept (:func:`ladder_solution`), and any Re
+starts from its nearest rung, as a user sweeping Re starts each solve from the nearest one solved.
+Also the stream function of a velocity field (:func:`stream_function`), the Q1 solve of -Δψ = ω, ψ = 0 on the walls.
 """
 
 from __future__ import annotations
@@ -11,12 +15,19 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
+from diffnet.discretisation.energy import at_gauss_points
 from diffnet.discretisation.navier_stokes import navier_stokes_residual
+from diffnet.grid.element import gauss_basis
 from diffnet.solvers.newton import newton_solve
+from diffnet.solvers.sparse_lu import lu_solve
 
-__all__ = ["cavity_boundary", "cavity_residual", "cavity_solve"]
+__all__ = ["RUNG", "cavity_boundary", "cavity_residual", "cavity_solve", "ladder_solution", "nearest_rung",
+           "stream_function"]
+
+RUNG = 100.0  # the continuation's step in Re: Newton from the last solution converges over it at 257^2
 
 
 def cavity_boundary(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +48,8 @@ def _boundary_tensors(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cavity_residual(fields: torch.Tensor, nu: torch.Tensor | float) -> torch.Tensor:
-    """The residual with the boundary rows replaced by (field - boundary value), (S, 3, n, n)."""
+    """The residual with the boundary rows replaced by (field - boundary value), (S, 3, n, n); the interior rows are
+    the weak-form integrals times (n - 1)^2, O(1) on every grid."""
     n = fields.shape[-1]
     fixed, values = (a.to(fields.device) for a in _boundary_tensors(n))
     r = navier_stokes_residual(fields, nu, (1.0 / (n - 1),) * 2)
@@ -45,21 +57,71 @@ def cavity_residual(fields: torch.Tensor, nu: torch.Tensor | float) -> torch.Ten
 
 
 def cavity_solve(re: float, n: int, initial: np.ndarray | None = None, tol: float = 1e-10,
-                 steps: int | None = None) -> np.ndarray:
-    """The cavity's same-grid solution (3, n, n) at Reynolds number ``re`` (pressure mean-free), from ``initial``
-    (default: rest, by continuation in steps of Re 100 beyond 100); with ``steps``, that many Newton steps and no
-    more (a polish)."""
+                 steps: int | None = None, lu: str = "superlu", stats: list | None = None) -> np.ndarray:
+    """The cavity's same-grid solution (3, n, n) at Reynolds number ``re`` (the pressure pinned at (0, 0)), from
+    ``initial`` (default: rest, by continuation in rungs of :data:`RUNG` beyond Re = 100); with ``steps``, that many
+    Newton steps and no more (a polish). ``lu``: each step's sparse LU; ``stats`` gets one entry per Newton step."""
     nu_of = lambda r: torch.tensor([1.0 / r], dtype=torch.float64)  # noqa: E731
+    fixed, values = cavity_boundary(n)
     if initial is None:
-        fixed, values = cavity_boundary(n)
         x = torch.as_tensor(np.where(fixed, values, 0.0))
-        ladder = [*np.arange(100.0, re, 100.0), re]
+        ladder = [*np.arange(RUNG, re, RUNG), re]
     else:
-        x, ladder = torch.as_tensor(np.asarray(initial, dtype=np.float64)), [re]
+        start = np.asarray(initial, dtype=np.float64)
+        x, ladder = torch.as_tensor(np.where(fixed, values, start - start[2, 0, 0] * np.eye(3)[2][:, None, None])), [re]
     for r in ladder:
         fn = lambda f, nu=nu_of(r): cavity_residual(f, nu.expand(len(f)))  # noqa: E731
         x = newton_solve(fn, x, reach=1, tol=tol, max_iter=40 if steps is None else steps, what=f"cavity at Re = {r:g}",
-                         strict=steps is None, components=True)
-    out = x.numpy().copy()
-    out[2] -= out[2].mean()
+                         strict=steps is None, components=True, lu=lu, stats=stats)
+    return x.numpy().copy()
+
+
+def nearest_rung(re: float, other: bool = False) -> float:
+    """The continuation ladder's Re nearest to ``re`` (at least :data:`RUNG`); with ``other``, the nearest that is not
+    ``re`` itself (a classical solve of a Re not yet solved: a rung's own solution would be free)."""
+    rungs = RUNG * np.arange(max(1.0, np.floor(re / RUNG) - 1), np.ceil(re / RUNG) + 2)
+    if other:
+        rungs = rungs[np.abs(rungs - re) > 1e-9 * re]
+    return float(rungs[np.argmin(np.abs(rungs - re))])
+
+
+@lru_cache(maxsize=64)
+def ladder_solution(re: float, n: int, lu: str = "superlu") -> np.ndarray:
+    """The solution at the ladder's Re (a multiple of :data:`RUNG`) on n x n nodes, solved once per process from the
+    rung below (Re = 100 from rest); read-only."""
+    below = None if re <= RUNG else ladder_solution(re - RUNG, n, lu)
+    out = cavity_solve(re, n, initial=below, lu=lu)
+    out.setflags(write=False)
     return out
+
+
+@lru_cache(maxsize=8)
+def _stream_operator(n: int) -> tuple[sp.csc_matrix, np.ndarray]:
+    """The Q1 Laplacian on the (n - 2)^2 interior nodes of the unit square (exact for bilinear elements), and the
+    interior's flat indices."""
+    h = 1.0 / (n - 1)
+    stiffness = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], (n, n)).tolil() / h
+    mass = sp.diags([1.0, 4.0, 1.0], [-1, 0, 1], (n, n)).tolil() * h / 6.0
+    stiffness[0, 0] = stiffness[-1, -1] = 1.0 / h
+    mass[0, 0] = mass[-1, -1] = h / 3.0
+    full = (sp.kron(mass, stiffness) + sp.kron(stiffness, mass)).tocsr()
+    inner = np.arange(n * n).reshape(n, n)[1:-1, 1:-1].ravel()
+    return full[inner][:, inner].tocsc(), inner
+
+
+def stream_function(fields: np.ndarray) -> np.ndarray:
+    """ψ (S, n, n) of velocities ``fields`` (S, >= 2, n, n) on the unit square: the Q1 solution of -Δψ = ω with
+    ψ = 0 on the walls, its load ∫ N_a ω = ∫ (∂_y N_a u - ∂_x N_a v) taken from the velocity itself (no derivative of
+    the field is recovered). u = ∂ψ/∂y, v = -∂ψ/∂x, so the primary vortex's ψ is negative (Ghia et al.'s sign)."""
+    fields = np.asarray(fields, dtype=np.float64)
+    n = fields.shape[-1]
+    values, gx, gy, w = gauss_basis(1.0 / (n - 1), 1.0 / (n - 1))
+    u, v = (at_gauss_points(torch.as_tensor(fields[:, c]), values) for c in (0, 1))
+    test = torch.zeros(fields.shape[0], n, n, dtype=torch.float64, requires_grad=True)
+    with torch.enable_grad():  # the load is linear in the test function: its gradient, every sample at once
+        load = w * (at_gauss_points(test, gy) * u - at_gauss_points(test, gx) * v).sum()
+        (b,) = torch.autograd.grad(load, test)
+    operator, inner = _stream_operator(n)
+    psi = np.zeros((fields.shape[0], n * n))
+    psi[:, inner] = lu_solve(operator, b.reshape(len(b), -1)[:, inner].numpy().T, "superlu").reshape(len(inner), -1).T
+    return psi.reshape(-1, n, n)

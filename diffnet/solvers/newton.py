@@ -10,7 +10,7 @@ one backward pass over a batch holding one copy of the unknowns per colour (the
 residuals take a batch anyway). Forward mode would be the textbook choice, but torch's
 forward-mode products between a dual and a plain tensor go through a Python fallback,
 which made it 20-50x slower per operation here. The linear systems are solved by
-sparse LU (SuperLU).
+sparse LU (:func:`diffnet.solvers.sparse_lu.lu_solve`: SuperLU, or PARDISO where asked).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.sparse.linalg import spsolve
+
+from diffnet.solvers.sparse_lu import lu_solve
 
 __all__ = ["sparse_jacobian", "newton_solve", "least_squares_solve"]
 
@@ -84,6 +86,8 @@ def newton_solve(
     what: str = "residual",
     strict: bool = True,
     components: bool = False,
+    lu: str = "superlu",
+    stats: list | None = None,
 ) -> torch.Tensor:
     """Solve fn(x) = 0 from ``x0`` by Newton's method with backtracking on ||fn(x)||.
 
@@ -92,7 +96,8 @@ def newton_solve(
     Backtracking (halving the step until the residual norm falls) carries Newton across
     the kinks of limiters and upwind fluxes. Stops when max |fn(x)| < ``tol``, or after
     ``max_iter`` iterations. ``components``: the first axis holds several unknowns per node
-    (:func:`sparse_jacobian`).
+    (:func:`sparse_jacobian`). ``lu``: each step's sparse LU (:data:`~diffnet.solvers.sparse_lu.LU_METHODS`).
+    ``stats``: a list that gets one entry per Newton step taken (its count is the solve's cost).
 
     Raises
     ------
@@ -106,7 +111,9 @@ def newton_solve(
         if float(g.abs().max()) < tol:
             return x
         jac = sparse_jacobian(fn, x, reach, components)
-        step = torch.as_tensor(spsolve(jac.tocsc(), g.reshape(-1).numpy()), dtype=x.dtype).reshape(x.shape)
+        step = torch.as_tensor(lu_solve(jac, g.reshape(-1).numpy(), lu), dtype=x.dtype).reshape(x.shape)
+        if stats is not None:
+            stats.append(float(g.abs().max()))
         norm, alpha = float(g.norm()), 1.0
         while True:
             trial = x - alpha * step

@@ -74,6 +74,10 @@ CASES = [
     # command-line arguments
     (["frobnicate"], "invalid choice"),
     (["train", BURGERS, "--out", "fresh", "--resume"], "--resume: no checkpoint"),
+    (["reference", "navier_stokes", "--param", "re=1500", "--resolution", "17", "17", "--out", "x.h5"],
+     "--param re: instance 0: Re = 1500 lies outside the family's range [100, 1000] (navier_stokes.re_range)"),
+    (["train", str(ROOT / "configs" / "cavity.toml"), "--set", "navier_stokes.test_re=[2000.0]"],
+     "navier_stokes.test_re: 2000 lies outside re_range [100, 1000]"),
     (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: instance 0: c = -3; every entry must be finite and > 0"),
     (["reference", "burgers", "--c", "3", "--resolution", "2", "9", "--out", "x.h5"], "--resolution"),
     (["reference", "poisson", "--param", "a={in}/a5.npy", "--out", "x.txt"], "--out"),

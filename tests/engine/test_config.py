@@ -50,7 +50,7 @@ def test_parse_override_forms():
         ({"problem": {"resolution": [64, 2]}}, "problem.resolution"),
         ({"problem": {"resolution": [64.0, 64]}}, "problem.resolution: expected an integer"),
         ({"burgers": {"c_range": [6, 3]}}, "burgers.c_range: must be [low, high]"),
-        ({"problem": {"family": "navier_stokes"}}, "problem.family: unknown family 'navier_stokes' (known: "),
+        ({"problem": {"family": "navier_stokes3d"}}, "problem.family: unknown family 'navier_stokes3d' (known: "),
         ({"problem": {"family": "math:pi"}}, "is not a diffnet.protocol.family.Family subclass"),
         ({"problem": {"family": "no_such_module_x:Family"}}, "problem.family 'no_such_module_x:Family': cannot import"),
         ({"problem": {"family": "poisson"}, "burgers": {"t_final": 5.0}}, "burgers: the table of another family"),
