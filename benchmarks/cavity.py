@@ -70,13 +70,22 @@ def main(argv=None) -> int:
     finishes += stencil + [(label + " + 1 Newton", dataclasses.replace(f, polish=1)) for label, f in stencil[-1:]]
     arms = [(label, model, finish) for label, finish in finishes]
     arms += [("lift: " + label.lstrip("+ "), lift(model, run, instances), finish) for label, finish in stencil]
+    from deepfusion.analysis.inference import relative_l2
+
     rows, truth = [], None
     floor = family.reference(instances)
+
+    def by_unknown(fields) -> dict:  # each unknown's error over its floor's, against the same truth
+        return {name: float(relative_l2(fields[:, c], truth[:, c]).mean() / relative_l2(floor[:, c], truth[:, c]).mean())
+                for c, name in enumerate(family.unknowns)}
+
     print(f"  {'floor':34s} Ghia {ghia_row(family, instances, floor)}", flush=True)
     for label, network, finish in arms:
         product = Product(family, network, finish)
         ratios, ms, truth = arm(run, product, instances, len(instances), truth)
-        ghia = ghia_row(family, instances, product.fields(instances, len(instances)))
+        fields = product.fields(instances, len(instances))
+        ratios |= by_unknown(fields)
+        ghia = ghia_row(family, instances, fields)
         rows.append({"arm": label, "chain": product.chain(), "ms_per_instance": ms, "ratios_to_floor": ratios,
                      "ghia": ghia})
         print(f"  {label:34s} {ms:8.1f} ms  " + ", ".join(

@@ -257,7 +257,7 @@ def _by_field(family, fields: np.ndarray) -> dict[str, np.ndarray]:
 
 def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Derived(),
            product: str = "DiffNet") -> None:
-    from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss
+    from deepfusion.files.plots import mid_plane, plot_deformed, plot_fields, plot_loss, plot_streamlines
 
     plots.mkdir(exist_ok=True)
     plot_loss(plots.parent / "metrics.jsonl", plots / "loss.png")
@@ -281,8 +281,17 @@ def _plots(family, test, pred, acc, names, plots: Path, derived: Derived = Deriv
     plot_fields(pred, truth, coords, labels, plots / "fields.png",
                 inputs=None if inputs is None else (inputs, input_labels), domain=domain, product=product)
     shown_plots = [plots / "loss.png", plots / "fields.png"]
-    displacement = [parts for parts in family.vectors.values() if len(parts) == 2 == len(coords)]
-    if several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
+    flows = [parts for name, parts in family.vectors.items() if name in family.velocities and len(coords) == 2]
+    displacement = [parts for name, parts in family.vectors.items()
+                    if len(parts) == 2 == len(coords) and name not in family.velocities]
+    if several and flows:  # a 2-D velocity: streamlines over the vorticity (or the speed)
+        mine, theirs = (np.stack([f[p] for p in flows[0]], axis=1) for f in (pred, truth))
+        vorticity = "vorticity" in derived.fields
+        background = ((derived.fields["vorticity"][:shown], derived.truth_fields["vorticity"][:shown]) if vorticity
+                      else tuple(np.sqrt((f**2).sum(axis=1)) for f in (mine, theirs)))
+        shown_plots.append(plot_streamlines(mine, theirs, background, "vorticity" if vorticity else "speed", coords,
+                                            labels, plots / "streamlines.png"))
+    elif several and displacement:  # a 2-D vector: the deformed shape (in 3-D the volumes are ParaView's)
         shown_plots.append(plot_deformed(np.stack([pred[p] for p in displacement[0]], axis=1),
                                          np.stack([truth[p] for p in displacement[0]], axis=1), coords, labels,
                                          plots / "deformed.png", domain))

@@ -195,6 +195,7 @@ class CentralDifferences(torch.autograd.Function):
     def forward(ctx, instances: torch.Tensor, values: Callable, steps: np.ndarray, low: np.ndarray,
                 high: np.ndarray) -> torch.Tensor:
         p = instances.detach().cpu().numpy().reshape(len(instances), -1)
+        ctx.shape = instances.shape
         if not instances.requires_grad:
             return torch.as_tensor(np.asarray(values(p.reshape(instances.shape)), dtype=np.float64))
         s, m = p.shape
@@ -211,7 +212,8 @@ class CentralDifferences(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (jac,) = ctx.saved_tensors  # (S, m, P)
-        return torch.einsum("smp,sp->sm", jac, grad.to(jac.dtype)), None, None, None, None
+        shape = ctx.shape  # the instances' own shape: (S,) for a scalar instance (a Reynolds number), (S, m) else
+        return torch.einsum("smp,sp->sm", jac, grad.to(jac.dtype)).reshape(shape), None, None, None, None
 
 
 def differenced_forward(values: Callable[[np.ndarray], np.ndarray], prior: Prior, step: float = 1e-3) -> Forward:

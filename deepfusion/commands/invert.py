@@ -63,7 +63,8 @@ def _side(side: Side, observations, prior, starts, args, names) -> dict:
 
     t0 = time.perf_counter()
     result = map_estimate(forward, observations, prior, starts, args.max_iterations, progress)
-    post = laplace(forward, observations, prior, result.map.reshape(-1), copies=name == "surrogate" and exact)
+    post = laplace(forward, observations, prior, result.map.reshape(prior.low.shape),  # one instance, its own shape
+                   copies=name == "surrogate" and exact)
     seconds_map = time.perf_counter() - t0
     out = {"map": dict(zip(names, result.map.reshape(-1).tolist())), "objective": result.objective,
            "misfit_rms": result.misfit_rms, "seconds": seconds_map, "iterations": result.iterations,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_deformed", "plot_pareto", "plot_statistics", "mid_plane",
+__all__ = ["grid_name", "plot_loss", "plot_fields", "plot_deformed", "plot_streamlines", "plot_pareto", "plot_statistics", "mid_plane",
            "plot_posterior"]
 
 
@@ -213,6 +213,31 @@ def plot_deformed(pred: np.ndarray, ref: np.ndarray, coords: dict[str, np.ndarra
             ax.set_ylabel(vertical)
             fig.colorbar(mesh, ax=ax, fraction=0.046).set_label("|u|", fontsize=8)
     fig.suptitle(f"deformed shape: displacements drawn ×{scale:.3g} (the largest a tenth of the body)", fontsize=9)
+    return _save(fig, out, 110)
+
+
+def plot_streamlines(pred: np.ndarray, ref: np.ndarray, background: tuple[np.ndarray, np.ndarray], name: str,
+                     coords: dict[str, np.ndarray], labels: list[str], out: Path) -> Path:
+    """A flow: per sample, the streamlines of the network's velocity and of the reference's over a field of each
+    (``background``: the vorticity, or the speed; ``name`` says which), one diverging colour scale for the whole
+    figure. ``pred``, ``ref``: (S, 2, N_y, N_x) velocities (x component first) on a uniform grid."""
+    plt = _pyplot()
+    (vertical, ys), (horizontal, xs) = coords.items()
+    peak = max(float(np.abs(b).max()) for b in background)
+    peak = min(peak, max(float(np.percentile(np.abs(b), 99)) for b in background)) or 1.0  # corners' singularities
+    fig, axes = plt.subplots(len(pred), 2, figsize=(7.4, 3.4 * len(pred)), squeeze=False)
+    for k in range(len(pred)):
+        for ax, field, colour, who in zip(axes[k], (pred, ref), background, ("DiffNet", "reference")):
+            mesh = ax.pcolormesh(xs, ys, colour[k], shading="gouraud", cmap="RdBu_r", vmin=-peak, vmax=peak)
+            ax.streamplot(xs, ys, field[k, 0], field[k, 1], color="k", linewidth=0.5, density=1.2, arrowsize=0.6)
+            ax.set_aspect("equal")
+            ax.set_xlim(xs[0], xs[-1])
+            ax.set_ylim(ys[0], ys[-1])
+            ax.set_title(f"{who}, {labels[k]}", fontsize=8)
+            ax.set_xlabel(horizontal)
+            ax.set_ylabel(vertical)
+            fig.colorbar(mesh, ax=ax, fraction=0.046).set_label(name, fontsize=8)
+    fig.suptitle(f"streamlines over the {name} (its scale clipped at the 99th percentile)", fontsize=9)
     return _save(fig, out, 110)
 
 

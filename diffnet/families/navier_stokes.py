@@ -72,7 +72,11 @@ class CavityFamily(Family):
     in_channels = 3  # Re / 1000 and the coordinates
     unknowns = ("u", "v", "p")
     vectors = {"velocity": VELOCITY}
+    velocities = ("velocity",)
     capabilities = frozenset({"reference", "floor", "classical", "polish", "derived", "quantities"})
+    classical_methods = {"newton-lu": "Newton, each step a sparse LU (PARDISO where installed, from 30,000 unknowns; "
+                                      "SuperLU below), from the nearest other Re of the ladder 100, 200, ... already "
+                                      "solved, assembly counted"}
     classical_baseline = None
 
     @classmethod
@@ -105,11 +109,6 @@ class CavityFamily(Family):
     @property
     def polish_step(self) -> str:
         return f"{LU_METHODS[self.lu].split(' (')[0]} Newton step"
-
-    @property
-    def classical_methods(self) -> dict[str, str]:
-        return {"newton-lu": "Newton, each step a sparse LU (PARDISO where installed, from 30,000 unknowns; SuperLU "
-                             "below), from the nearest other Re of the ladder 100, 200, ... already solved, assembly counted"}
 
     # -- instances ------------------------------------------------------------------------
     @property

@@ -272,7 +272,10 @@ class Family:
     vectors : Mapping[str, tuple[str, ...]]
         Unknowns that form a vector, by name: its components among ``unknowns``, x first (e.g.
         ``{"u": ("u_x", "u_y")}`` for a displacement): written as one vector attribute for ParaView and
-        drawn as its magnitude beside the components.
+        drawn as its magnitude beside the components; a 2-D one also as the deformed shape.
+    velocities : tuple[str, ...]
+        The ``vectors`` that are velocities (default none): drawn as streamlines over the vorticity (the family's
+        derived ``vorticity`` where it has one, else over the speed) instead of as a deformed shape.
     capabilities : frozenset[str]
         The optional parts the family provides (a subset of :data:`CAPABILITIES`).
     samplings : tuple[str, ...]
@@ -290,6 +293,7 @@ class Family:
     dims: ClassVar[int] = 2
     unknowns: ClassVar[tuple[str, ...]] = ("u",)
     vectors: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    velocities: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[frozenset[str]] = frozenset()
     # A family's own key against a network's smooth error where it has no Hessian for the coarse correction
     # or the preconditioned loss (named in their refusals), e.g. "burgers.preconditioner".

@@ -25,7 +25,7 @@ __all__ = ["INSTANCE_MEMBERS", "Wrapper", "protocol_members"]
 #: member added to the protocol is decided, not inherited).
 INSTANCE_MEMBERS = frozenset({
     "name", "Options", "from_options", "check_options", "describe", "retired", "dims", "resolution", "unknowns",
-    "vectors", "capabilities", "has", "samplings", "unique_optimum", "smooth_error_lever",
+    "vectors", "velocities", "capabilities", "has", "samplings", "unique_optimum", "smooth_error_lever",
     "parameters", "sample", "fixed_heldout", "draw", "check_instances", "coordinates",
     "reference", "reference_name", "truth", "truth_name", "discrete_optimum", "floor_name",
     "classical_methods", "classical_baseline", "classical_configurations", "classical_solver", "classical_to_grid",

@@ -126,6 +126,25 @@ def test_central_differences_are_the_exact_gradient_and_stay_in_the_box(tiny_run
     assert len(asked) == 3 and len(asked[-1]) == 2
 
 
+def test_central_differences_and_laplace_keep_a_scalar_instances_shape():
+    """A family whose instance is one number (the cavity's Reynolds number: shape ()) gets its central-difference
+    gradient in the instances' own shape (S,), and its Laplace approximation at a MAP of shape ()."""
+    from deepfusion.analysis.inverse import Prior, differenced_forward, laplace
+
+    prior = Prior("uniform", np.asarray(1.0), np.asarray(3.0))
+    values = lambda p: np.stack([p**2, np.sin(p)], axis=1)  # noqa: E731  (S,) -> (S, 2)
+    forward = differenced_forward(values, prior)
+    p = torch.tensor([1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(forward(p).sum(), p)
+    np.testing.assert_allclose(grad.numpy(), 2 * p.detach().numpy() + np.cos(p.detach().numpy()), rtol=1e-5)
+
+    class Observed:
+        sigma = np.array([0.1, 0.1])
+
+    post = laplace(forward, Observed(), prior, np.asarray(2.0), copies=False)
+    assert post["jacobian"].shape == (2, 1) and post["std"].shape == (1,)
+
+
 def test_a_quantity_is_observed_with_no_coordinates(tmp_path):
     """The plate's K_t: a row with x, y empty, predicted as the family's quantity of the fields (one per instance,
     however many rows observe it), beside a strain at a gauge; coordinates on a quantity, or none on a field, refused."""
