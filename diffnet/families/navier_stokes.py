@@ -27,7 +27,7 @@ from diffnet.protocol.loss import Residual
 from diffnet.protocol.options import integer_in, option
 from diffnet.solvers.classical import q1_to_grid
 from diffnet.solvers.hyperelasticity import NewtonStats
-from diffnet.solvers.navier_stokes import (RUNG, cavity_boundary, cavity_solve, ladder_solution, nearest_rung,
+from diffnet.solvers.navier_stokes import (RUNG, boundary_tensors, cavity_solve, ladder_solution, nearest_rung,
                                            stream_function)
 from diffnet.solvers.sparse_lu import LU_METHODS, available
 
@@ -45,6 +45,11 @@ def _re_range(v: tuple[float, ...]) -> str | None:
 
 def _odd(n: int, axis: str) -> str | None:
     return None if n % 2 else f"{axis}: the centrelines x = 1/2 and y = 1/2 need an odd number of nodes, got {n}"
+
+
+def _lu(n: int) -> str:
+    """The sparse LU of the Newton steps on n x n nodes (three unknowns a node): the fastest installed for that size."""
+    return available(3 * n * n)
 
 
 @lru_cache(maxsize=64)
@@ -104,7 +109,7 @@ class CavityFamily(Family):
     def lu(self) -> str:
         """The sparse LU of every Newton step on this grid: the fastest installed for its size
         (:func:`~diffnet.solvers.sparse_lu.available`)."""
-        return available(3 * self.resolution[0] ** 2)
+        return _lu(self.resolution[0])
 
     @property
     def polish_step(self) -> str:
@@ -144,9 +149,8 @@ class CavityFamily(Family):
                             axis[None, :].expand(s, n, n)], dim=1)
 
     def _boundary(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        fixed, values = cavity_boundary(self.resolution[0])
-        return (torch.as_tensor(fixed, device=like.device),
-                torch.as_tensor(values, dtype=like.dtype, device=like.device))
+        fixed, values = boundary_tensors(self.resolution[0])
+        return fixed.to(like.device), values.to(like.device, like.dtype)
 
     def field(self, raw: torch.Tensor, re: torch.Tensor) -> torch.Tensor:
         """The walls' velocities and the pinned pressure imposed by construction; the network gives the rest."""
@@ -170,7 +174,7 @@ class CavityFamily(Family):
 
     # -- the classical side ---------------------------------------------------------------
     def _solve(self, re: np.ndarray, n: int) -> np.ndarray:
-        lu = available(3 * n * n)
+        lu = _lu(n)
         return np.stack([_solution(float(r), n, lu) for r in np.asarray(re, dtype=np.float64).reshape(-1)])
 
     def reference(self, re: np.ndarray, progress=None) -> np.ndarray:
@@ -214,7 +218,7 @@ class CavityFamily(Family):
         any solve is timed (a user sweeping Re has solved it)."""
         if method not in self.classical_methods:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
-        lu = available(3 * grid * grid)
+        lu = _lu(grid)
         ladder_solution(RUNG * float(np.ceil(self.re_range[1] / RUNG)), grid, lu)
         return CavitySolve(grid, lu)
 

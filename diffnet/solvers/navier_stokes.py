@@ -15,17 +15,17 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import splu
 
 from diffnet.discretisation.energy import at_gauss_points
 from diffnet.discretisation.navier_stokes import navier_stokes_residual
 from diffnet.grid.element import gauss_basis
+from diffnet.solvers.fem import dirichlet_system
 from diffnet.solvers.newton import newton_solve
-from diffnet.solvers.sparse_lu import lu_solve
 
-__all__ = ["RUNG", "cavity_boundary", "cavity_residual", "cavity_solve", "ladder_solution", "nearest_rung",
-           "stream_function"]
+__all__ = ["RUNG", "boundary_tensors", "cavity_boundary", "cavity_residual", "cavity_solve", "ladder_solution",
+           "nearest_rung", "stream_function"]
 
 RUNG = 100.0  # the continuation's step in Re: Newton from the last solution converges over it at 257^2
 
@@ -42,8 +42,9 @@ def cavity_boundary(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=8)
-def _boundary_tensors(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # Built once per grid: the residual is evaluated at every Newton step and line-search trial.
+def boundary_tensors(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`cavity_boundary` as tensors (shared: never written), built once per grid: the residual is evaluated at every Newton
+    step and line-search trial, and the family's field and residual at every training step."""
     return tuple(torch.as_tensor(a) for a in cavity_boundary(n))
 
 
@@ -51,7 +52,7 @@ def cavity_residual(fields: torch.Tensor, nu: torch.Tensor | float) -> torch.Ten
     """The residual with the boundary rows replaced by (field - boundary value), (S, 3, n, n); the interior rows are
     the weak-form integrals times (n - 1)^2, O(1) on every grid."""
     n = fields.shape[-1]
-    fixed, values = (a.to(fields.device) for a in _boundary_tensors(n))
+    fixed, values = (a.to(fields.device) for a in boundary_tensors(n))
     r = navier_stokes_residual(fields, nu, (1.0 / (n - 1),) * 2)
     return torch.where(fixed, fields - values.to(fields.dtype), r * (n - 1) ** 2)
 
@@ -67,8 +68,9 @@ def cavity_solve(re: float, n: int, initial: np.ndarray | None = None, tol: floa
         x = torch.as_tensor(np.where(fixed, values, 0.0))
         ladder = [*np.arange(RUNG, re, RUNG), re]
     else:
-        start = np.asarray(initial, dtype=np.float64)
-        x, ladder = torch.as_tensor(np.where(fixed, values, start - start[2, 0, 0] * np.eye(3)[2][:, None, None])), [re]
+        start = np.array(initial, dtype=np.float64)
+        start[2] -= start[2, 0, 0]  # the pressure's gauge: 0 at the pinned corner
+        x, ladder = torch.as_tensor(np.where(fixed, values, start)), [re]
     for r in ladder:
         fn = lambda f, nu=nu_of(r): cavity_residual(f, nu.expand(len(f)))  # noqa: E731
         x = newton_solve(fn, x, reach=1, tol=tol, max_iter=40 if steps is None else steps, what=f"cavity at Re = {r:g}",
@@ -96,17 +98,13 @@ def ladder_solution(re: float, n: int, lu: str = "superlu") -> np.ndarray:
 
 
 @lru_cache(maxsize=8)
-def _stream_operator(n: int) -> tuple[sp.csc_matrix, np.ndarray]:
-    """The Q1 Laplacian on the (n - 2)^2 interior nodes of the unit square (exact for bilinear elements), and the
-    interior's flat indices."""
-    h = 1.0 / (n - 1)
-    stiffness = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], (n, n)).tolil() / h
-    mass = sp.diags([1.0, 4.0, 1.0], [-1, 0, 1], (n, n)).tolil() * h / 6.0
-    stiffness[0, 0] = stiffness[-1, -1] = 1.0 / h
-    mass[0, 0] = mass[-1, -1] = h / 3.0
-    full = (sp.kron(mass, stiffness) + sp.kron(stiffness, mass)).tocsr()
-    inner = np.arange(n * n).reshape(n, n)[1:-1, 1:-1].ravel()
-    return full[inner][:, inner].tocsc(), inner
+def _stream_factor(n: int):
+    """The Q1 Laplacian of the unit square on n x n nodes with ψ = 0 on the walls (:func:`~diffnet.solvers.fem.
+    dirichlet_system`: identity rows there), factorised once per grid: every stream function on it is one solve."""
+    walls = np.ones((n, n), dtype=bool)
+    walls[1:-1, 1:-1] = False
+    system = dirichlet_system(np.ones((n, n)), walls, np.zeros((n, n)))
+    return splu(system.A.tocsc()), walls.ravel()
 
 
 def stream_function(fields: np.ndarray) -> np.ndarray:
@@ -121,7 +119,7 @@ def stream_function(fields: np.ndarray) -> np.ndarray:
     with torch.enable_grad():  # the load is linear in the test function: its gradient, every sample at once
         load = w * (at_gauss_points(test, gy) * u - at_gauss_points(test, gx) * v).sum()
         (b,) = torch.autograd.grad(load, test)
-    operator, inner = _stream_operator(n)
-    psi = np.zeros((fields.shape[0], n * n))
-    psi[:, inner] = lu_solve(operator, b.reshape(len(b), -1)[:, inner].numpy().T, "superlu").reshape(len(inner), -1).T
-    return psi.reshape(-1, n, n)
+    factor, walls = _stream_factor(n)
+    load = b.reshape(len(b), -1).numpy().T.copy()
+    load[walls] = 0.0  # ψ = 0 there
+    return factor.solve(load).T.reshape(-1, n, n)
