@@ -192,10 +192,10 @@ class Surrogate:
     def _point_weights(self, points):
         """The shape functions' weights of ``points`` on the run's grid (:func:`diffnet.grid.points.point_weights`);
         bad points an :class:`InputError`."""
-        from diffnet.grid.points import point_weights
+        from diffnet.grid.points import extent_of, point_weights
 
         try:
-            return point_weights(tuple(self.family.resolution), points)
+            return point_weights(tuple(self.family.resolution), points, extent_of(self.family))
         except ValueError as e:
             raise InputError(f"points: {e}") from None
 

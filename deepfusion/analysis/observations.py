@@ -1,7 +1,8 @@
 """Observations of a field and of what is derived from it, at points, for an inverse problem: a CSV of
 ``x,y[,z],output,value,sigma`` read and checked, and the predictions of a batch of fields at them.
 
-Each row observes one scalar field at a point of the unit square or cube, with its value and the standard deviation
+Each row observes one scalar field at a point of the family's box (the unit square or cube, or its own: the
+cylinder's channel), with its value and the standard deviation
 of its Gaussian noise: an unknown of the family's field (``u``, or ``u_x``, ``u_y``, ... for several unknowns) or one
 of its derived fields (:func:`observable_names`: ``flux_x``, ``von_mises``, a tensor's components as ``stress_xx``,
 ``strain_xy``, ...). Each is read at the point by the element's shape functions (:mod:`diffnet.grid.points`), the
@@ -33,6 +34,7 @@ class Observations:
     names: tuple[str, ...]
     values: np.ndarray
     sigma: np.ndarray
+    extent: tuple[float, ...] | None = None  # the box's sides, x first (None: the unit square or cube)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -48,7 +50,7 @@ class Observations:
         (no coordinates) have none."""
         from diffnet.grid.points import point_weights
 
-        return {name: point_weights(resolution, self.points[index]) for name, index in self.rows().items()
+        return {name: point_weights(resolution, self.points[index], self.extent) for name, index in self.rows().items()
                 if np.isfinite(self.points[index]).all()}
 
 
@@ -132,8 +134,11 @@ def read_observations(path: Path, family) -> Observations:
     """The observations of ``path`` for ``family``'s field, checked: every problem a ``ValueError`` of one line naming
     the row (``deepfusion invert`` prints it and exits with status 2)."""
     path = Path(path)
+    from diffnet.grid.points import box_text, extent_of
+
     dims = len(family.resolution)
     axes = ("x", "y", "z")[:dims]
+    extent = extent_of(family)
     if not path.is_file():
         raise ValueError(f"--observations: {path}: no such file")
     try:
@@ -172,13 +177,14 @@ def read_observations(path: Path, family) -> Observations:
         if not np.isfinite(numbers[len(axes) if name in scalar else 0:]).all():
             raise ValueError(f"{where}: NaN or Inf")
         *point, value, noise = numbers
-        if name not in scalar and not all(0.0 <= c <= 1.0 for c in point):
-            raise ValueError(f"{where}: the point ({', '.join(f'{c:g}' for c in point)}) lies outside the unit "
-                             f"{'square' if dims == 2 else 'cube'}")
+        if name not in scalar and not all(0.0 <= c <= e for c, e in zip(point, extent)):
+            raise ValueError(f"{where}: the point ({', '.join(f'{c:g}' for c in point)}) lies outside "
+                             f"{box_text(extent)}")
         if not noise > 0:
             raise ValueError(f"{where}: sigma must be > 0, got {noise:g}")
         points.append(point)
         values.append(value)
         sigma.append(noise)
         names.append(name)
-    return Observations(np.asarray(points), tuple(names), np.asarray(values), np.asarray(sigma))
+    return Observations(np.asarray(points), tuple(names), np.asarray(values), np.asarray(sigma),
+                        None if all(e == 1.0 for e in extent) else extent)

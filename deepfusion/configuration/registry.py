@@ -31,6 +31,7 @@ _BUILTIN = {
     "hyperelasticity": "diffnet.families.hyperelasticity:HyperelasticityFamily",
     "hyperelasticity3d": "diffnet.families.hyperelasticity:Hyperelasticity3DFamily",
     "navier_stokes": "diffnet.families.navier_stokes:CavityFamily",
+    "cylinder": "diffnet.families.cylinder:CylinderFamily",
 }
 
 DEFAULT_FAMILY = "burgers"

@@ -28,7 +28,7 @@ from diffnet.backend.precision import conv
 from diffnet.grid.element import gauss_basis
 from diffnet.grid.recovery import gauss_gradients, to_nodes
 
-__all__ = ["navier_stokes_residual", "stabilisation", "vorticity"]
+__all__ = ["navier_stokes_residual", "stabilisation", "test_terms", "vorticity"]
 
 
 def stabilisation(u: torch.Tensor, v: torch.Tensor, nu: torch.Tensor, h: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,7 +37,24 @@ def stabilisation(u: torch.Tensor, v: torch.Tensor, nu: torch.Tensor, h: float) 
     return tau_m, h**2 / (4.0 * tau_m)
 
 
-def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spacing: tuple[float, float]) -> torch.Tensor:
+def test_terms(u: tuple, v: tuple, p: tuple, nu: torch.Tensor, h: float) -> torch.Tensor:
+    """What multiplies each test function at the quadrature points, (B, 3 equations, 3 kinds, *points): the kinds
+    N_a, dN_a/dx and dN_a/dy, the equations momentum x, momentum y and continuity. ``u``, ``v``, ``p`` are each
+    (value, d/dx, d/dy) at the points, (B, *points) (B a batch axis, 1 for a point list), ``nu`` broadcasts against
+    them, ``h`` is the stabilisation's element size."""
+    (U, Ux, Uy), (V, Vx, Vy), (P, Px, Py) = u, v, p
+    tau_m, tau_c = stabilisation(U, V, nu, h)
+    convect_u, convect_v = U * Ux + V * Uy, U * Vx + V * Vy
+    rm_x, rm_y = tau_m * (convect_u + Px), tau_m * (convect_v + Py)
+    div = Ux + Vy
+    return torch.stack([
+        torch.stack([convect_u, nu * Ux - P + U * rm_x + tau_c * div, nu * Uy + V * rm_x], dim=1),
+        torch.stack([convect_v, nu * Vx + U * rm_y, nu * Vy - P + V * rm_y + tau_c * div], dim=1),
+        torch.stack([div, rm_x, rm_y], dim=1)], dim=1)
+
+
+def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spacing: tuple[float, float],
+                           weight: torch.Tensor | np.ndarray | None = None) -> torch.Tensor:
     """The stabilised Q1 residual at every node, (S, 3, N_y, N_x): momentum x, momentum y, continuity.
 
     Parameters
@@ -48,6 +65,9 @@ def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spaci
         The kinematic viscosity (1/Re for unit speed and length), a number or one per sample (S,).
     spacing : tuple of float
         (h_x, h_y); the stabilisation's element size is their geometric mean.
+    weight : array, optional
+        Each element's weight, (N_y - 1, N_x - 1) or per sample (S, N_y - 1, N_x - 1): the whole element's integrals
+        scaled (a cut domain's finite-cell weights: 1 inside, small on cut elements, 0 outside); default 1.
 
     Returns
     -------
@@ -65,15 +85,9 @@ def navier_stokes_residual(fields: torch.Tensor, nu: torch.Tensor | float, spaci
     gathered = conv(fields.reshape(s * 3, 1, ny, nx), kernels).reshape(s, 3, 3, -1, ny - 1, nx - 1)
     (U, Ux, Uy), (V, Vx, Vy), (P, Px, Py) = (gathered[:, k].unbind(1) for k in range(3))
     nu = torch.as_tensor(nu, dtype=fields.dtype, device=fields.device).reshape(-1, 1, 1, 1)
-    tau_m, tau_c = stabilisation(U, V, nu, float(np.sqrt(spacing[0] * spacing[1])))
-    convect_u, convect_v = U * Ux + V * Uy, U * Vx + V * Vy
-    rm_x, rm_y = tau_m * (convect_u + Px), tau_m * (convect_v + Py)
-    div = Ux + Vy
-    # Each test-function term: (what multiplies N_a, what multiplies dN_a/dx, what multiplies dN_a/dy).
-    terms = torch.stack([
-        torch.stack([convect_u, nu * Ux - P + U * rm_x + tau_c * div, nu * Uy + V * rm_x], dim=1),
-        torch.stack([convect_v, nu * Vx + U * rm_y, nu * Vy - P + V * rm_y + tau_c * div], dim=1),
-        torch.stack([div, rm_x, rm_y], dim=1)], dim=1)  # (S, 3 equations, 3 kinds, Q, *cells)
+    terms = test_terms((U, Ux, Uy), (V, Vx, Vy), (P, Px, Py), nu, float(np.sqrt(spacing[0] * spacing[1])))
+    if weight is not None:  # each element's share (a cut domain's finite-cell weights)
+        terms = terms * torch.as_tensor(weight, dtype=fields.dtype, device=fields.device).reshape(-1, 1, 1, 1, ny - 1, nx - 1)
     out = F.conv_transpose2d(terms.reshape(s * 3, -1, ny - 1, nx - 1), kernels)
     return w * out.reshape(s, 3, ny, nx)
 

@@ -14,10 +14,23 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["point_weights", "values_at", "read_at"]
+__all__ = ["point_weights", "values_at", "read_at", "extent_of", "box_text"]
 
 
-def point_weights(resolution: Sequence[int], points) -> tuple[np.ndarray, np.ndarray]:
+def extent_of(family) -> tuple[float, ...]:
+    """The sides of the box a family's grid spans, x first: its coordinates' last values (1 for the unit square or
+    cube; the cylinder's channel 2.2 x 0.41)."""
+    return tuple(float(v[-1]) for v in reversed(list(family.coordinates().values())))
+
+
+def box_text(extent: Sequence[float]) -> str:
+    """``the unit square`` / ``the unit cube``, or ``the box [0, 2.2] x [0, 0.41]``."""
+    if all(e == 1.0 for e in extent):
+        return f"the unit {'square' if len(extent) == 2 else 'cube'}"
+    return "the box " + " x ".join(f"[0, {e:g}]" for e in extent)
+
+
+def point_weights(resolution: Sequence[int], points, extent: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The corners and shape-function values of each point's element on the node grid ``resolution`` (axes
     outermost first) of the unit square or cube.
 
@@ -26,7 +39,9 @@ def point_weights(resolution: Sequence[int], points) -> tuple[np.ndarray, np.nda
     resolution : sequence of int
         Nodes per axis, outermost first: (N_y, N_x) or (N_z, N_y, N_x).
     points : array_like
-        (P, d) coordinates, x first, each in [0, 1].
+        (P, d) coordinates, x first, each in [0, 1] (in [0, L] for a box of sides ``extent``).
+    extent : sequence of float, optional
+        The box's sides, x first (default 1: the unit square or cube).
 
     Returns
     -------
@@ -38,18 +53,21 @@ def point_weights(resolution: Sequence[int], points) -> tuple[np.ndarray, np.nda
     Raises
     ------
     ValueError
-        Points of the wrong dimension, not finite, or outside the unit square or cube (one line naming the first).
+        Points of the wrong dimension, not finite, or outside the box (one line naming the first).
     """
     grid = tuple(int(n) for n in resolution)
     dims = len(grid)
     p = np.asarray(points, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != dims:
         raise ValueError(f"points must be (P, {dims}) coordinates x first on a {dims}-D grid, got shape {list(p.shape)}")
-    bad = ~np.isfinite(p).all(axis=1) | (p < 0.0).any(axis=1) | (p > 1.0).any(axis=1)
+    extent = np.ones(dims) if extent is None else np.asarray(extent, dtype=np.float64)
+    bad = ~np.isfinite(p).all(axis=1) | (p < 0.0).any(axis=1) | (p > extent).any(axis=1)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"point {k} = {p[k].tolist()} is outside the unit {'square' if dims == 2 else 'cube'} "
-                         f"(or not finite): every coordinate must be in [0, 1]")
+        need = "in [0, 1]" if (extent == 1.0).all() else "inside its sides " + ", ".join(f"{e:g}" for e in extent)
+        raise ValueError(f"point {k} = {p[k].tolist()} is outside {box_text(extent)} (or not finite): every "
+                         f"coordinate must be {need}")
+    p = p / extent
     axes = grid[::-1]  # x first, as the points
     cells, local = [], []
     for axis, n in enumerate(axes):
@@ -65,11 +83,11 @@ def point_weights(resolution: Sequence[int], points) -> tuple[np.ndarray, np.nda
     return np.stack(index, axis=1), np.stack(weight, axis=1)
 
 
-def values_at(fields, resolution: Sequence[int], points):
+def values_at(fields, resolution: Sequence[int], points, extent: Sequence[float] | None = None):
     """The values of nodal ``fields`` (..., *resolution) at ``points`` (P, d), x first: (..., P), read by the Q1
     shape functions (exact for a field bilinear, or trilinear, in each element). numpy in, numpy out; a torch tensor
-    in, a torch tensor out, differentiable in the fields."""
-    return read_at(fields, resolution, point_weights(resolution, points))
+    in, a torch tensor out, differentiable in the fields. ``extent``: the box's sides (default the unit square)."""
+    return read_at(fields, resolution, point_weights(resolution, points, extent))
 
 
 def read_at(fields, resolution: Sequence[int], weights: tuple[np.ndarray, np.ndarray]):

@@ -55,8 +55,8 @@ def bilinear_basis(xi: np.ndarray, eta: np.ndarray, hx: float, hy: float) -> tup
 
 @dataclass(frozen=True, eq=False)
 class CutCells:
-    """A domain on one node grid of the unit square: which elements it covers, and the quadrature of the
-    cut ones and of its boundary.
+    """A domain on one node grid of a box [0, L_x] x [0, L_y] (the unit square unless ``extent`` says otherwise):
+    which elements it covers, and the quadrature of the cut ones and of its boundary.
 
     Attributes
     ----------
@@ -73,6 +73,8 @@ class CutCells:
     b_element, b_values, b_grads, b_weights, b_points, b_normals : numpy.ndarray
         The same on the reconstructed boundary inside the box (weights are lengths), with the outward
         unit normals (B, 2).
+    extent : tuple of float
+        (L_x, L_y), the box's sides.
     """
 
     resolution: tuple[int, int]
@@ -90,12 +92,13 @@ class CutCells:
     b_weights: np.ndarray
     b_points: np.ndarray
     b_normals: np.ndarray
+    extent: tuple[float, float] = (1.0, 1.0)
 
     @property
     def spacing(self) -> tuple[float, float]:
         """(h_x, h_y)."""
         ny, nx = self.resolution
-        return 1.0 / (nx - 1), 1.0 / (ny - 1)
+        return self.extent[0] / (nx - 1), self.extent[1] / (ny - 1)
 
     @property
     def inside(self) -> np.ndarray:
@@ -138,13 +141,15 @@ def _crossings(shape: Shape, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + t[:, None] * (b - a)
 
 
-def cut_cells(shape: Shape, resolution: Sequence[int]) -> CutCells:
-    """The cut-cell quadrature of ``shape`` on the unit square's node grid ``resolution`` (N_y, N_x)."""
+def cut_cells(shape: Shape, resolution: Sequence[int], extent: Sequence[float] = (1.0, 1.0)) -> CutCells:
+    """The cut-cell quadrature of ``shape`` on the node grid ``resolution`` (N_y, N_x) of the box [0, L_x] x [0, L_y],
+    ``extent`` = (L_x, L_y) (default the unit square)."""
     ny, nx = (int(n) for n in resolution)
     if shape.dims != 2:
         raise ValueError(f"the cut-cell quadrature is 2-D; the shape is {shape.dims}-D")
-    hx, hy = 1.0 / (nx - 1), 1.0 / (ny - 1)
-    sdf = shape.on_grid((ny, nx))
+    extent = (float(extent[0]), float(extent[1]))
+    hx, hy = extent[0] / (nx - 1), extent[1] / (ny - 1)
+    sdf = shape.on_grid((ny, nx), extent)
     inside = sdf <= 0.0
     if not inside.any():
         raise ValueError(f"the domain holds none of the {ny}x{nx} grid's nodes: it is empty or misses the grid")
@@ -216,4 +221,4 @@ def cut_cells(shape: Shape, resolution: Sequence[int]) -> CutCells:
     b_values, b_grads = basis(b_points, b_element)
     return CutCells((ny, nx), sdf, full, cut, element[keep_t], values[keep_t], grads[keep_t], weights[keep_t],
                     points[keep_t], b_element[keep_s], b_values[keep_s], b_grads[keep_s], b_weights[keep_s],
-                    b_points[keep_s], np.repeat(normal, len(_LINE_WEIGHTS), axis=0)[keep_s])
+                    b_points[keep_s], np.repeat(normal, len(_LINE_WEIGHTS), axis=0)[keep_s], extent)

@@ -30,10 +30,11 @@ __all__ = ["Shape", "Disc", "Box", "HalfSpace", "Star", "Union", "Intersection",
 _ROUNDING = 4 * np.finfo(float).eps  # a distance's rounding, coordinates of order 1
 
 
-def grid_points(resolution: Sequence[int]) -> np.ndarray:
+def grid_points(resolution: Sequence[int], extent: Sequence[float] | None = None) -> np.ndarray:
     """The nodes of the unit square's or cube's grid ``resolution`` (axes outermost first) as points
-    (*resolution, d), coordinates x first."""
-    axes = [np.linspace(0.0, 1.0, n) for n in resolution]
+    (*resolution, d), coordinates x first; ``extent`` (x first): a box's sides instead of 1."""
+    extent = (1.0,) * len(resolution) if extent is None else tuple(extent)
+    axes = [np.linspace(0.0, length, n) for n, length in zip(resolution, extent[::-1])]
     mesh = np.meshgrid(*axes, indexing="ij")
     return np.stack(mesh[::-1], axis=-1)
 
@@ -48,11 +49,12 @@ class Shape:
         """Signed distance of ``points`` (..., d), x first; shape (...)."""
         raise NotImplementedError
 
-    def on_grid(self, resolution: Sequence[int]) -> np.ndarray:
-        """The signed distance at the nodes of the unit square's or cube's grid, shape ``resolution``."""
+    def on_grid(self, resolution: Sequence[int], extent: Sequence[float] | None = None) -> np.ndarray:
+        """The signed distance at the nodes of the unit square's or cube's grid, shape ``resolution`` (of the box
+        with sides ``extent``, x first, if given)."""
         if len(resolution) != self.dims:
             raise ValueError(f"a {self.dims}-D shape on a grid of {len(resolution)} axes")
-        return self.sdf(grid_points(resolution))
+        return self.sdf(grid_points(resolution, extent))
 
     def crossing(self, inside: np.ndarray, outside: np.ndarray, steps: int = 52) -> np.ndarray:
         """Where the boundary crosses the segments from ``inside`` points (n, d) (distance <= 0) to ``outside``

@@ -354,3 +354,17 @@ def test_the_hole_from_strain_gauges_tutorial_runs_as_written(tmp_path, monkeypa
     for side in (report, report["classical"]):  # each side's MAP explains the gauges better than its starts
         assert side["objective"] == min(side["end_objectives"]) < min(side["start_objectives"])
     assert report["classical"]["solves"] > 0 and report["classical"]["adjoint_solves"] == 0
+
+
+def test_a_probe_outside_the_cylinders_channel_is_one_line_and_one_inside_is_read_on_its_box(tmp_path):
+    from diffnet.families.cylinder import CylinderFamily
+
+    family = CylinderFamily(resolution=(17, 89))
+    bad = tmp_path / "obs.csv"
+    bad.write_text("x,y,output,value,sigma\n1.0,0.2,u,0.3,0.01\n2.5,0.2,u,0.3,0.01\n")
+    with pytest.raises(ValueError, match=r"line 3: the point \(2.5, 0.2\) lies outside the box \[0, 2.2\] x \[0, 0.41\]"):
+        read_observations(bad, family)
+    bad.write_text("x,y,output,value,sigma\n1.1,0.205,u,0.3,0.01\n")  # the channel's centre: outside the unit square
+    (index, weight), = read_observations(bad, family).weights((17, 89)).values()
+    # On the node (8, 44) itself: the point is mapped by the channel's sides, not the unit square's.
+    assert index[0][np.argmax(weight[0])] == 8 * 89 + 44 and weight[0].max() == pytest.approx(1.0)

@@ -74,7 +74,7 @@ def test_entry_points_register_the_families(site, monkeypatch):
     assert {"advection_diffusion", "cubic_reaction"} <= set(known_families())
     assert family_class("cubic_reaction").__module__ == "cubic_reaction"
     proc = run_cli("train", _config("cubic_reaction"), "--set", "problem.family=cubic_reactions", path=[site])
-    assert proc.returncode == 2 and "known: advection_diffusion, burgers, cubic_reaction, elastic_plate, elasticity, elasticity3d, groundwater, hyperelasticity, hyperelasticity3d, navier_stokes, plate, poisson" in proc.stderr
+    assert proc.returncode == 2 and "known: advection_diffusion, burgers, cubic_reaction, cylinder, elastic_plate, elasticity, elasticity3d, groundwater, hyperelasticity, hyperelasticity3d, navier_stokes, plate, poisson" in proc.stderr
 
 
 @pytest.mark.needs_mpiexec
