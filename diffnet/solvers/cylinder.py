@@ -26,7 +26,8 @@ from diffnet.solvers.sparse_lu import available
 __all__ = ["LENGTH", "HEIGHT", "U_MAX", "NU", "BENCHMARK", "SCHAEFER_TUREK", "channel", "discretised",
            "channel_boundary", "channel_residual", "cylinder_solve", "extended", "coefficients"]
 
-LENGTH, HEIGHT = 2.2, 0.41
+LENGTH = 2.2  # the channel, x
+HEIGHT = 0.41  # y
 U_MAX = 0.3
 U_MEAN = 2.0 * U_MAX / 3.0
 NU = 1e-3

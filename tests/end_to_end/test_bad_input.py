@@ -79,7 +79,7 @@ CASES = [
     (["train", str(ROOT / "configs" / "cavity.toml"), "--set", "navier_stokes.test_re=[2000.0]"],
      "navier_stokes.test_re: 2000 lies outside re_range [100, 1000]"),
     (["reference", "cylinder", "--param", "x=0.2", "--param", "y=0.05", "--param", "r=0.05", "--resolution", "17", "89",
-      "--out", "x.h5"], "--param: instance 0: the cylinder (x 0.2, y 0.05, r 0.05) touches or comes within a cell"),
+      "--out", "x.h5"], "x, y, r: instance 0: the cylinder (x 0.2, y 0.05, r 0.05) touches or comes within a cell"),
     (["train", str(ROOT / "configs" / "cylinder.toml"), "--set", "cylinder.cylinder_y=[0.05,0.25]"],
      "cylinder ranges: the cylinder (x 0.15, y 0.05, r 0.06) touches or comes within a cell"),
     (["reference", "burgers", "--c", "-3", "--out", "x.h5"], "--c: instance 0: c = -3; every entry must be finite and > 0"),
