@@ -225,7 +225,12 @@ def plot_streamlines(pred: np.ndarray, ref: np.ndarray, background: tuple[np.nda
     (vertical, ys), (horizontal, xs) = coords.items()
     peak = max(float(np.abs(b).max()) for b in background)
     peak = min(peak, max(float(np.percentile(np.abs(b), 99)) for b in background)) or 1.0  # corners' singularities
-    fig, axes = plt.subplots(len(pred), 2, figsize=(7.4, 3.4 * len(pred)), squeeze=False)
+    aspect = (xs[-1] - xs[0]) / (ys[-1] - ys[0])
+    if aspect > 2.0:  # a long domain (a channel): wide panels, the network's above the reference's
+        axes = plt.subplots(2 * len(pred), 1, figsize=(8.0, 2 * len(pred) * (8.0 / aspect + 0.9)), squeeze=False)[1]
+        fig, axes = axes[0, 0].figure, axes.reshape(len(pred), 2)
+    else:
+        fig, axes = plt.subplots(len(pred), 2, figsize=(7.4, 3.4 * len(pred)), squeeze=False)
     for k in range(len(pred)):
         for ax, field, colour, who in zip(axes[k], (pred, ref), background, ("DiffNet", "reference")):
             mesh = ax.pcolormesh(xs, ys, colour[k], shading="gouraud", cmap="RdBu_r", vmin=-peak, vmax=peak)

@@ -101,3 +101,16 @@ def test_one_newton_step_polishes_and_the_classical_solve_is_newton_from_the_inf
     assert solver.last.newton_steps == 5  # quadratic from the inflow profile (5 measured on every grid, 2026-12-07)
     with pytest.raises(ValueError, match="unknown method 'picard'"):
         family.classical_solver("picard", GRID[0])
+
+
+def test_the_channels_streamlines_are_drawn_in_wide_panels_one_above_the_other(family, floor, tmp_path):
+    import matplotlib.image
+
+    from deepfusion.files.plots import plot_streamlines
+
+    fluid = (family.domain(CYLINDERS[:1]) <= 0)[:, None]
+    w = family.derived(CYLINDERS[:1], floor[:1] * fluid)["vorticity"]
+    out = plot_streamlines(floor[:1, :2], floor[:1, :2], (w, w), "vorticity", family.coordinates(), ["benchmark"],
+                           tmp_path / "streamlines.png")
+    height, width = matplotlib.image.imread(out).shape[:2]
+    assert width > height  # a 2.2 x 0.41 channel: two wide panels stacked, not two slivers side by side
