@@ -186,5 +186,4 @@ def read_observations(path: Path, family) -> Observations:
         values.append(value)
         sigma.append(noise)
         names.append(name)
-    return Observations(np.asarray(points), tuple(names), np.asarray(values), np.asarray(sigma),
-                        None if all(e == 1.0 for e in extent) else extent)
+    return Observations(np.asarray(points), tuple(names), np.asarray(values), np.asarray(sigma), extent)

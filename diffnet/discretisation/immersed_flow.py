@@ -49,13 +49,15 @@ def _scatter(size: int, nodes: torch.Tensor, contribution: torch.Tensor) -> torc
     return out.index_add_(1, nodes.reshape(-1), contribution.reshape(contribution.shape[0], -1))
 
 
-def _boundary(flat: torch.Tensor, batch: dict, nu: torch.Tensor):
-    """At Γ's points: u, v, p (3, B), ∂_n of u and v (2, B), the penalty γ_e ν/h (B,), the viscosity (B,)."""
+def _wall(flat: torch.Tensor, batch: dict, nu: torch.Tensor):
+    """At Γ's points: u, v, p (3, B), the viscosity (B,) and the Nitsche flux p n_c − ν ∂_n u_c + γ_e ν/h u_c of each
+    velocity component (2, B), whose integral is the force on the body and which tests every N_a in the residual."""
     values, grads = _at_points(flat, batch["b_nodes"], batch["b_values"], batch["b_grads"])
     n = batch["b_normals"]
-    dn = (grads[:2] * n).sum(-1)
     nu_b = nu[batch["b_sample"]]
-    return values, dn, batch["penalty"] * nu_b, nu_b
+    dn = (grads[:2] * n).sum(-1)
+    flux = values[2] * n.T - nu_b * dn + batch["penalty"] * nu_b * values[:2]
+    return values, nu_b, flux
 
 
 def immersed_flow_residual(fields: torch.Tensor, nu: torch.Tensor, data: Sequence[Immersed]) -> torch.Tensor:
@@ -89,13 +91,11 @@ def immersed_flow_residual(fields: torch.Tensor, nu: torch.Tensor, data: Sequenc
     basis = torch.cat([batch["values"][None], batch["grads"].permute(2, 0, 1)])  # (3 kinds, P, 4)
     volume = torch.einsum("ekp,kpa->epa", terms, basis)
     # Nitsche on Γ (the wall at rest: g = 0).
-    (ub, vb, pb), dn, penalty, nu_b = _boundary(flat, batch, nu)
+    (ub, vb, _), nu_b, flux = _wall(flat, batch, nu)
     n, w = batch["b_normals"], batch["b_weights"]
     dn_test = torch.einsum("bad,bd->ba", batch["b_grads"], n)
-    rows = []
-    for c, uc in enumerate((ub, vb)):
-        flux = pb * n[:, c] - nu_b * dn[c] + penalty * uc
-        rows.append(w[:, None] * (flux[:, None] * batch["b_values"] - (nu_b * uc)[:, None] * dn_test))
+    rows = [w[:, None] * (flux[c][:, None] * batch["b_values"] - (nu_b * uc)[:, None] * dn_test)
+            for c, uc in enumerate((ub, vb))]
     rows.append(-(w * (ub * n[:, 0] + vb * n[:, 1]))[:, None] * batch["b_values"])
     wall = torch.stack(rows)
     extra = _scatter(size, batch["nodes"], volume) + _scatter(size, batch["b_nodes"], wall)
@@ -110,7 +110,5 @@ def wall_force(fields: torch.Tensor, nu: torch.Tensor, data: Sequence[Immersed])
     nu = torch.as_tensor(nu, dtype=fields.dtype, device=fields.device).reshape(s)
     batch = point_batch(data, fields)
     flat = fields.transpose(0, 1).reshape(3, -1)
-    (ub, vb, pb), dn, penalty, nu_b = _boundary(flat, batch, nu)
-    n, w = batch["b_normals"], batch["b_weights"]
-    return torch.stack([fields.new_zeros(s).index_add(0, batch["b_sample"], w * (pb * n[:, c] - nu_b * dn[c] + penalty * uc))
-                        for c, uc in enumerate((ub, vb))], dim=1)
+    _, _, flux = _wall(flat, batch, nu)
+    return fields.new_zeros(2, s).index_add(1, batch["b_sample"], batch["b_weights"] * flux).T

@@ -25,6 +25,7 @@ from diffnet.discretisation.navier_stokes import vorticity
 from diffnet.protocol.family import Family, ParameterSpec
 from diffnet.protocol.loss import Residual
 from diffnet.protocol.options import integer_in, interval, option
+from diffnet.solvers.classical import q1_to_grid
 from diffnet.solvers.cylinder import (BENCHMARK, HEIGHT, LENGTH, NU, channel, channel_boundary, channel_residual,
                                       coefficients, cylinder_solve, discretised, extended)
 from diffnet.solvers.hyperelasticity import NewtonStats
@@ -185,8 +186,7 @@ class CylinderFamily(Family):
         c = self.coordinates()
         y = torch.as_tensor(c["y"] / HEIGHT, dtype=instances.dtype, device=instances.device)
         x = torch.as_tensor(c["x"] / LENGTH, dtype=instances.dtype, device=instances.device)
-        return torch.stack([sdf, y[:, None].expand_as(sdf[0]).expand_as(sdf),
-                            x[None, :].expand_as(sdf[0]).expand_as(sdf)], dim=1)
+        return torch.stack([sdf, y[:, None].expand(sdf.shape), x[None, :].expand(sdf.shape)], dim=1)
 
     def _boundary(self, instances, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         pairs = [_held(_key(row), tuple(self.resolution)) for row in _rows(instances)]
@@ -269,14 +269,8 @@ class CylinderFamily(Family):
         return CylinderSolve(self._classical_resolution(grid), self)
 
     def classical_to_grid(self, method: str, native: np.ndarray, instances) -> np.ndarray:
-        """A solution on another grid carried onto this one's nodes (bilinear), each unknown."""
-        from scipy.interpolate import RegularGridInterpolator
-
-        ny, nx = native.shape[1:]
-        axes = (np.linspace(0.0, HEIGHT, ny), np.linspace(0.0, LENGTH, nx))
-        c = self.coordinates()
-        points = np.stack(np.meshgrid(c["y"], c["x"], indexing="ij"), axis=-1)
-        return np.stack([RegularGridInterpolator(axes, component)(points) for component in native])
+        """A solution on another grid carried onto this one's nodes, unknown by unknown (bilinear on its elements)."""
+        return np.stack([q1_to_grid(self, component) for component in native])
 
     # -- what a fluid engineer reads ------------------------------------------------------
     def derived(self, instances, fields) -> dict:

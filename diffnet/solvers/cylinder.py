@@ -18,6 +18,7 @@ import torch
 
 from diffnet.discretisation.immersed import Immersed, immersed
 from diffnet.discretisation.immersed_flow import immersed_flow_residual, wall_force
+from diffnet.grid.points import values_at
 from diffnet.instances.cutcell import cut_cells
 from diffnet.instances.geometry import Box, Difference, Disc
 from diffnet.solvers.newton import newton_solve
@@ -122,16 +123,6 @@ def extended(geometry, fields: np.ndarray, tol: float = 1e-10) -> np.ndarray:
                    "superlu", None, "extension past the cylinder's wall")
 
 
-def _at(field: np.ndarray, point, spacing) -> float:
-    """The Q1 field (N_y, N_x) at ``point`` (x, y): bilinear on the element that holds it."""
-    hx, hy = spacing
-    j = min(int(point[0] // hx), field.shape[1] - 2)
-    i = min(int(point[1] // hy), field.shape[0] - 2)
-    a, b = point[0] / hx - j, point[1] / hy - i
-    f = field[i : i + 2, j : j + 2]
-    return float((1 - b) * ((1 - a) * f[0, 0] + a * f[0, 1]) + b * ((1 - a) * f[1, 0] + a * f[1, 1]))
-
-
 def coefficients(geometry, fields: np.ndarray) -> dict[str, float]:
     """The benchmark's drag and lift coefficients and pressure drop of a discrete solution (3, N_y, N_x) (its values
     at the active nodes outside the fluid included: :func:`extended`)."""
@@ -139,6 +130,5 @@ def coefficients(geometry, fields: np.ndarray) -> dict[str, float]:
     data = discretised(geometry, fields.shape[1:])
     force = wall_force(torch.as_tensor(fields)[None], torch.tensor([NU], dtype=torch.float64), [data])[0].numpy()
     scale = 2.0 / (U_MEAN**2 * 2.0 * r)
-    spacing = data.cells.spacing
-    return {"drag": scale * float(force[0]), "lift": scale * float(force[1]),
-            "pressure_drop": _at(fields[2], (x - r, y), spacing) - _at(fields[2], (x + r, y), spacing)}
+    front, back = values_at(fields[2], fields.shape[1:], [(x - r, y), (x + r, y)], (LENGTH, HEIGHT))
+    return {"drag": scale * float(force[0]), "lift": scale * float(force[1]), "pressure_drop": float(front - back)}
