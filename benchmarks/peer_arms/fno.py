@@ -79,15 +79,15 @@ def train_fno(family, training: np.ndarray, test: np.ndarray, score, budget: flo
     target = torch.as_tensor(targets, dtype=torch.float32).reshape(len(solved), channels, *targets.shape[-2:])
     params = torch.as_tensor(solved, dtype=torch.float32)
     test_params = torch.as_tensor(np.asarray(test, dtype=np.float64), dtype=torch.float32)
-    test_inputs = (family.inputs(test_params) - mean) / std
+    test_inputs = family.inputs(test_params)
     model = FNO(n_modes=(setup.modes, setup.modes), hidden_channels=setup.width, in_channels=inputs.shape[1],
                 out_channels=channels, projection_channel_ratio=2)
     optimiser = torch.optim.AdamW(model.parameters(), lr=setup.lr, weight_decay=setup.weight_decay)
     loss = H1Loss(d=2)
 
     class Operator(torch.nn.Module):
-        """The trained operator as a generator of the family's inputs (normalised inside): what DiffNet's product
-        finishes in its network's place (``benchmarks/peers.py``'s "FNO + DiffNet's finish")."""
+        """The operator as a generator of the family's inputs (normalised inside): what it trains as, and what DiffNet's
+        product finishes in its network's place (``benchmarks/peers.py``'s "FNO + DiffNet's finish")."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -98,8 +98,10 @@ def train_fno(family, training: np.ndarray, test: np.ndarray, score, budget: flo
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fno((x - self.mean) / self.std)
 
+    operator = Operator()
+
     def field(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        f = family.field(model(x), p)
+        f = family.field(operator(x), p)
         return f.reshape(len(p), channels, *f.shape[-2:])
 
     def fields() -> np.ndarray:
@@ -107,9 +109,8 @@ def train_fno(family, training: np.ndarray, test: np.ndarray, score, budget: flo
             f = field(test_inputs, test_params).double().numpy()
         return f[:, 0] if channels == 1 else f
 
-    inputs = (inputs - mean) / std
     generator = torch.Generator().manual_seed(setup.seed)
-    epochs, epoch, step_lr = None, 0, setup.lr
+    epochs, epoch = None, 0
     while not watch.over():
         t0 = watch.seconds()
         order = torch.randperm(len(solved), generator=generator)
@@ -126,9 +127,8 @@ def train_fno(family, training: np.ndarray, test: np.ndarray, score, budget: flo
         epoch += 1
         if epochs is None:  # the cosine schedule's length: the epochs the rest of the budget holds at the first's pace
             epochs = max(1, int((budget - solve_seconds) / max(watch.seconds() - t0, 1e-9)))
-        step_lr = 0.5 * setup.lr * (1 + math.cos(math.pi * min(epoch / epochs, 1.0)))
         for group in optimiser.param_groups:
-            group["lr"] = step_lr
+            group["lr"] = 0.5 * setup.lr * (1 + math.cos(math.pi * min(epoch / epochs, 1.0)))
     train_seconds = watch.seconds()
     error = watch.record(fields, epoch=epoch)
     t0 = time.perf_counter()
@@ -137,4 +137,4 @@ def train_fno(family, training: np.ndarray, test: np.ndarray, score, budget: flo
     return {"fields": pred, "error": error, "train_seconds": train_seconds, "solve_seconds": solve_seconds,
             "pairs": len(solved), "solver": solver, "epochs": epoch, "inference_per_instance_s": infer,
             "curve": watch.curve, "parameters": sum(p.numel() for p in model.parameters()), "setup": setup.__dict__,
-            "module": Operator().eval()}
+            "module": operator.eval()}

@@ -63,9 +63,11 @@ class _KLForm:
         """L = sum_i a_i lambda_i phi_i(x) phi_i(y) and its x and y derivatives at the points, each (n, 1)."""
         a = self.params(X)[:, : self.terms] * self.weight.to(X)
         w = self.omega.to(X)
-        x, y = X[:, 0:1] * w, X[:, 1:2] * w
-        phi_x, phi_y = self.eta * w * torch.cos(x) + torch.sin(x), self.eta * w * torch.cos(y) + torch.sin(y)
-        dphi_x, dphi_y = w * (torch.cos(x) - self.eta * w * torch.sin(x)), w * (torch.cos(y) - self.eta * w * torch.sin(y))
+        # phi = eta w cos(w s) + sin(w s) and phi' = w (cos(w s) - eta w sin(w s)) along each axis, its cosine and sine
+        # taken once (this runs at every point of every PINN iteration).
+        (phi_x, dphi_x), (phi_y, dphi_y) = (
+            (self.eta * w * c + s, w * (c - self.eta * w * s))
+            for c, s in ((torch.cos(t), torch.sin(t)) for t in (X[:, 0:1] * w, X[:, 1:2] * w)))
         return tuple((a * f * g).sum(1, keepdim=True) for f, g in ((phi_x, phi_y), (dphi_x, phi_y), (phi_x, dphi_y)))
 
     def grid_points(self, instances: np.ndarray) -> np.ndarray:
