@@ -103,8 +103,10 @@ class WarmStarts:
     proposal, a line search's trial lie near an instance already solved). The families whose ``discrete_optimum``
     iterates use it (Newton on the Neo-Hookean plate 64² from a neighbour's field: 3 steps, 0.20 s, against 8 steps,
     0.49 s); a direct solve ignores it. ``size`` 0 for a family whose optimum depends on its start
-    (``unique_optimum`` False: Burgers' roots). The window is the last ``size`` solves, not each chain's state: with
-    16 chains at a few per cent acceptance a state can fall out of it (the race's chains: 355 ms a solve)."""
+    (``unique_optimum`` False: Burgers' roots). The window keeps the ``size`` fields used or solved last: a start
+    moves to its newest end when used, so each chain's state, the start of its every proposal, stays in it however
+    long the chain stays put (with the last ``size`` solves alone, 16 chains at a few per cent acceptance lost their
+    states: 355 ms a solve on the plate where a neighbour's start takes 196 ms)."""
 
     scale: np.ndarray
     size: int = 64
@@ -118,7 +120,11 @@ class WarmStarts:
         initial = None
         if self.instances is not None and self.size:
             distance = (((flat[:, None, :] - self.instances[None]) / self.scale) ** 2).sum(-1)
-            initial = self.fields[distance.argmin(1)]
+            nearest = distance.argmin(1)
+            initial = self.fields[nearest]
+            used = np.unique(nearest)
+            order = np.concatenate([np.setdiff1d(np.arange(len(self.instances)), used), used])
+            self.instances, self.fields = self.instances[order], self.fields[order]
         fields, roots = family.discrete_optimum(instances, initial=initial)
         fields = np.asarray(fields, dtype=np.float64)
         if initial is not None and not np.all(roots):
@@ -131,8 +137,7 @@ class WarmStarts:
 
 class ClassicalSolve(torch.autograd.Function):
     """The grid's own solution u_h(p) (the family's ``discrete_optimum``: the minimiser of its energy on this grid,
-    from :class:`WarmStarts`) forward; backward the adjoint: w with H w = ḡ on the free nodes (a sparse Cholesky of
-    the Hessian H at u_h), then -∂_p [w · ∇E(u_h; p)] (:func:`diffnet.multigrid.sensitivity.parameter_vjp`)."""
+    from :class:`WarmStarts`) forward; backward the adjoint (:func:`diffnet.multigrid.sensitivity.minimiser_vjp`)."""
 
     @staticmethod
     def forward(ctx, instances: torch.Tensor, family, counter: list, warm: WarmStarts) -> torch.Tensor:
@@ -145,24 +150,11 @@ class ClassicalSolve(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        from diffnet.multigrid.hessian import block_hessian
-        from diffnet.multigrid.sensitivity import parameter_vjp
-        from diffnet.multigrid.stencil import sparse_operator
-        from diffnet.solvers.cholesky import cholesky_solve
+        from diffnet.multigrid.sensitivity import minimiser_vjp
 
         instances, u = ctx.saved_tensors
-        p64 = instances.double()
-        w = torch.zeros_like(u)
-        for k in range(len(u)):
-            with torch.enable_grad():
-                hessian, free = block_hessian(ctx.family, u[k:k + 1], p64[k:k + 1])
-            matrix, index = sparse_operator(hessian[0].detach().numpy(), free[0].numpy())
-            rhs = grad[k].double().reshape(-1).numpy()
-            flat = np.zeros(rhs.size)
-            flat[index] = cholesky_solve(matrix, rhs[index])
-            w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
         ctx.counter[1] += len(u)
-        return parameter_vjp(ctx.family, [u], [w], p64).to(instances.dtype), None, None, None
+        return minimiser_vjp(ctx.family, u, instances.double(), grad).to(instances.dtype), None, None, None
 
 
 def classical_forward(family, observations, counter: list | None = None) -> Forward:

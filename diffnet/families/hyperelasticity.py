@@ -6,12 +6,13 @@ mu = shear exp(sum_i a_i lambda_i^{d/2} prod_k phi_i(x_k))) and the load's magni
 traction (its direction from the side's text) is multiplied by s. The Poisson ratio is one per family. The loss
 is the Q1 total potential energy (:mod:`diffnet.discretisation.hyperelasticity`: Neo-Hookean, guarded where an
 element inverts), the floor its minimiser on the same grid and the truth that on a grid ``truth_refine`` times
-finer, both by Newton with AMG-CG (:mod:`diffnet.solvers.hyperelasticity`).
+finer, both by Newton (:mod:`diffnet.solvers.hyperelasticity`), each step by :attr:`linear_solve`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,9 +76,20 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
                          "newton-amg-4": "the same, to 1e-4",
                          "newton-gmg-4": "Newton (line search, load steps) + geometric-multigrid CG, to 1e-4",
                          "newton-cholesky": "Newton (line search, load steps), each step a sparse Cholesky (CHOLMOD), "
-                                            "to 1e-8"}
+                                            "to 1e-8"}  # each from the nearest of the solved library's instances
     classical_baseline = "newton-amg"
-    polish_step = "Newton step (AMG-CG)"
+
+    @property
+    def linear_solve(self) -> str:
+        """Each Newton step's linear solve, the same-grid solve's and the polish's: a sparse Cholesky in 2-D (64², one
+        thread: 0.44 s an instance against 0.58-0.73 s by AMG-CG to 1e-10, the same field to 2e-16; 127²: 2.2 s
+        against 2.6 s), geometric-multigrid CG in 3-D, where the factor fills in (17³: 1.9-2.3 s an instance against
+        AMG-CG's 5.0-5.3 s, the same Newton steps, the same field to 1e-16)."""
+        return "cholesky" if self.dims == 2 else "gmg"
+
+    @property
+    def polish_step(self) -> str:
+        return f"{'Cholesky' if self.linear_solve == 'cholesky' else 'geometric-multigrid CG'} Newton step"
 
     @classmethod
     def check_options(cls, options: object, *, n_train: int, sampling: str, resolution: tuple[int, ...]) -> None:
@@ -171,10 +183,8 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
 
     def solve_instance(self, instances: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
         """One instance's minimiser of the energy on this grid (d, *resolution), Newton to 1e-10 of the load from
-        ``start`` (d, *resolution) or the held values. Each step by a sparse Cholesky in 2-D (64², one thread: 0.44 s
-        an instance against 0.58-0.73 s by AMG-CG to 1e-10, the same field to 2e-16; 127²: 2.2 s against 2.6 s), by
-        AMG-CG in 3-D (where the factor fills in)."""
-        return self.solve(instances, start=start, linear="cholesky" if self.dims == 2 else "amg")
+        ``start`` (d, *resolution) or the held values, each step by :attr:`linear_solve`."""
+        return self.solve(instances, start=start, linear=self.linear_solve)
 
     def discrete_optimum(self, instances: np.ndarray, initial: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The same-grid minimiser (the floor), Newton from ``initial`` (S, d, *resolution) where given: from a nearby
@@ -185,22 +195,25 @@ class HyperelasticityFamily(ElasticBox, SolvedBox, Family):
 
     # -- the classical side and the polish ------------------------------------------------
     def classical_solver(self, method: str, grid: int) -> "NewtonSolve":
-        """One instance's solution (d, *grid) on ``grid`` nodes per side: every Newton step (assembly, AMG set-up,
+        """One instance's solution (d, *grid) on ``grid`` nodes per side, Newton from the nearest instance already
+        solved (:func:`solved_library`, built here, before any call is timed): every Newton step (assembly, AMG set-up,
         CG) inside the call; the call's cost (Newton steps, load steps) is the solver's ``last``."""
         if method not in self.classical_methods:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(self.classical_methods)}")
         coarse = dataclasses.replace(self, resolution=(grid,) * self.dims)
-        return NewtonSolve(coarse, 1e-4 if method.endswith("-4") else 1e-8, method.split("-")[1])
+        return NewtonSolve(coarse, 1e-4 if method.endswith("-4") else 1e-8, method.split("-")[1],
+                           solved_library(coarse))
 
     def classical_to_grid(self, method: str, native: np.ndarray, instances: np.ndarray) -> np.ndarray:
         """A solution carried onto this grid's nodes, component by component (multilinear on its elements)."""
         return np.stack([q1_to_grid(self, component) for component in native])
 
     def polish(self, instances: np.ndarray, fields: np.ndarray, steps: int) -> np.ndarray:
-        """``steps`` damped Newton steps (AMG-CG) from the network's fields (S, d, *grid): "DiffNet + k Newton steps"."""
+        """``steps`` damped Newton steps from the network's fields (S, d, *grid), each by :attr:`linear_solve`: "DiffNet
+        + k Newton steps"."""
         out = np.empty_like(np.asarray(fields, dtype=np.float64))
         for k, p in enumerate(np.asarray(instances, dtype=np.float64)):
-            out[k] = self.body(p).polish(fields[k], steps)
+            out[k] = self.body(p).polish(fields[k], steps, self.linear_solve)
         return out
 
 
@@ -225,19 +238,40 @@ class Hyperelasticity3DFamily(HyperelasticityFamily):
     vectors = {"u": DISPLACEMENT[3]}
 
 
+# The classical side's library: this many instances of the training range solved once per grid, each classical solve
+# starting from the nearest (a user with a stock of solved cases, as an inverse problem's chains have: Newton from a
+# neighbour's field, docs/results.md), drawn from a stream of its own (not the held-out instances').
+_LIBRARY, _LIBRARY_SEED = 16, 7919
+
+
+@functools.lru_cache(maxsize=8)
+def solved_library(family: HyperelasticityFamily) -> tuple[np.ndarray, np.ndarray]:
+    """:data:`_LIBRARY` Sobol instances of the family's range (S, m + 1) and their minimisers on its grid (S, d,
+    *grid), solved once per process and grid."""
+    instances = family.sample(_LIBRARY, "sobol", _LIBRARY_SEED)
+    return instances, family.discrete_optimum(instances)[0]
+
+
 @dataclass
 class NewtonSolve:
-    """A classical solve of one instance on the family's grid, Newton and linear tolerance ``tol``; ``last`` is the
-    latest call's :class:`NewtonStats` (``compare`` reports its Newton steps)."""
+    """A classical solve of one instance on the family's grid, Newton and linear tolerance ``tol``, from the nearest
+    of ``library``'s solved instances (distance in units of the range's width; None: from the held values); ``last``
+    is the latest call's :class:`NewtonStats` (``compare`` reports its Newton steps)."""
 
     family: HyperelasticityFamily
     tol: float
     linear: str = "amg"  # each Newton step's solve: "amg", "gmg" or "cholesky"
+    library: tuple[np.ndarray, np.ndarray] | None = None
     last: NewtonStats | None = None
 
     def __call__(self, instances: np.ndarray) -> np.ndarray:
         self.last = NewtonStats()
-        return self.family.solve(instances, self.tol, self.tol, self.last, self.linear)
+        start = None
+        if self.library is not None:
+            low, high = self.family.parameters.bounds()
+            rows, fields = self.library
+            start = fields[int((((rows - instances) / (np.asarray(high) - low)) ** 2).sum(1).argmin())]
+        return self.family.solve(instances, self.tol, self.tol, self.last, self.linear, start=start)
 
 
 def _inverted(family: HyperelasticityFamily) -> str | None:

@@ -18,13 +18,15 @@ minimiser, and ∂_p ∇E(ũ) - (∂_p A)(ũ - u) = ∂_p ∇E(u): the formula a
 the field's backward pass does, leaves out all of this (a relative error of 1.0 in the gradient, issue 75).
 
 A classical solve is the same stage with V = I: the adjoint gradient of an observation of the grid's solution is
--∂_p [w · ∇E(u_h; p)] with A w = ḡ (``deepfusion invert --classical``).
+-∂_p [w · ∇E(u_h; p)] with H w = ḡ on the free nodes, H the Hessian at u_h (:func:`minimiser_vjp`: ``deepfusion
+invert --classical``, and the product's polish, whose Newton steps end at u_h).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from diffnet.multigrid.hessian import hessian_of
@@ -33,7 +35,7 @@ from diffnet.multigrid.stencil import as_blocks, components, neighbour_offsets, 
 if TYPE_CHECKING:
     from diffnet.protocol.family import Family
 
-__all__ = ["parameter_vjp"]
+__all__ = ["minimiser_vjp", "parameter_vjp"]
 
 # Pairs (x', w) per double backward: a sweep's colour steps come 2 * 2^d per sweep, each a batch of instances.
 _CHUNK = 64
@@ -93,3 +95,25 @@ def _bilinear(hessian: torch.Tensor, states: list[torch.Tensor], directions: lis
             for k, offset in enumerate(neighbour_offsets(dims)):
                 products[:, :, :, k] += w[:, :, None] * shifted(d, offset)[:, None]
     return (blocks * products).sum()
+
+
+def minimiser_vjp(family: Family, fields: torch.Tensor, instances: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The adjoint of the grid's minimiser u_h(p) of the family's energy: for each instance w with H w = ḡ on the free
+    nodes (a sparse Cholesky of the Hessian H at ``fields`` (S, [C,] *grid), zero on the held ones), then
+    -∂_p [w · ∇E(u_h; p)] (:func:`parameter_vjp`); float64, of ``instances``' shape. Exact where ``fields`` is the
+    minimiser; one factorisation per instance."""
+    from diffnet.multigrid.hessian import block_hessian
+    from diffnet.multigrid.stencil import sparse_operator
+    from diffnet.solvers.cholesky import cholesky_solve
+
+    u, p = fields.detach().double().cpu(), instances.detach().double().cpu()
+    w = torch.zeros_like(u)
+    for k in range(len(u)):
+        with torch.inference_mode(False), torch.enable_grad():
+            hessian, free = block_hessian(family, u[k:k + 1], p[k:k + 1])
+        matrix, index = sparse_operator(hessian[0].detach().numpy(), free[0].numpy())
+        rhs = grad[k].detach().double().cpu().reshape(-1).numpy()
+        flat = np.zeros(rhs.size)
+        flat[index] = cholesky_solve(matrix, rhs[index])
+        w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
+    return parameter_vjp(family, [u], [w], p).to(instances.device)

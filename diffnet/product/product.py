@@ -101,7 +101,9 @@ def _finished(family: Family, finish: Finish, clock: PartClock) -> Family:
     if finish.coarse:
         out = CoarseCorrected(family, family, finish.coarse, clock, quadratic(family), finish.sweeps, finish.cycles)
     if finish.polish:
-        out = Polished(out, finish.polish, clock)
+        # Newton's polish of a nonlinear energy ends at the grid's minimiser: its adjoint is the gradient.
+        newton = family.loss().kind == "energy" and family.has("differentiable") and not quadratic(family)
+        out = Polished(out, finish.polish, clock, family if newton else None)
     return out
 
 
@@ -165,13 +167,14 @@ class Product:
     @property
     def exact_parameter_gradients(self) -> bool:
         """Whether :meth:`differentiable` gives exact gradients in the instances: the family is ``differentiable``, and
-        no step without them follows the network (the polish; a residual's correction and sweeps; sweeps with a
-        nonlinear energy's linearisation, which moves with the instance)."""
+        the product ends at a nonlinear energy's minimiser (Newton's polish: the adjoint), or no step without them
+        follows the network (a polish of V-cycles; a residual's correction and sweeps; sweeps with a nonlinear energy's
+        linearisation, which moves with the instance)."""
         return self.family.has("differentiable") and getattr(self.finished, "exact_parameter_gradients", True)
 
     def why_no_exact_gradients(self) -> str:
         """The step that has no exact gradient in the instances, as a phrase ('' where every step has)."""
-        if isinstance(self.finished, Polished):
+        if isinstance(self.finished, Polished) and not self.finished.exact_parameter_gradients:
             return f"{self.finished.steps_text()}: numpy steps without gradients"
         if isinstance(self.finished, CoarseCorrected) and not self.finished.exact_parameter_gradients:
             return ("a residual's least-squares correction and sweeps" if self.finished.kind == "residual" else

@@ -221,13 +221,13 @@ class NeoHookeanBody:
         g = self.gradient(x, t)
         return x if float(np.linalg.norm(g[free])) <= tol * reference else None
 
-    def polish(self, start: np.ndarray, steps: int) -> np.ndarray:
+    def polish(self, start: np.ndarray, steps: int, linear: str = "amg") -> np.ndarray:
         """``steps`` damped Newton steps at the full load from the displacement ``start`` (d, *grid) (the held dofs set
-        to their values): the network's field polished."""
+        to their values), each step's system by ``linear`` (as :meth:`solve`): the network's field polished."""
         x = np.where(self.fixed, self.values, to_dofs(np.asarray(start, dtype=np.float64)))
         stats = NewtonStats()
         for _ in range(steps):
-            moved = self._newton(x, 1.0, 0.0, 1e-10, 1, stats, strict=False)
+            moved = self._newton(x, 1.0, 0.0, 1e-10, 1, stats, strict=False, linear=linear)
             if moved is None:
                 break
             x = moved

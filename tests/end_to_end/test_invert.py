@@ -200,6 +200,24 @@ def test_warm_starts_change_the_cost_not_the_answer():
     assert solid.unique_optimum and not load_family(str(ROOT / "configs" / "burgers.toml")).unique_optimum
 
 
+def test_warm_starts_keep_each_chains_state_while_it_is_used():
+    """The window keeps the fields used or solved last: a state used as a start moves to its newest end, so a chain
+    that stays put keeps its start while other solves pass through (a window of the last solves alone lost it)."""
+    from deepfusion import load_family
+    from deepfusion.analysis.inverse import WarmStarts
+
+    solid = load_family(str(ROOT / "configs" / "hyperelasticity.toml"),
+                        ["problem.resolution=[9, 9]", "multigrid.levels=[]", "model.coarse_correction=5"])
+    state, other, third = (np.array([[a, -0.3, 0.1, 0.4, 0.15]]) for a in (-0.8, 0.0, 0.8))
+    warm = WarmStarts(np.array([2.0, 2.0, 2.0, 2.0, 0.1]), size=2)
+    warm.solve(solid, state)
+    warm.solve(solid, other)
+    warm.solve(solid, state + 0.01)   # the chain's proposal starts from its state: the state is used, kept
+    warm.solve(solid, third)          # a third instance passes: the oldest unused one goes, not the state
+    assert any(np.array_equal(row, state[0]) for row in warm.instances)
+    assert not any(np.array_equal(row, other[0]) for row in warm.instances) and len(warm.instances) == 2
+
+
 def test_the_classical_adjoint_of_a_nonlinear_solid_is_the_central_differences():
     """The Neo-Hookean solid's classical route: Newton inside the autograd Function's forward (where grad is off), the
     adjoint with the tangent at the solution; its gradient of displacements and a stress at gauges is the central

@@ -102,3 +102,30 @@ def test_the_colour_steps_pull_back_as_the_sweeps_backward_pass():
 def test_a_family_without_the_capability_does_not_declare_it():
     # A cut domain's geometry reaches its loss through numpy: its gradient there would be silently zero.
     assert not StarTorsionFamily((12, 12)).has("differentiable")
+
+
+def test_newtons_polish_of_a_nonlinear_energy_has_the_adjoint_gradient_of_its_minimiser():
+    """The Neo-Hookean product ending in Newton steps (after the coarse minimiser and sweeps, which have no exact
+    gradient themselves): its gradient in the instances is the minimiser's adjoint (one Cholesky of the tangent at the
+    polished field), checked against central differences of the whole product (S = C = 2); a quadratic energy's
+    polish (V-cycles) still has none."""
+    from diffnet.generators.networks import UNet
+    from diffnet.product.product import Finish, Product
+
+    family = HyperelasticityFamily((9, 9))
+    torch.manual_seed(0)
+    network = UNet(family.in_channels, 2, (4, 8)).double()
+    product = Product(family, network, Finish(coarse=5, sweeps=2, polish=4))
+    assert product.exact_parameter_gradients and product.why_no_exact_gradients() == ""
+    assert product.chain().endswith("-> 4 Cholesky Newton steps")
+    weights = torch.randn(2, 2, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    f = lambda p: (product.differentiable(p) * weights).sum()  # noqa: E731
+    p = _instances(family, 2).requires_grad_(True)
+    np.testing.assert_allclose(product.differentiable(p).detach().numpy(), product.fields(p.detach().numpy()),
+                               rtol=0, atol=1e-12)
+    (grad,) = torch.autograd.grad(f(p), p)
+    with torch.no_grad():
+        _agrees_with_central_differences(f, p.detach(), grad, h=1e-5, tol=1e-5)
+    poisson = PoissonFamily((9, 9))
+    assert not Product(poisson, UNet(poisson.in_channels, 1, (4, 8)).double(),
+                       Finish(coarse=5, polish=1)).exact_parameter_gradients

@@ -125,7 +125,7 @@ def test_a_polished_product_is_the_fields_then_the_familys_polish_and_refuses_gr
         assert polished.exact_parameter_gradients is False
     assert polished.at_resolution((5, 5)).steps == 1 and polished.at_resolution((5, 5)).resolution == (5, 5)
     assert Polished(burgers, 2).steps_text() == "2 Newton steps"
-    with pytest.raises(RuntimeError, match="model.polish: the polish step has no gradient"):
+    with pytest.raises(RuntimeError, match="model.polish: this polish step has no gradient"):
         Polished(burgers, 2).field(torch.zeros(1, 1, 9, 17, requires_grad=True), torch.tensor([4.0]))
     with pytest.raises(ValueError, match="declares no polish step"):
         Polished(BurgersFamily((9, 17)), 1)  # the central residual has no scheme to march
