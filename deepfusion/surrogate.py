@@ -108,8 +108,9 @@ class Surrogate:
     def exact_gradients(self) -> bool:
         """Whether :meth:`evaluate` gives exact gradients in the instances: the family is ``differentiable`` and every
         step of its product has them (not the Neo-Hookean solids' sweeps after their coarse minimiser, whose
-        linearisation moves with the instance; not a residual's correction, nor ``model.polish``). Without them
-        ``deepfusion invert`` takes central differences of the fields."""
+        linearisation moves with the instance, unless Newton's polish follows them: the adjoint of the minimiser it
+        ends at; not a residual's correction, nor a polish of V-cycles). Without them ``deepfusion invert`` takes
+        central differences of the fields."""
         return self.product.exact_parameter_gradients
 
     @property

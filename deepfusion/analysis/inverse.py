@@ -137,7 +137,8 @@ class WarmStarts:
 
 class ClassicalSolve(torch.autograd.Function):
     """The grid's own solution u_h(p) (the family's ``discrete_optimum``: the minimiser of its energy on this grid,
-    from :class:`WarmStarts`) forward; backward the adjoint (:func:`diffnet.multigrid.sensitivity.minimiser_vjp`)."""
+    from :class:`WarmStarts`) forward; backward the adjoint (:func:`diffnet.multigrid.sensitivity.minimiser_vjp`, each
+    solve a sparse Cholesky of the Hessian at u_h)."""
 
     @staticmethod
     def forward(ctx, instances: torch.Tensor, family, counter: list, warm: WarmStarts) -> torch.Tensor:
@@ -151,10 +152,12 @@ class ClassicalSolve(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         from diffnet.multigrid.sensitivity import minimiser_vjp
+        from diffnet.solvers.cholesky import cholesky_solve
 
         instances, u = ctx.saved_tensors
         ctx.counter[1] += len(u)
-        return minimiser_vjp(ctx.family, u, instances.double(), grad).to(instances.dtype), None, None, None
+        return (minimiser_vjp(ctx.family, u, instances.double(), grad, cholesky_solve).to(instances.dtype),
+                None, None, None)
 
 
 def classical_forward(family, observations, counter: list | None = None) -> Forward:

@@ -142,9 +142,11 @@ class ModelConfig:
             "1.00x); inference only, like the sweeps; see Physics")
     polish: int = _key(_within(0, 100), default=0,
         doc="steps of the family's classical polish (Burgers: Newton steps of its implicit scheme; the Q1 "
-            "families: V-cycles) that finish the product's field in every command that runs a trained generator: a "
-            "hybrid, reported as the run's product; inference only and without gradients (inverse problems take "
-            "central differences; no second stage); families with the `polish` capability; see Physics")
+            "families: V-cycles; the Neo-Hookean solids: Newton steps, Cholesky in 2-D) that finish the product's "
+            "field in every command that runs a trained generator: a hybrid, reported as the run's product; nothing "
+            "trains through it (no second stage); Newton on a nonlinear energy has the adjoint gradient of the "
+            "minimiser it ends at, the others none (inverse problems take central differences); families with the "
+            "`polish` capability; see Physics")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ invert --classical``, and the product's polish, whose Newton steps end at u_h).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -97,14 +97,19 @@ def _bilinear(hessian: torch.Tensor, states: list[torch.Tensor], directions: lis
     return (blocks * products).sum()
 
 
-def minimiser_vjp(family: Family, fields: torch.Tensor, instances: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+def minimiser_vjp(family: Family, fields: torch.Tensor, instances: torch.Tensor, grad: torch.Tensor,
+                  solve: Callable | None = None) -> torch.Tensor:
     """The adjoint of the grid's minimiser u_h(p) of the family's energy: for each instance w with H w = ḡ on the free
-    nodes (a sparse Cholesky of the Hessian H at ``fields`` (S, [C,] *grid), zero on the held ones), then
+    nodes (H the Hessian at ``fields`` (S, [C,] *grid), zero on the held ones; ``solve(matrix, rhs)``, default scipy's
+    sparse direct solve: the classical route passes its sparse Cholesky, a floor above this one), then
     -∂_p [w · ∇E(u_h; p)] (:func:`parameter_vjp`); float64, of ``instances``' shape. Exact where ``fields`` is the
     minimiser; one factorisation per instance."""
+    from scipy.sparse.linalg import spsolve
+
     from diffnet.multigrid.hessian import block_hessian
     from diffnet.multigrid.stencil import sparse_operator
-    from diffnet.solvers.cholesky import cholesky_solve
+
+    cholesky_solve = solve if solve is not None else (lambda matrix, rhs: spsolve(matrix.tocsc(), rhs))
 
     u, p = fields.detach().double().cpu(), instances.detach().double().cpu()
     w = torch.zeros_like(u)

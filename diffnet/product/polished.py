@@ -9,8 +9,8 @@ refused with it).
 
 **Gradients in the instances.** A nonlinear energy's polish is Newton's method, which ends at the grid's minimiser
 u_h(p) whatever field it starts from (one or two steps from the network's: quadratic convergence). Its derivative
-in p is then that of u_h, by the implicit function theorem: the adjoint, one linear solve with the Hessian at the
-polished field (:func:`diffnet.multigrid.sensitivity.minimiser_vjp`, the classical route's own), whatever came
+in p is then that of u_h, by the implicit function theorem: the adjoint, one sparse direct solve with the Hessian at
+the polished field (:func:`diffnet.multigrid.sensitivity.minimiser_vjp`, the classical route's own), whatever came
 before it (the network, its correction and sweeps drop out). Inverse problems take these instead of central
 differences. A quadratic energy's polish (V-cycles, each a fixed contraction) and a residual's have none: there the
 product is for inference only, and inverse problems difference it.
