@@ -134,12 +134,22 @@ class NeoHookeanBody:
     # -- Newton, load steps ------------------------------------------------------------------------------------
     def solve(self, tol: float = 1e-10, linear_tol: float = 1e-10, start: np.ndarray | None = None,
               max_steps: int = 30, stats: NewtonStats | None = None, linear: str = "amg") -> np.ndarray:
-        """The displacement (d, *grid) minimising the energy at the full load, from ``start`` (d, *grid) or the held
-        values; ``stats`` gathers the cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``),
+        """The displacement (d, *grid) minimising the energy at the full load, from ``start`` (d, *grid: Newton at the
+        full load, and where that fails the load steps from the held values) or the held values; ``stats`` gathers the
+        cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``),
         "gmg" (geometric-multigrid CG, :mod:`diffnet.solvers.vector_gmg`) or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises :class:`NewtonFailure` naming what
         failed."""
         stats = stats if stats is not None else NewtonStats()
-        x = self.values * self.fixed if start is None else np.where(self.fixed, self.values, to_dofs(start))
+        x = self.values * self.fixed
+        if start is not None:
+            # A start is a neighbour's solution, for the full load: Newton there, else the load steps from rest (the
+            # start is far from any fraction's solution; an inverse problem's chain met this on the plate).
+            trial = self._newton(np.where(self.fixed, self.values, to_dofs(start)), 1.0, tol, linear_tol, max_steps,
+                                 stats, linear=linear)
+            stats.load_steps += 1
+            if trial is not None:
+                return self._checked(trial)
+            stats.failed_fractions.append(1.0)
         done, step = 0.0, 1.0
         while done < 1.0:
             t = min(1.0, done + step)
@@ -154,6 +164,10 @@ class NeoHookeanBody:
             if step < _MIN_LOAD_STEP:
                 raise NewtonFailure(f"Newton did not converge at load fraction {t:.4g} even with load steps of "
                                     f"{2 * step:.3g} ({stats.newton_steps} Newton steps)")
+        return self._checked(x)
+
+    def _checked(self, x: np.ndarray) -> np.ndarray:
+        """The solution x as a field (d, *grid), refused where it inverts elements below the energy's guard."""
         j = self.smallest_jacobian(x)
         if j < J_GUARD:
             raise NewtonFailure(f"the load inverts elements: det F = {j:.3g} at the solution, below the energy's "

@@ -200,3 +200,19 @@ def test_a_tiny_run_is_compared_and_studied_with_newton_counted(tmp_path):
     assert "Newton steps)" in out.with_suffix(".md").read_text()
     proc = run_cli("uq", str(run), "--samples", "4", "--classical", "--out", str(tmp_path / "uq.h5"), timeout=600)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_start_newton_cannot_finish_from_falls_back_to_the_load_steps_from_rest():
+    """A warm start (a neighbour's solution) far from this instance's: Newton at the full load fails from it, and the
+    solve goes on from rest by load steps (an inverse problem's chain met a start Newton could not leave), reaching the
+    same minimiser; a good start is taken as it is."""
+    family = HyperelasticityFamily((9, 9))
+    body = family.body(np.array([0.615, 0.193, -0.496, -0.942, 0.2]))
+    u = body.solve(1e-10, 1e-10, linear="cholesky")
+    stats = NewtonStats()
+    far = body.solve(1e-10, 1e-10, start=5 * u, linear="cholesky", stats=stats)
+    assert stats.failed_fractions == [1.0] and stats.load_steps >= 2
+    np.testing.assert_allclose(far, u, rtol=0, atol=1e-9 * np.abs(u).max())
+    near = NewtonStats()
+    body.solve(1e-10, 1e-10, start=u, linear="cholesky", stats=near)
+    assert near.failed_fractions == [] and near.load_steps == 1 and near.newton_steps <= 1
