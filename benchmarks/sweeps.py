@@ -6,10 +6,10 @@ instance (batched, one thread), all in one run.
 The network is the run's as trained; only the product around it changes (``--sweeps``, ``--coarse``), so the arms
 differ by what each design removes at inference. A run trained with sweeps is measured the same way (its own k is
 one of the arms when listed). ``--cycles``: the correction and its sweeps repeated (``model.cycles``), each count with
-every sweep count above 0; ``--polish``: the family's polish steps after them (``model.polish``: a nonlinear solid's
-Newton steps), each count with every arm; ``--from-lift``: the same products with the network's output replaced by zero (the field
-is then the boundary data's lift alone): the classical two-grid iteration the network's field starts, at the cost
-of what it spares.
+every sweep count above 0; ``--polish``: the family's polish steps after them (``model.polish``: a nonlinear
+solid's Newton steps), each count with every arm; ``--from-lift``: the same products with the network's output
+replaced by zero (the field is then the boundary data's lift alone): the classical two-grid iteration the network's
+field starts, at the cost of what it spares.
 
     python benchmarks/sweeps.py RUN_DIR [--sweeps 0 1 2 4] [--cycles 1 2 3] [--coarse 33] [--polish 0 1] [--from-lift]
                                    [--samples 16] [--out FILE.json]
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--sweeps", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--coarse", type=int, nargs="*", default=[],
-                        help="coarse grids to try beside the run's, each with every --sweeps (0: none, the network's field alone)")
+                        help="coarse grids to try beside the run's, each with every --sweeps "
+                             "(0: none, the network's field alone)")
     parser.add_argument("--cycles", type=int, nargs="+", default=[1],
                         help="times the correction and its sweeps run (model.cycles), with every --sweeps above 0")
     parser.add_argument("--polish", type=int, nargs="+", default=[0],
@@ -106,8 +107,9 @@ def main(argv=None) -> int:
     # Every coarse grid with every sweep count, and each count above 0 with every number of cycles.
     designs = [(n, k, c, q) for n in (base.coarse, *args.coarse) for k in args.sweeps for c in args.cycles
                for q in args.polish if (k or c == 1) and (n or not k)]  # --coarse 0: the network alone (polished)
-    arms = [((f"coarse {n}, {k} sweeps" if n else "network") + (f" x {c}" if c > 1 else "") + (f", polish {q}" if q else ""),
-             dataclasses.replace(base, coarse=n, sweeps=k, cycles=c, polish=q)) for n, k, c, q in designs]
+    arms = [((f"coarse {n}, {k} sweeps" if n else "network") + (f" x {c}" if c > 1 else "")
+             + (f", polish {q}" if q else ""), dataclasses.replace(base, coarse=n, sweeps=k, cycles=c, polish=q))
+            for n, k, c, q in designs]
     starts = [("", model)] + ([("lift: ", lift(model, run, instances))] if args.from_lift else [])
     rows, truth = [], None
     for (start, network), (label, finish) in itertools.product(starts, arms):

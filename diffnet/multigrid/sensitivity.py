@@ -109,8 +109,7 @@ def minimiser_vjp(family: Family, fields: torch.Tensor, instances: torch.Tensor,
     from diffnet.multigrid.hessian import block_hessian
     from diffnet.multigrid.stencil import sparse_operator
 
-    cholesky_solve = solve if solve is not None else (lambda matrix, rhs: spsolve(matrix.tocsc(), rhs))
-
+    solve = solve if solve is not None else (lambda matrix, rhs: spsolve(matrix.tocsc(), rhs))
     u, p = fields.detach().double().cpu(), instances.detach().double().cpu()
     w = torch.zeros_like(u)
     for k in range(len(u)):
@@ -119,6 +118,6 @@ def minimiser_vjp(family: Family, fields: torch.Tensor, instances: torch.Tensor,
         matrix, index = sparse_operator(hessian[0].detach().numpy(), free[0].numpy())
         rhs = grad[k].detach().double().cpu().reshape(-1).numpy()
         flat = np.zeros(rhs.size)
-        flat[index] = cholesky_solve(matrix, rhs[index])
+        flat[index] = solve(matrix, rhs[index])
         w[k] = torch.as_tensor(flat.reshape(u.shape[1:]))
     return parameter_vjp(family, [u], [w], p).to(instances.device)

@@ -136,9 +136,9 @@ class NeoHookeanBody:
               max_steps: int = 30, stats: NewtonStats | None = None, linear: str = "amg") -> np.ndarray:
         """The displacement (d, *grid) minimising the energy at the full load, from ``start`` (d, *grid: Newton at the
         full load, and where that fails the load steps from the held values) or the held values; ``stats`` gathers the
-        cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``),
-        "gmg" (geometric-multigrid CG, :mod:`diffnet.solvers.vector_gmg`) or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises :class:`NewtonFailure` naming what
-        failed."""
+        cost; each Newton step's system by ``linear``: "amg" (AMG-CG to ``linear_tol``), "gmg" (geometric-multigrid CG,
+        :mod:`diffnet.solvers.vector_gmg`) or "cholesky" (a sparse Cholesky, :mod:`diffnet.solvers.cholesky`). Raises
+        :class:`NewtonFailure` naming what failed."""
         stats = stats if stats is not None else NewtonStats()
         x = self.values * self.fixed
         if start is not None:
